@@ -1,0 +1,96 @@
+"""connectors: exactly-once sinks for Spark Structured Streaming.
+
+Sinks are callables for ``df.writeStream.foreachBatch(sink)`` (and for batch jobs:
+``sink(df, run_id)``). With a replayable source and a deterministic query they give
+end-to-end exactly-once output through two-phase commit, modelled on Apache Flink's
+``TwoPhaseCommitSinkFunction``: tasks pre-commit, the driver records a decision and
+commits; a restarted driver commits what was decided and aborts the rest.
+
+The public API is what this module's ``__all__`` lists; everything else is private.
+
+Example::
+
+    from connectors import PreparedTransactionSink   # subclass it for a new target
+"""
+
+from connectors.core.batch import BatchContext, BatchInput, TaskInfo
+from connectors.core.errors import (
+    BadInputError,
+    ConfigurationError,
+    ConnectorError,
+    DataLossError,
+    DependencyError,
+    FatalError,
+    FencedError,
+    NonDeterministicReplayError,
+    ProtocolStateError,
+    QueryBindingError,
+    RetriesExhaustedError,
+    TransientError,
+)
+from connectors.core.file_ledger import FileLedger
+from connectors.core.fingerprint import Fingerprint, fingerprint_batch
+from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit
+from connectors.core.metrics import BatchMetrics
+from connectors.core.naming import TransactionId, validate_sink_id
+from connectors.core.protocol import BatchState, CrashPoint, Family
+from connectors.core.retry import (
+    DEFAULT_COMMIT_RETRY,
+    ExponentialBackoff,
+    FailureRate,
+    FixedDelay,
+    NoRetry,
+    RetryPolicy,
+)
+from connectors.core.tasks import SlotMarker, SlotTransaction, TaskTransaction
+from connectors.core.template import (
+    DriverCommitSink,
+    PreparedTransactionSink,
+    TaskCommitSink,
+    TwoPhaseCommitSink,
+)
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "DEFAULT_COMMIT_RETRY",
+    "BadInputError",
+    "BatchContext",
+    "BatchInput",
+    "BatchMetrics",
+    "BatchState",
+    "ConfigurationError",
+    "ConnectorError",
+    "CrashPoint",
+    "DataLossError",
+    "DependencyError",
+    "DriverCommitSink",
+    "ExponentialBackoff",
+    "FailureRate",
+    "Family",
+    "FatalError",
+    "FencedError",
+    "FileLedger",
+    "Fingerprint",
+    "FixedDelay",
+    "Ledger",
+    "LedgerEntry",
+    "NoRetry",
+    "NonDeterministicReplayError",
+    "PreparedTransactionSink",
+    "ProtocolStateError",
+    "QueryBindingError",
+    "RetriesExhaustedError",
+    "RetryPolicy",
+    "SlotMarker",
+    "SlotTransaction",
+    "TaskCommit",
+    "TaskCommitSink",
+    "TaskInfo",
+    "TaskTransaction",
+    "TransactionId",
+    "TransientError",
+    "TwoPhaseCommitSink",
+    "fingerprint_batch",
+    "validate_sink_id",
+]

@@ -1,0 +1,126 @@
+"""The input of one batch, as the protocol sees it: partitions run as tasks.
+
+The driver-side protocol never touches Spark directly: it asks a :class:`BatchInput` to
+run a task function on every partition and to hand back what each task returned. The
+Spark implementation (:mod:`connectors.core.spark_batch`) runs the function in
+``mapInArrow``; :class:`connectors.testing.LocalBatch` runs it in-process with simulated
+retries and speculative attempts, so every crash point is testable in milliseconds.
+"""
+
+from __future__ import annotations
+
+import pickle
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.core.errors import ConnectorError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledger import TaskCommit
+
+__all__ = ["BatchContext", "BatchInput", "TaskFunction", "TaskInfo", "TaskOutcome"]
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """Who is writing a batch: given to driver-side hooks of ``DriverCommitSink``.
+
+    ``generation`` counts the sink's query bindings (0 until ``reset_binding`` rebinds it
+    to a new query); batch ids restart at 0 in each generation, so an idempotency key at
+    the target must hold both: :attr:`app_id` and ``batch_id`` are such a key.
+    """
+
+    sink_id: str
+    batch_id: int
+    run_id: str
+    generation: int = 0
+    query_id: str | None = None
+
+    @property
+    def app_id(self) -> str:
+        """Stable per sink and generation, e.g. Delta's ``txnAppId``."""
+        return self.sink_id if self.generation == 0 else f"{self.sink_id}.g{self.generation}"
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """Who a task attempt is (from Spark's ``TaskContext``)."""
+
+    partition: int
+    attempt_number: int
+    task_attempt_id: int
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What a task returns: its commit, or a deterministic error.
+
+    Errors that retrying the task cannot mend (bad input, a non-deterministic replay) are
+    returned rather than raised: Spark would retry the task, then hand the driver a
+    ``PythonException`` holding only the traceback text. Returned, the driver re-raises the
+    library's own error and aborts the batch's other transactions.
+    """
+
+    commit: TaskCommit | None = None
+    error: ConnectorError | None = None
+
+    def to_bytes(self) -> bytes:
+        return pickle.dumps(self)
+
+    @staticmethod
+    def from_bytes(data: bytes) -> TaskOutcome:
+        outcome = pickle.loads(data)  # noqa: S301 - written by our own tasks
+        if not isinstance(outcome, TaskOutcome):
+            raise TypeError("not a TaskOutcome")
+        return outcome
+
+
+#: A task: gets its identity and its partition's record batches, returns its outcome.
+TaskFunction = Callable[[TaskInfo, Iterator[pa.RecordBatch]], TaskOutcome]
+
+
+class BatchInput(ABC):
+    """One batch's rows, split into partitions that run as tasks."""
+
+    @property
+    @abstractmethod
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the rows."""
+
+    @abstractmethod
+    def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
+        """Run ``fn`` on every partition; return one outcome per partition.
+
+        Only the outcome of the attempt that the engine accepted is returned for each
+        partition; other attempts (failed, speculative) may have run and left
+        transactions behind. With ``barrier``, all tasks start together (Spark's barrier
+        execution mode).
+        """
+
+    @abstractmethod
+    def slotted(self, slots: int, columns: list[str] | None = None) -> BatchInput:
+        """The same rows in ``slots`` partitions, placed by a hash of their content.
+
+        Deterministic: a replay of the same rows puts every row in the same slot, however
+        the source partitioned them.
+        """
+
+    @abstractmethod
+    def fingerprint(self) -> Fingerprint:
+        """The fingerprint of every row (runs a job over the batch)."""
+
+    @abstractmethod
+    def to_arrow(self) -> pa.Table:
+        """Every row on the driver (for small batches and tests)."""
+
+    @property
+    def spark_df(self) -> Any:
+        """The Spark DataFrame behind the batch, if there is one (``None`` otherwise)."""
+        return None
+
+    def estimated_partitions(self) -> int | None:
+        """The number of tasks :meth:`run_tasks` will start, if known cheaply."""
+        return None

@@ -1,0 +1,204 @@
+"""Order-independent fingerprints of Arrow data: a row count and a 64-bit digest.
+
+A replayed micro-batch must hold the same rows as the committed one, but Spark may split
+and order them differently (SPARK-28650). The fingerprint therefore hashes each row to 64
+bits and *adds* the row hashes modulo 2**64: the sum does not depend on row order nor on
+how rows are split into record batches, partitions or tasks, and (unlike XOR) a duplicated
+row changes it. Fingerprints of tasks combine with ``+``.
+
+Hashing is vectorised with numpy: fixed-width columns are mixed with splitmix64;
+variable-width columns (strings, binary) use a position-normalised polynomial hash over
+their data buffer (prefix sums modulo 2**64), so no Python object is made per row. Nested
+types (lists, structs, maps) fall back to hashing each value's Python form, which is slower.
+
+This is a consistency check, not a cryptographic hash: it detects a non-deterministic
+replay, it does not resist an adversary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["Fingerprint", "fingerprint_batch", "fingerprint_batches"]
+
+_MASK = (1 << 64) - 1
+_U64 = np.uint64
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+_M1 = _U64(0xBF58476D1CE4E5B9)
+_M2 = _U64(0x94D049BB133111EB)
+_NULL_HASH = _U64(0x6A09E667F3BCC909)
+_P = 0x100000001B3  # odd, so invertible modulo 2**64
+_P_INV = pow(_P, -1, 1 << 64)
+#: Largest data buffer hashed in one go; bigger string columns are hashed in row slices so
+#: that the temporaries (8 bytes per data byte) stay bounded.
+_MAX_CHUNK_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Row count and order-independent 64-bit digest of a set of rows.
+
+    Example::
+
+        >>> import pyarrow as pa
+        >>> a = fingerprint_batch(pa.record_batch({"x": [1, 2]}))
+        >>> b = fingerprint_batch(pa.record_batch({"x": [2, 1]}))
+        >>> a == b
+        True
+    """
+
+    rows: int = 0
+    digest: int = 0
+
+    def __add__(self, other: Fingerprint) -> Fingerprint:
+        return Fingerprint(self.rows + other.rows, (self.digest + other.digest) & _MASK)
+
+    @property
+    def hex(self) -> str:
+        """The digest as 16 hex digits."""
+        return f"{self.digest:016x}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": self.rows, "digest": self.hex}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Fingerprint:
+        return cls(int(data["rows"]), int(str(data["digest"]), 16))
+
+    def __str__(self) -> str:
+        return f"{self.rows} rows, digest {self.hex}"
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser, vectorised (uint64 arithmetic wraps modulo 2**64)."""
+    h = h ^ (h >> _U64(30))
+    h = h * _M1
+    h = h ^ (h >> _U64(27))
+    h = h * _M2
+    out: np.ndarray = h ^ (h >> _U64(31))
+    return out
+
+
+def _pow_mod64(base: int, exponents: np.ndarray) -> np.ndarray:
+    """``base ** exponents`` modulo 2**64, vectorised by square-and-multiply."""
+    result = np.ones(len(exponents), dtype=_U64)
+    power = np.full(len(exponents), base, dtype=_U64)
+    e = exponents.astype(_U64, copy=True)
+    while e.any():
+        odd = (e & _U64(1)).astype(bool)
+        result[odd] = result[odd] * power[odd]
+        power = power * power
+        e = e >> _U64(1)
+    return result
+
+
+def _hash_varwidth(arr: pa.Array) -> np.ndarray:
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=_U64)
+    buffers = arr.buffers()
+    large = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
+    offsets = np.frombuffer(buffers[1], dtype=np.int64 if large else np.int32)
+    offsets = offsets[arr.offset : arr.offset + n + 1].astype(np.int64)
+    start, end = int(offsets[0]), int(offsets[-1])
+    if end - start > _MAX_CHUNK_BYTES and n > 1:
+        half = n // 2
+        return np.concatenate([_hash_varwidth(arr.slice(0, half)), _hash_varwidth(arr.slice(half))])
+    if end > start and buffers[2] is not None:
+        data = np.frombuffer(buffers[2], dtype=np.uint8)[start:end].astype(_U64)
+        data += _U64(1)  # so that a zero byte still counts
+        powers = np.empty(end - start, dtype=_U64)
+        powers[0] = 1
+        if end - start > 1:
+            powers[1:] = _U64(_P)
+            np.cumprod(powers, out=powers)
+        prefix = np.zeros(end - start + 1, dtype=_U64)
+        np.cumsum(data * powers, out=prefix[1:])
+        rel = offsets - start
+        span = np.subtract(prefix[rel[1:]], prefix[rel[:-1]])
+        # Normalise by P**-start so that the hash does not depend on the value's position.
+        h = span * _pow_mod64(_P_INV, rel[:-1])
+    else:
+        h = np.zeros(n, dtype=_U64)
+    lengths = np.diff(offsets).astype(_U64)
+    return _mix(h ^ _mix(lengths + _GOLDEN))
+
+
+def _hash_fixed(arr: pa.Array) -> np.ndarray:
+    n = len(arr)
+    width = arr.type.bit_width
+    if width == 1:
+        values = arr.fill_null(False).to_numpy(zero_copy_only=False).astype(_U64)
+        return _mix(values + _GOLDEN)
+    nbytes = width // 8
+    raw = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
+    raw = raw[arr.offset * nbytes : (arr.offset + n) * nbytes]
+    if nbytes in (1, 2, 4, 8):
+        values = raw.view(f"<u{nbytes}").astype(_U64)
+        return _mix(values + _GOLDEN)
+    rows = raw.reshape(n, nbytes).astype(_U64)
+    powers = np.cumprod(np.full(nbytes, _P, dtype=_U64)) // _U64(_P)
+    return _mix((rows * powers).sum(axis=1, dtype=_U64) + _GOLDEN)
+
+
+def _hash_python(arr: pa.Array) -> np.ndarray:
+    out = np.empty(len(arr), dtype=_U64)
+    for i, value in enumerate(arr.to_pylist()):
+        digest = hashlib.blake2b(repr(value).encode(), digest_size=8).digest()
+        out[i] = int.from_bytes(digest, "little")
+    return out
+
+
+def _hash_column(arr: pa.Array) -> np.ndarray:
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.dictionary_decode()
+        t = arr.type
+    if pa.types.is_string_view(t) or pa.types.is_binary_view(t):
+        arr = arr.cast(pa.large_binary())
+        t = arr.type
+    if pa.types.is_null(t):
+        h = np.full(len(arr), _NULL_HASH, dtype=_U64)
+    elif (
+        pa.types.is_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_large_binary(t)
+    ):
+        h = _hash_varwidth(arr)
+    elif pa.types.is_primitive(t) or pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t):
+        h = _hash_fixed(arr)
+    else:
+        h = _hash_python(arr)
+    if arr.null_count:
+        nulls = arr.is_null().to_numpy(zero_copy_only=False)
+        h = h.copy()
+        h[nulls] = _NULL_HASH
+    return h
+
+
+def fingerprint_batch(batch: pa.RecordBatch | pa.Table) -> Fingerprint:
+    """Fingerprint one record batch (or table)."""
+    if isinstance(batch, pa.Table):
+        return fingerprint_batches(batch.to_batches())
+    n = batch.num_rows
+    if n == 0:
+        return Fingerprint()
+    row = np.full(n, _U64(batch.num_columns), dtype=_U64)
+    for column in batch.columns:
+        row = _mix((row * _U64(_P)) ^ _hash_column(column))
+    return Fingerprint(n, int(row.sum(dtype=_U64)))
+
+
+def fingerprint_batches(batches: Iterable[pa.RecordBatch]) -> Fingerprint:
+    """Fingerprint any number of record batches: the same rows give the same result."""
+    total = Fingerprint()
+    for batch in batches:
+        total = total + fingerprint_batch(batch)
+    return total

@@ -1,0 +1,251 @@
+"""Executor side: what one Spark task does, for each protocol family.
+
+Runs inside Python workers (``mapInArrow``); the sink arrives by cloudpickle, so nothing
+here may rely on driver state. A task that fails aborts its own transaction; a task that is
+killed leaves it to the driver's sweep. Errors that a retry cannot mend are *returned* in
+the :class:`~connectors.core.batch.TaskOutcome` (see there); everything else is raised and
+Spark retries the task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from connectors.core.batch import BatchContext, TaskInfo, TaskOutcome
+from connectors.core.crash import crash_point
+from connectors.core.errors import (
+    BadInputError,
+    ConfigurationError,
+    ConnectorError,
+    FatalError,
+    NonDeterministicReplayError,
+)
+from connectors.core.fingerprint import Fingerprint, fingerprint_batch
+from connectors.core.ledger import TaskCommit
+from connectors.core.naming import TransactionId, slot_name
+from connectors.core.protocol import CrashPoint
+
+if TYPE_CHECKING:
+    from connectors.core.template import PreparedTransactionSink, TaskCommitSink
+
+__all__ = ["SlotMarker", "SlotTransaction", "TaskTransaction", "prepare_task", "slot_task"]
+
+logger = logging.getLogger("connectors.core.tasks")
+
+#: Errors that would fail again on a retried task: returned to the driver, not raised.
+DETERMINISTIC_ERRORS: tuple[type[ConnectorError], ...] = (
+    BadInputError,
+    ConfigurationError,
+    NonDeterministicReplayError,
+    FatalError,
+)
+
+
+@dataclass(frozen=True)
+class TaskTransaction:
+    """What ``PreparedTransactionSink.begin_transaction`` gets: who this transaction is."""
+
+    transaction_id: TransactionId
+    partition: int
+    schema: pa.Schema
+
+    @property
+    def sink_id(self) -> str:
+        return self.transaction_id.sink_id
+
+    @property
+    def batch_id(self) -> int:
+        return self.transaction_id.batch_id
+
+
+@dataclass(frozen=True)
+class SlotMarker:
+    """Written in the same transaction as a slot's rows: "(sink, batch, slot) is done"."""
+
+    sink_id: str
+    generation: int
+    batch_id: int
+    slot: int
+    run_id: str
+    fingerprint: Fingerprint
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "v": 1,
+            "sink_id": self.sink_id,
+            "generation": self.generation,
+            "batch_id": self.batch_id,
+            "slot": self.slot,
+            "run_id": self.run_id,
+            "fp": self.fingerprint.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SlotMarker:
+        return cls(
+            str(data["sink_id"]),
+            int(data.get("generation", 0)),
+            int(data["batch_id"]),
+            int(data["slot"]),
+            str(data["run_id"]),
+            Fingerprint.from_json(data["fp"]),
+        )
+
+
+@dataclass(frozen=True)
+class SlotTransaction:
+    """What ``TaskCommitSink.open_slot`` gets: the slot, its stable name and the batch.
+
+    A slot's marker for this batch is keyed by ``(sink_id, generation, batch_id, slot)``.
+    """
+
+    sink_id: str
+    generation: int
+    batch_id: int
+    run_id: str
+    slot: int
+    task_attempt_id: int
+    schema: pa.Schema
+
+    @property
+    def name(self) -> str:
+        """The slot's stable name (e.g. its Kafka ``transactional.id``)."""
+        return slot_name(self.sink_id, self.slot)
+
+
+def _abort_quietly(action: str, fn: Any, handle: Any) -> None:
+    try:
+        fn(handle)
+    except Exception as exc:  # the original failure matters more
+        logger.warning("%s failed while handling an earlier error: %s", action, type(exc).__name__)
+
+
+def _replay_mismatch(
+    sink_id: str, batch_id: int, what: str, recorded: Fingerprint, actual: Fingerprint
+) -> NonDeterministicReplayError:
+    return NonDeterministicReplayError(
+        f"replay of {what} differs from what was committed: committed {recorded}, replay has "
+        f"{actual}. The query is not deterministic (rand(), uuid(), a changed source?). "
+        'Make it deterministic, or pass on_replay_mismatch="warn" to keep the committed rows',
+        sink_id=sink_id,
+        batch_id=batch_id,
+    )
+
+
+def prepare_task(
+    sink: PreparedTransactionSink[Any],
+    run_id: str,
+    batch_id: int,
+    schema: pa.Schema,
+    info: TaskInfo,
+    batches: Iterator[pa.RecordBatch],
+) -> TaskOutcome:
+    """PREPARE_IN_TASK: begin, write every record batch, pre-commit; return the commit.
+
+    Steps:
+      1. begin a transaction named by sink, run, batch and Spark's task attempt id;
+      2. write each Arrow record batch, fingerprinting it on the way;
+      3. pre-commit (flush + prepare): after this the transaction survives the task;
+      4. return the committable; on any failure before 4, abort the transaction.
+    """
+    tid = TransactionId(sink.sink_id, run_id, batch_id, info.task_attempt_id)
+    # Step 1
+    handle = sink.begin_transaction(TaskTransaction(tid, info.partition, schema))
+    fp, nbytes = Fingerprint(), 0
+    try:
+        # Step 2
+        for batch in batches:
+            fp = fp + fingerprint_batch(batch)
+            nbytes += batch.nbytes
+            sink.write(handle, batch)
+        crash_point(
+            CrashPoint.BEFORE_PRECOMMIT, sink_id=sink.sink_id, batch_id=batch_id,
+            partition=info.partition,
+        )
+        # Step 3
+        payload = sink.pre_commit(handle, fp)
+    except DETERMINISTIC_ERRORS as exc:
+        _abort_quietly("abort_transaction", sink.abort_transaction, handle)
+        exc.sink_id, exc.batch_id = sink.sink_id, batch_id
+        exc.transaction_id = exc.transaction_id or str(tid)
+        return TaskOutcome(error=exc)
+    except Exception:
+        _abort_quietly("abort_transaction", sink.abort_transaction, handle)
+        raise
+    crash_point(
+        CrashPoint.AFTER_PRECOMMIT, sink_id=sink.sink_id, batch_id=batch_id,
+        partition=info.partition,
+    )
+    # Step 4
+    return TaskOutcome(
+        commit=TaskCommit(str(tid), info.partition, info.task_attempt_id, fp, payload, nbytes)
+    )
+
+
+def slot_task(
+    sink: TaskCommitSink[Any],
+    batch_ctx: BatchContext,
+    schema: pa.Schema,
+    info: TaskInfo,
+    batches: Iterator[pa.RecordBatch],
+) -> TaskOutcome:
+    """COMMIT_IN_TASK: one slot's transaction, committed in the task with its marker.
+
+    Steps:
+      1. open the slot (fence its previous owner, begin a transaction);
+      2. read the slot's marker for this batch: if present, the slot is already committed:
+         fingerprint the input, compare, write nothing;
+      3. otherwise write every record batch, fingerprinting on the way;
+      4. commit the rows together with the marker (sink, batch, slot, fingerprint).
+    """
+    slot = info.partition
+    batch_id, run_id, generation = batch_ctx.batch_id, batch_ctx.run_id, batch_ctx.generation
+    ctx = SlotTransaction(
+        sink.sink_id, generation, batch_id, run_id, slot, info.task_attempt_id, schema
+    )
+    # Step 1
+    handle = sink.open_slot(ctx)
+    fp, nbytes = Fingerprint(), 0
+    try:
+        # Step 2
+        marker = sink.read_marker(handle)
+        if marker is not None:
+            for batch in batches:
+                fp = fp + fingerprint_batch(batch)
+            _abort_quietly("abort_slot", sink.abort_slot, handle)
+            if marker.fingerprint != fp:
+                err = _replay_mismatch(
+                    sink.sink_id, batch_id, f"slot {slot}", marker.fingerprint, fp
+                )
+                if sink.on_replay_mismatch == "fail":
+                    return TaskOutcome(error=err)
+                logger.warning("%s", err)
+            commit = TaskCommit(ctx.name, slot, info.task_attempt_id, fp, replayed=True)
+            return TaskOutcome(commit=commit)
+        # Step 3
+        for batch in batches:
+            fp = fp + fingerprint_batch(batch)
+            nbytes += batch.nbytes
+            sink.write(handle, batch)
+        crash_point(
+            CrashPoint.BEFORE_PRECOMMIT, sink_id=sink.sink_id, batch_id=batch_id, partition=slot
+        )
+        # Step 4
+        marker = SlotMarker(sink.sink_id, generation, batch_id, slot, run_id, fp)
+        payload = sink.commit_slot(handle, marker)
+    except DETERMINISTIC_ERRORS as exc:
+        _abort_quietly("abort_slot", sink.abort_slot, handle)
+        exc.sink_id, exc.batch_id = sink.sink_id, batch_id
+        return TaskOutcome(error=exc)
+    except Exception:
+        _abort_quietly("abort_slot", sink.abort_slot, handle)
+        raise
+    crash_point(CrashPoint.AFTER_PRECOMMIT, sink_id=sink.sink_id, batch_id=batch_id, partition=slot)
+    return TaskOutcome(
+        commit=TaskCommit(ctx.name, slot, info.task_attempt_id, fp, payload or b"", nbytes)
+    )

@@ -1,0 +1,395 @@
+"""``TwoPhaseCommitSink``: the template connector authors subclass.
+
+An instance is the callable given to ``df.writeStream.foreachBatch(sink)``; it also works in
+a batch job as ``sink(df, run_id)`` with an increasing integer ``run_id``. The template
+does, once for every target: binding the sink to its query, reconciling what a previous
+run left, the ledger check that turns a replay into a no-op, running the tasks, collecting
+committables, the decision, committing with retries, sweeping stray transactions, the
+replay fingerprint check, crash points, and metrics.
+
+Connector authors subclass one of the three protocol families
+(:class:`~connectors.core.protocol.Family`) and implement its hooks. Each hook's docstring
+says who calls it (a task on an executor, or the driver), when, and which idempotency it
+must guarantee.
+
+Example (the full example lives in ``examples/fs_sink.py``)::
+
+    class MySink(PreparedTransactionSink[MyTxn]):
+        def create_ledger(self): ...
+        def begin_transaction(self, txn): ...
+        def write(self, handle, batch): ...
+        def pre_commit(self, handle, fingerprint): ...
+        def abort_transaction(self, handle): ...
+        def commit(self, commit): ...
+        def abort(self, transaction_id): ...
+        def recover(self): ...
+
+    query = df.writeStream.foreachBatch(MySink(sink_id="mine")).start()
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+
+import pyarrow as pa
+
+from connectors.core import driver, recovery
+from connectors.core.batch import BatchContext, BatchInput
+from connectors.core.errors import ConfigurationError, QueryBindingError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger, TaskCommit
+from connectors.core.metrics import BatchMetrics
+from connectors.core.naming import validate_sink_id
+from connectors.core.protocol import Family
+from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
+from connectors.core.tasks import SlotMarker, SlotTransaction, TaskTransaction
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = [
+    "DriverCommitSink",
+    "PreparedTransactionSink",
+    "TaskCommitSink",
+    "TwoPhaseCommitSink",
+]
+
+logger = logging.getLogger("connectors.core")
+H = TypeVar("H")
+ReplayPolicy = Literal["fail", "warn"]
+
+#: Like Spark's ``spark.sql.streaming.minBatchesToRetain`` (100): decisions kept in the
+#: ledger, enough for ``doctor`` to compare with Spark's commit log.
+DEFAULT_KEEP_BATCHES = 100
+
+
+class TwoPhaseCommitSink(ABC):
+    """Base of every sink: the ``foreachBatch`` entry point and the shared machinery.
+
+    Args:
+        sink_id: stable name of the sink; root of every transaction id and ledger key.
+            Required; 1-40 characters of ``A-Za-z0-9_-``.
+        retry: retry policy for transient commit errors (bounded; then the batch fails).
+        reset_binding: bind the sink to a new streaming query (a new checkpoint) and forget
+            its ledger. Without it, a sink bound to another query refuses to write.
+        on_replay_mismatch: ``"fail"`` (default) raises
+            :class:`~connectors.core.errors.NonDeterministicReplayError` when a replayed
+            batch differs from the committed one; ``"warn"`` logs and keeps the committed
+            rows (the operator's override).
+        keep_batches: decisions retained in the ledger.
+    """
+
+    #: The protocol family; set by the three family classes below.
+    family: ClassVar[Family]
+
+    def __init__(
+        self,
+        *,
+        sink_id: str,
+        retry: RetryPolicy = DEFAULT_COMMIT_RETRY,
+        reset_binding: bool = False,
+        on_replay_mismatch: ReplayPolicy = "fail",
+        keep_batches: int = DEFAULT_KEEP_BATCHES,
+    ) -> None:
+        self.sink_id = validate_sink_id(sink_id)
+        if not isinstance(retry, RetryPolicy):
+            raise ConfigurationError(
+                "retry must be a RetryPolicy such as ExponentialBackoff()", sink_id=sink_id
+            )
+        if on_replay_mismatch not in ("fail", "warn"):
+            raise ConfigurationError(
+                f"on_replay_mismatch must be 'fail' or 'warn', not {on_replay_mismatch!r}",
+                sink_id=sink_id,
+            )
+        if not isinstance(keep_batches, int) or keep_batches < 1:
+            raise ConfigurationError("keep_batches must be an int >= 1", sink_id=sink_id)
+        self.retry = retry
+        self.reset_binding = bool(reset_binding)
+        self.on_replay_mismatch: ReplayPolicy = on_replay_mismatch
+        self.keep_batches = keep_batches
+        #: Metrics of the last batch this sink handled on this driver.
+        self.last_metrics: BatchMetrics | None = None
+        self._driver: driver.DriverState | None = None
+
+    # ---- pickling: executors get the configuration, never the driver's connections ----
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_driver"] = None
+        state["last_metrics"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sink_id={self.sink_id!r})"
+
+    # ---- hooks shared by every family ----
+    @abstractmethod
+    def create_ledger(self) -> Ledger:
+        """Driver, once per driver run: the sink's durable ledger (no I/O needed yet)."""
+
+    def validate_input(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
+        """Driver, before any task of a batch runs: refuse input that cannot be written.
+
+        Raise :class:`~connectors.core.errors.BadInputError` naming the problem and the
+        fix; nothing of the batch is written then.
+        """
+
+    # ---- the entry point ----
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """``foreachBatch`` entry point: write ``df`` as batch ``batch_id``, exactly once."""
+        from connectors.core.spark_batch import SparkBatch, current_query_id
+
+        if getattr(df, "isStreaming", False):
+            raise ConfigurationError(
+                "the sink got a streaming DataFrame: use it as "
+                "df.writeStream.foreachBatch(sink), or call it with a batch DataFrame",
+                sink_id=self.sink_id,
+            )
+        self.write_batch(SparkBatch(df), batch_id, query_id=current_query_id(df))
+
+    def write_batch(
+        self, batch: BatchInput, batch_id: int, *, query_id: str | None = None
+    ) -> BatchMetrics:
+        """Write one batch exactly once; the engine-independent entry point.
+
+        ``query_id`` is the streaming query's id (``None`` for a batch job).
+        Returns the batch's metrics (also kept in :attr:`last_metrics`).
+        """
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise ConfigurationError(
+                f"batch id must be an int >= 0, got {batch_id!r}; in a batch job pass an "
+                "increasing run id",
+                sink_id=self.sink_id,
+            )
+        state = self._driver_state()
+        metrics = BatchMetrics(self.sink_id, batch_id, self.family.value)
+        started = time.monotonic()
+        try:
+            qid = query_id or BATCH_JOB_QUERY_ID
+            if not state.started or state.query_id != qid:
+                logger.info(
+                    "sink %s: RECONCILING (run %s, query %s)", self.sink_id, state.run_id, qid
+                )
+                self._reconcile(state, metrics)
+                state.generation = state.ledger.bind_query(qid, reset=self.reset_binding)
+                state.query_id, state.started = qid, True
+            last = state.ledger.last_batch_id()
+            if last is not None and batch_id < last:
+                raise QueryBindingError(
+                    f"batch id went backwards: got {batch_id}, but batch {last} is already "
+                    "decided. Spark only replays the last batch; this is another query or a "
+                    "reused run id. Use the original checkpoint, a new sink_id, or "
+                    "reset_binding=True",
+                    sink_id=self.sink_id,
+                    batch_id=batch_id,
+                )
+            self._run_batch(state, batch, batch_id, metrics)
+            state.ledger.prune(self.keep_batches)
+        except BaseException:
+            metrics.outcome = "failed"
+            # A new run id for the next attempt: this run's leftovers get swept and may be
+            # aborted in the ledger, which must not fence the retry.
+            state.new_run()
+            raise
+        finally:
+            metrics.extra["total_ms"] = (time.monotonic() - started) * 1000
+            self.last_metrics = metrics
+            metrics.emit()
+        return metrics
+
+    def close(self) -> None:
+        """Driver: release the ledger's resources. The sink may be used again."""
+        if self._driver is not None:
+            self._driver.ledger.close()
+            self._driver = None
+
+    # ---- internals ----
+    def _driver_state(self) -> driver.DriverState:
+        if self._driver is None:
+            self._driver = driver.DriverState(self.create_ledger())
+        return self._driver
+
+    @abstractmethod
+    def _run_batch(
+        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
+    ) -> None: ...
+
+    @abstractmethod
+    def _reconcile(self, state: driver.DriverState, metrics: BatchMetrics) -> None: ...
+
+
+class PreparedTransactionSink(TwoPhaseCommitSink, Generic[H]):
+    """Family PREPARE_IN_TASK: tasks prepare, the driver decides and commits (XA style).
+
+    ``H`` is the sink's handle for one open transaction in a task (e.g. a connection).
+    The commit point is the decision in the ledger: prepared transactions with no decision
+    are rolled back (presumed abort), decided ones are always committed.
+    """
+
+    family: ClassVar[Family] = Family.PREPARE_IN_TASK
+
+    # ---- executor side ----
+    @abstractmethod
+    def begin_transaction(self, txn: TaskTransaction) -> H:
+        """Task: open a transaction named ``str(txn.transaction_id)``; return its handle."""
+
+    @abstractmethod
+    def write(self, handle: H, batch: pa.RecordBatch) -> None:
+        """Task: write one Arrow record batch into the transaction."""
+
+    @abstractmethod
+    def pre_commit(self, handle: H, fingerprint: Fingerprint) -> bytes:
+        """Task: flush and prepare; the transaction must then survive this process.
+
+        Return participant-specific bytes the driver needs to commit (often ``b""``).
+        Release the handle's resources (a prepared transaction outlives its connection).
+        """
+
+    @abstractmethod
+    def abort_transaction(self, handle: H) -> None:
+        """Task: roll back and release an unprepared transaction after a failure."""
+
+    # ---- driver side ----
+    @abstractmethod
+    def commit(self, commit: TaskCommit) -> None:
+        """Driver: commit a prepared transaction that the ledger decided.
+
+        Idempotent: committing one that is already committed does nothing. If it is
+        neither prepared nor provably committed, raise
+        :class:`~connectors.core.errors.DataLossError` (never presume a commit). Raise
+        :class:`~connectors.core.errors.TransientError` for failures worth retrying.
+        """
+
+    @abstractmethod
+    def abort(self, transaction_id: str) -> None:
+        """Driver: roll back a prepared transaction; nothing to do if it does not exist."""
+
+    @abstractmethod
+    def recover(self) -> Iterable[str]:
+        """Driver: ids of this sink's transactions that are prepared right now.
+
+        The template keeps only ids whose sink id is exactly this sink's, so a loose
+        filter here (e.g. by prefix) cannot touch another sink.
+        """
+
+    def _run_batch(
+        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
+    ) -> None:
+        driver.run_prepared_batch(self, state, batch, batch_id, metrics)
+
+    def _reconcile(self, state: driver.DriverState, metrics: BatchMetrics) -> None:
+        recovery.reconcile_prepared(self, state, metrics)
+
+
+class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
+    """Family COMMIT_IN_TASK: each slot's task commits its own transaction with a marker.
+
+    For targets whose transactions cannot outlive the process that opened them (Kafka).
+    Rows are placed into ``slots`` partitions by a hash of their content, so a replay puts
+    every row in the same slot; each slot's transaction carries a marker (sink, batch,
+    slot, fingerprint), and a replayed slot that finds its marker writes nothing.
+
+    Args:
+        slots: number of slots (and transactional ids): bounded, and fixed for the sink.
+        slot_columns: columns hashed to place rows (default: every column).
+        barrier: run the slots in Spark's barrier mode (all start together).
+    """
+
+    family: ClassVar[Family] = Family.COMMIT_IN_TASK
+
+    def __init__(
+        self,
+        *,
+        sink_id: str,
+        slots: int,
+        slot_columns: list[str] | None = None,
+        barrier: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(sink_id=sink_id, **kwargs)
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ConfigurationError("slots must be an int >= 1", sink_id=sink_id)
+        self.slots = slots
+        self.slot_columns = list(slot_columns) if slot_columns is not None else None
+        self.barrier = bool(barrier)
+
+    # ---- executor side ----
+    @abstractmethod
+    def open_slot(self, slot: SlotTransaction) -> H:
+        """Task: fence the slot's previous owner and begin its transaction."""
+
+    @abstractmethod
+    def read_marker(self, handle: H) -> SlotMarker | None:
+        """Task, after fencing: the slot's committed marker for this batch, if any.
+
+        A read that fails must raise: it never counts as "no marker".
+        """
+
+    @abstractmethod
+    def write(self, handle: H, batch: pa.RecordBatch) -> None:
+        """Task: write one Arrow record batch into the slot's transaction."""
+
+    @abstractmethod
+    def commit_slot(self, handle: H, marker: SlotMarker) -> bytes | None:
+        """Task: write ``marker`` in the same transaction as the rows, then commit."""
+
+    @abstractmethod
+    def abort_slot(self, handle: H) -> None:
+        """Task: abort the slot's transaction (if open) and release it."""
+
+    # ---- driver side ----
+    @abstractmethod
+    def fence_all(self) -> int:
+        """Driver, at (re)start and after a failed batch: fence every slot this sink ever
+        used, so no transaction of a dead run stays open. Returns how many were fenced."""
+
+    def _run_batch(
+        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
+    ) -> None:
+        driver.run_slot_batch(self, state, batch, batch_id, metrics)
+
+    def _reconcile(self, state: driver.DriverState, metrics: BatchMetrics) -> None:
+        metrics.reconciled += self.fence_all()
+
+
+class DriverCommitSink(TwoPhaseCommitSink):
+    """Family COMMIT_ON_DRIVER: the driver commits the whole batch once, idempotently.
+
+    For targets with an idempotent batch commit keyed by (sink, batch id), such as Delta
+    Lake's ``txnAppId``/``txnVersion``.
+    """
+
+    family: ClassVar[Family] = Family.COMMIT_ON_DRIVER
+
+    @abstractmethod
+    def is_committed(self, ctx: BatchContext) -> bool:
+        """Driver: does the target itself record ``(ctx.app_id, ctx.batch_id)`` committed?"""
+
+    @abstractmethod
+    def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> None:
+        """Driver: write and commit the whole batch atomically, idempotently keyed by
+        ``(ctx.app_id, ctx.batch_id)``.
+
+        Called again after a crash; if the target already has the key it must do
+        nothing. Raise :class:`~connectors.core.errors.TransientError` to be retried.
+        """
+
+    def fingerprint_input(self, batch: BatchInput) -> Fingerprint | None:
+        """Driver: the batch's fingerprint for the replay check (``None`` skips the check).
+
+        The default runs one job over the batch; override to derive it more cheaply.
+        """
+        return batch.fingerprint()
+
+    def _run_batch(
+        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
+    ) -> None:
+        driver.run_driver_batch(self, state, batch, batch_id, metrics)
+
+    def _reconcile(self, state: driver.DriverState, metrics: BatchMetrics) -> None:
+        # The target's commit is the decision: nothing stays prepared between runs.
+        return None
+

@@ -1,0 +1,54 @@
+"""Test kit for connector authors: test your sink the way we test ours.
+
+- :class:`LocalBatch`: runs a sink's tasks in-process, with task retries and speculative
+  attempts on demand (Spark's local mode does neither).
+- In-memory participants for each protocol family (:class:`InMemoryTarget`,
+  :class:`InMemoryPreparedSink`, :class:`InMemoryTaskCommitSink`,
+  :class:`InMemoryDriverCommitSink`) and :class:`CommitBeforeDecisionSink`, a broken sink
+  the suite must reject.
+- The conformance suite (:class:`SinkConformanceTests`, :func:`run_conformance`) over a
+  :class:`SinkHarness` you write for your target.
+- Crash points: :func:`connectors.core.crash.arm` in-process, ``CONNECTORS_CRASH_AT`` for
+  real processes; the pytest plugin (:mod:`connectors.testing.plugin`) adds fixtures.
+
+Depends on :mod:`connectors.core` only.
+"""
+
+from connectors.core.crash import SimulatedCrash, arm, armed, disarm_all
+from connectors.testing.conformance import (
+    SCENARIOS,
+    SinkConformanceTests,
+    SinkHarness,
+    batch_rows,
+    run_conformance,
+)
+from connectors.testing.local import Attempt, LocalBatch, SimulatedTaskFailure
+from connectors.testing.memory import (
+    CommitBeforeDecisionSink,
+    InMemoryDriverCommitSink,
+    InMemoryLedger,
+    InMemoryPreparedSink,
+    InMemoryTarget,
+    InMemoryTaskCommitSink,
+)
+
+__all__ = [
+    "SCENARIOS",
+    "Attempt",
+    "CommitBeforeDecisionSink",
+    "InMemoryDriverCommitSink",
+    "InMemoryLedger",
+    "InMemoryPreparedSink",
+    "InMemoryTarget",
+    "InMemoryTaskCommitSink",
+    "LocalBatch",
+    "SimulatedCrash",
+    "SimulatedTaskFailure",
+    "SinkConformanceTests",
+    "SinkHarness",
+    "arm",
+    "armed",
+    "batch_rows",
+    "disarm_all",
+    "run_conformance",
+]

@@ -1,0 +1,156 @@
+"""``LocalBatch``: run a sink's tasks in-process, with simulated retries and speculation.
+
+Spark never retries a task in ``local[N]`` mode and never speculates in local mode; this
+engine does both on demand, so that the protocol's handling of extra attempts is tested
+in milliseconds. (The integration tests prove the same on real Spark, ``local[N,F]``.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from connectors.core.batch import BatchInput, TaskFunction, TaskInfo, TaskOutcome
+from connectors.core.errors import TransientError
+from connectors.core.fingerprint import Fingerprint, fingerprint_batches
+
+__all__ = ["Attempt", "LocalBatch", "SimulatedTaskFailure"]
+
+
+class SimulatedTaskFailure(TransientError):
+    """Raised inside a task's input by :class:`LocalBatch` to fail an attempt mid-write."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One task attempt that ran: which partition, which attempt, and how it ended."""
+
+    partition: int
+    attempt_number: int
+    task_attempt_id: int
+    kind: str  # "failed", "accepted" or "speculative"
+
+
+_next_task_attempt_id = 0
+
+
+def _new_task_attempt_id() -> int:
+    global _next_task_attempt_id  # noqa: PLW0603 - process-wide like Spark's counter
+    _next_task_attempt_id += 1
+    return _next_task_attempt_id
+
+
+class LocalBatch(BatchInput):
+    """A batch of rows split into partitions, run as in-process "tasks".
+
+    Args:
+        data: a table, or a list of partitions (each a list of record batches).
+        partitions: with a table, how many partitions to split it into (round robin).
+        fail_first_attempt: partitions whose first attempt fails mid-write (then retried).
+        speculate: partitions that get a second, speculative attempt after the accepted
+            one; its outcome is discarded, as Spark discards the slower attempt's.
+        max_failures: attempts per partition before the "job" fails (like
+            ``spark.task.maxFailures``).
+
+    Example::
+
+        batch = LocalBatch(pa.table({"x": [1, 2, 3]}), partitions=2, speculate={0})
+        sink.write_batch(batch, batch_id=0)
+    """
+
+    def __init__(
+        self,
+        data: pa.Table | Sequence[Sequence[pa.RecordBatch]],
+        *,
+        partitions: int = 2,
+        fail_first_attempt: Sequence[int] = (),
+        speculate: Sequence[int] = (),
+        max_failures: int = 4,
+    ) -> None:
+        if isinstance(data, pa.Table):
+            self._schema = data.schema
+            rows = data.to_pylist()
+            parts: list[list[pa.RecordBatch]] = []
+            for p in range(partitions):
+                chunk = rows[p::partitions]
+                parts.append([pa.RecordBatch.from_pylist(chunk, schema=data.schema)])
+            self._partitions = parts
+        else:
+            self._partitions = [list(p) for p in data]
+            first = next((b for p in self._partitions for b in p), None)
+            if first is None:
+                raise ValueError("give a table, or partitions holding at least one batch")
+            self._schema = first.schema
+        self.fail_first_attempt = set(fail_first_attempt)
+        self.speculate = set(speculate)
+        self.max_failures = max_failures
+        #: Every attempt that ran, in order (what a Spark listener would have seen).
+        self.attempts: list[Attempt] = []
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    def estimated_partitions(self) -> int:
+        return len(self._partitions)
+
+    def _input(self, partition: int, fail: bool) -> Iterator[pa.RecordBatch]:
+        for i, batch in enumerate(self._partitions[partition]):
+            if fail and i == len(self._partitions[partition]) - 1:
+                yield batch.slice(0, batch.num_rows // 2)
+                raise SimulatedTaskFailure(f"simulated failure of a task of partition {partition}")
+            yield batch
+        if fail and not self._partitions[partition]:
+            raise SimulatedTaskFailure(f"simulated failure of a task of partition {partition}")
+
+    def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
+        outcomes = []
+        for p in range(len(self._partitions)):
+            attempt = 0
+            while True:
+                info = TaskInfo(p, attempt, _new_task_attempt_id())
+                fail = attempt == 0 and p in self.fail_first_attempt
+                try:
+                    outcome = fn(info, self._input(p, fail))
+                except SimulatedTaskFailure:
+                    self.attempts.append(Attempt(p, attempt, info.task_attempt_id, "failed"))
+                    attempt += 1
+                    if attempt >= self.max_failures:
+                        raise
+                    continue
+                self.attempts.append(Attempt(p, attempt, info.task_attempt_id, "accepted"))
+                outcomes.append(outcome)
+                break
+            if p in self.speculate:
+                spec = TaskInfo(p, attempt + 1, _new_task_attempt_id())
+                fn(spec, self._input(p, False))  # its result is discarded, like Spark's
+                self.attempts.append(Attempt(p, attempt + 1, spec.task_attempt_id, "speculative"))
+        return outcomes
+
+    def slotted(self, slots: int, columns: list[str] | None = None) -> LocalBatch:
+        table = self.to_arrow()
+        cols = columns if columns is not None else table.column_names
+        buckets: list[list[dict[str, object]]] = [[] for _ in range(slots)]
+        for row in table.to_pylist():
+            key = repr([row[c] for c in cols]).encode()
+            h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+            buckets[h % slots].append(row)
+        parts = [[pa.RecordBatch.from_pylist(b, schema=self._schema)] for b in buckets]
+        slotted = LocalBatch(
+            parts,
+            fail_first_attempt=sorted(self.fail_first_attempt),
+            speculate=sorted(self.speculate),
+            max_failures=self.max_failures,
+        )
+        slotted.attempts = self.attempts  # one record of every attempt of this batch
+        return slotted
+
+    def fingerprint(self) -> Fingerprint:
+        return fingerprint_batches(b for p in self._partitions for b in p)
+
+    def to_arrow(self) -> pa.Table:
+        batches = [b for p in self._partitions for b in p]
+        return pa.Table.from_batches(batches, schema=self._schema)
