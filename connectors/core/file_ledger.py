@@ -96,10 +96,12 @@ class FileLedger(Ledger):
         return json.loads(path.read_text())
 
     def _load(self, path: Path) -> LedgerEntry:
+        # The marker before the decision: prune deletes the decision first, so a prune
+        # racing this read can make it fail (FileNotFoundError), never make a committed
+        # batch look DECIDED.
+        committed = path.with_suffix(".committed").exists()
         entry = LedgerEntry.from_json(self._read_json(path))
-        if path.with_suffix(".committed").exists():
-            entry = entry.committed()
-        return entry
+        return entry.committed() if committed else entry
 
     def _binding(self) -> dict[str, Any] | None:
         path = self.root / "binding.json"
@@ -125,8 +127,10 @@ class FileLedger(Ledger):
             return generation
 
     def get(self, batch_id: int) -> LedgerEntry | None:
-        path = self._decision_path(batch_id)
-        return self._load(path) if path.exists() else None
+        try:
+            return self._load(self._decision_path(batch_id))
+        except FileNotFoundError:  # never decided, or pruned by another process
+            return None
 
     def decide(self, entry: LedgerEntry) -> LedgerEntry:
         with self._locked():
@@ -163,8 +167,13 @@ class FileLedger(Ledger):
     def entries(self) -> Sequence[LedgerEntry]:
         if not self._decisions.exists():
             return []
-        paths = sorted(self._decisions.glob("*.json"))
-        return [self._load(p) for p in paths]
+        entries = []
+        for path in sorted(self._decisions.glob("*.json")):
+            try:
+                entries.append(self._load(path))
+            except FileNotFoundError:  # pruned by another process since the listing
+                continue
+        return entries
 
     def prune(self, keep: int) -> None:
         entries = self.entries()
@@ -176,8 +185,10 @@ class FileLedger(Ledger):
                 if entry.batch_id < cutoff and entry.state is BatchState.COMMITTED:
                     # Decision first: a crash in between leaves a stray marker, never a
                     # decision that looks unfinished.
-                    self._decision_path(entry.batch_id).unlink()
-                    self._decision_path(entry.batch_id).with_suffix(".committed").unlink()
+                    # missing_ok: another process of the sink may have pruned it already.
+                    self._decision_path(entry.batch_id).unlink(missing_ok=True)
+                    marker = self._decision_path(entry.batch_id).with_suffix(".committed")
+                    marker.unlink(missing_ok=True)
             for path in self._aborts.glob("*.json"):
                 if int(path.name.split("-")[0]) < cutoff:
-                    path.unlink()
+                    path.unlink(missing_ok=True)

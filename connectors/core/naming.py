@@ -34,6 +34,8 @@ __all__ = [
 MAX_SINK_ID_LENGTH = 40
 _SINK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 _RUN_ID = re.compile(r"[0-9a-f]{8}")
+#: A batch or task attempt id as ``str(int)`` writes it: ASCII digits, no leading zero.
+_NUMBER = re.compile(r"0|[1-9][0-9]*")
 _PREFIX = "eos1"
 _SEP = "|"
 
@@ -110,7 +112,8 @@ class TransactionId:
         _, sink_id, run_id, batch, attempt = parts
         if not (_SINK_ID.fullmatch(sink_id) and len(sink_id) <= MAX_SINK_ID_LENGTH):
             return None
-        if not (_RUN_ID.fullmatch(run_id) and batch.isdigit() and attempt.isdigit()):
+        if not (_RUN_ID.fullmatch(run_id) and _NUMBER.fullmatch(batch)
+                and _NUMBER.fullmatch(attempt)):
             return None
         return cls(sink_id, run_id, int(batch), int(attempt))
 

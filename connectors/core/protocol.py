@@ -51,6 +51,9 @@ class Family(enum.Enum):
 
 
 class BatchState(enum.Enum):
+    """The state of one batch: ``OPEN -> PREPARED -> DECIDED -> COMMITTED``, or ``ABORTED``
+    before a decision (see the module docstring and :class:`BatchProtocol`)."""
+
     OPEN = "OPEN"
     PREPARED = "PREPARED"
     DECIDED = "DECIDED"

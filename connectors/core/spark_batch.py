@@ -66,7 +66,14 @@ class SparkBatch(BatchInput):
         if self._schema is None:
             from pyspark.sql.pandas.types import to_arrow_schema
 
-            self._schema = to_arrow_schema(self._df.schema)
+            spark = self._df.sparkSession
+            self._schema = to_arrow_schema(
+                self._df.schema,
+                timezone=spark.conf.get("spark.sql.session.timeZone") or "UTC",
+                prefers_large_types=spark.conf.get(
+                    "spark.sql.execution.arrow.useLargeVarTypes", "false"
+                ) == "true",
+            )
         return self._schema
 
     def estimated_partitions(self) -> int | None:

@@ -1,0 +1,686 @@
+"""Spark session helper: the jars for Delta Lake and Kafka, and a session that uses them.
+
+The pip-installed ``pyspark`` ships Spark's own jars but neither Delta Lake nor the Kafka
+source/sink. :func:`resolve_jars` fetches those once with Maven into a local cache and
+returns explicit jar paths for ``spark.jars``; :func:`session_builder` and
+:func:`get_session` build a small-machine session with them::
+
+    from connectors.spark import get_session
+
+    spark = get_session("my-app")                        # local[2], Delta + Kafka
+    spark.range(3).write.format("delta").save("/tmp/t")
+
+Why not ``spark.jars.packages`` (Spark's Ivy resolver, which ``delta``'s own
+``configure_spark_with_delta_pip`` uses)? It resolves on every JVM start, it puts the
+whole transitive closure on the classpath, including older copies of jars that pyspark
+already ships (Hadoop, Jackson, Parquet, Scala, SLF4J, ...), and one missing artifact fails
+the session start. Here the closure is resolved once, pruned of everything pyspark already
+has, and cached.
+
+Cache layout, under ``$EOS_CACHE_DIR`` (default ``~/.cache/connectors``)::
+
+    jars/
+      .resolve.lock                      fcntl lock held while Maven runs
+      .maven-repo/                       Maven's local repository, private to this cache
+      delta-4.4.1-spark4.2.0_2.13/       one directory per component and version
+        delta-spark_4.2_2.13-4.4.0.jar
+        ...
+        .complete.json                   completion stamp: the jars and what was resolved
+
+A directory is published by an atomic rename with its stamp already inside, so a reader
+never sees a half-written one; when the stamp is there no Maven process is started.
+
+Maven is ``mvn`` on ``PATH`` (or ``$EOS_MVN``); the repository is Maven's default central
+unless ``$EOS_MAVEN_REPO`` names another one. When an exact artifact is not published (a
+pip release of delta-spark that has no Maven twin yet, or a mirror that lags), the newest
+older release of the same line is used instead and a warning says so; the stamp records it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.metadata
+import json
+import logging
+import os
+import re
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from connectors.core.errors import ConfigurationError
+
+__all__ = ["get_session", "resolve_jars", "session_builder"]
+
+logger = logging.getLogger(__name__)
+
+#: Components :func:`resolve_jars` knows.
+COMPONENTS: tuple[str, ...] = ("delta", "kafka")
+
+_DEFAULT_CACHE = "~/.cache/connectors"
+_STAMP = ".complete.json"
+_LOCK = ".resolve.lock"
+_MAVEN_REPO_LOCAL = ".maven-repo"
+_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+_DEFAULT_REPO = "https://repo1.maven.org/maven2"
+_MAVEN_TIMEOUT_S = 1200.0
+_MAX_SUBSTITUTIONS = 6
+_DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+_DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+# Delta publishes one artifact per Spark minor (delta-spark_4.2_2.13) from 4.1 on; before
+# that one artifact per Scala version (delta-spark_2.13). See delta/pip_utils.py.
+_DELTA_FIRST_SPARK_SUFFIXED = (4, 1)
+
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
+_RELEASE = re.compile(r"^\d+(?:\.\d+)*$")
+_COORD = r"([\w.\-]+(?::[\w.\-]+){3,4})"
+# What Maven says about an artifact it cannot get, most specific first: in a chain
+# "Failed to collect dependencies at A -> B: Failed to read artifact descriptor for B"
+# the broken one is B.
+_MISSING_PATTERNS = (
+    *(
+        re.compile(p + r"\s+" + _COORD)
+        for p in (
+            r"Failed to read artifact descriptor for",
+            r"Could not find artifact",
+            r"Failure to find",
+            r"Could not transfer artifact",
+        )
+    ),
+    # a miss remembered in the local repository from an earlier run
+    re.compile(_COORD + r"\s+was not found in"),
+)
+
+
+@dataclass(frozen=True)
+class _Artifact:
+    group: str
+    artifact: str
+    version: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.group, self.artifact)
+
+    def __str__(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one component needs: Maven roots and the cache directory name."""
+
+    component: str
+    dirname: str
+    roots: tuple[_Artifact, ...]
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def _spark_version() -> str:
+    return str(pyspark.__version__)
+
+
+def _spark_home() -> Path:
+    """Spark's home as the pyspark launcher uses it: ``$SPARK_HOME`` or pyspark's dir."""
+    env = os.environ.get("SPARK_HOME")
+    if env:
+        return Path(env)
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _artifact_id_of(jar_name: str) -> str:
+    """``spark-core_2.13-4.2.0.jar`` -> ``spark-core_2.13``: the name before the version."""
+    stem = jar_name[:-4] if jar_name.endswith(".jar") else jar_name
+    match = re.search(r"-\d", stem)
+    return stem[: match.start()] if match else stem
+
+
+@lru_cache(maxsize=4)
+def _provided_artifact_ids(jars_dir: Path) -> frozenset[str]:
+    """Artifact ids of the jars Spark already ships: never fetched nor put on spark.jars."""
+    try:
+        names = os.listdir(jars_dir)
+    except OSError:
+        return frozenset()
+    return frozenset(_artifact_id_of(n) for n in names if n.endswith(".jar"))
+
+
+def _scala_binary_version(jars_dir: Path) -> str:
+    try:
+        names = os.listdir(jars_dir)
+    except OSError:
+        names = []
+    for name in names:
+        match = re.fullmatch(r"scala-library-(\d+)\.(\d+)\.\d+.*\.jar", name)
+        if match:
+            return f"{match.group(1)}.{match.group(2)}"
+    return "2.13"  # every Spark 4 build
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("-", maxsplit=1)[0])[:3])
+
+
+def _delta_version() -> str:
+    override = os.environ.get("EOS_DELTA_VERSION")
+    if override:
+        return override
+    for dist in ("delta-spark", "delta_spark"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    raise ConfigurationError(
+        "The 'delta' jars match the installed delta-spark Python package, which is not "
+        "installed: pip install 'connectors[delta]' (or delta-spark), set EOS_DELTA_VERSION "
+        "to the Delta Lake version wanted, or leave 'delta' out of components."
+    )
+
+
+def _delta_artifact_id(delta_version: str, spark_version: str, scala: str) -> str:
+    if _version_tuple(delta_version)[:2] >= _DELTA_FIRST_SPARK_SUFFIXED:
+        spark_minor = ".".join(spark_version.split(".")[:2])
+        return f"delta-spark_{spark_minor}_{scala}"
+    return f"delta-spark_{scala}"
+
+
+def _plan(component: str, spark_home: Path) -> _Plan:
+    spark = _spark_version()
+    scala = _scala_binary_version(spark_home / "jars")
+    if component == "delta":
+        delta = _delta_version()
+        artifact = _Artifact("io.delta", _delta_artifact_id(delta, spark, scala), delta)
+        return _Plan("delta", f"delta-{delta}-spark{spark}_{scala}", (artifact,))
+    if component == "kafka":
+        artifact = _Artifact("org.apache.spark", f"spark-sql-kafka-0-10_{scala}", spark)
+        return _Plan("kafka", f"kafka-{spark}_{scala}", (artifact,))
+    raise ConfigurationError(
+        f"Unknown Spark component {component!r}: choose from {', '.join(COMPONENTS)}."
+    )
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def resolve_jars(
+    components: Iterable[str] = COMPONENTS, *, cache_dir: str | None = None
+) -> list[str]:
+    """Return local paths of the jars that ``components`` need beyond pyspark's own.
+
+    ``"delta"`` is ``io.delta:delta-spark_<spark minor>_<scala>`` at the installed
+    delta-spark Python package's version; ``"kafka"`` is
+    ``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at pyspark's version. Both come with
+    their runtime dependencies less every artifact pyspark already ships. The first call
+    for a version runs Maven (a minute or less, once per machine); every later call only
+    reads the cache's stamp file. Safe to call from several processes at once. When an
+    exact version is not in the Maven repository, the newest older release of the same
+    line is used and a warning logged (the stamp's ``substituted`` records it); delete the
+    component's directory to resolve again.
+
+    Args:
+        components: any of ``"delta"`` and ``"kafka"``; a single string is one component.
+        cache_dir: cache root instead of ``$EOS_CACHE_DIR`` or ``~/.cache/connectors``;
+            jars go to ``<cache_dir>/jars/<component>-<version>/``.
+
+    Returns:
+        Absolute jar paths, without duplicates, ready for ``spark.jars``.
+
+    Raises:
+        ConfigurationError: unknown component, ``mvn`` missing, or the download failed;
+            the message names the fix.
+
+    Example:
+        >>> jars = resolve_jars(["kafka"])                    # doctest: +SKIP
+        >>> [p.rsplit("/", 1)[-1] for p in jars]              # doctest: +SKIP
+        ['commons-pool2-2.13.1.jar', 'kafka-clients-3.9.2.jar', ...]
+    """
+    names = (components,) if isinstance(components, str) else tuple(components)
+    if not names:
+        return []
+    spark_home = _spark_home()
+    plans = [_plan(name, spark_home) for name in dict.fromkeys(names)]
+    jars_root = _cache_root(cache_dir) / "jars"
+    out: list[str] = []
+    seen: set[str] = set()
+    for plan in plans:
+        for path in _resolve_plan(plan, jars_root, spark_home):
+            base = os.path.basename(path)
+            if base not in seen:
+                seen.add(base)
+                out.append(path)
+    return out
+
+
+def session_builder(
+    app_name: str = "connectors",
+    *,
+    master: str = "local[2]",
+    components: Iterable[str] = COMPONENTS,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession.Builder:
+    """Return a ``SparkSession.Builder`` with the jars and settings for ``components``.
+
+    Settings, in order (later wins):
+
+    * ``spark.jars`` from :func:`resolve_jars`;
+    * with ``"delta"``: Delta's SQL extension and catalog, and
+      ``spark.databricks.delta.snapshotPartitions=2``;
+    * small-machine defaults: ``spark.sql.shuffle.partitions=2``, ``spark.ui.enabled=false``,
+      ``spark.ui.showConsoleProgress=false`` (``spark.driver.memory`` is left alone);
+    * for Python workers: ``PYSPARK_PYTHON`` is set to this interpreter when unset (Spark
+      would otherwise start whatever ``python3`` is on ``PATH``), and when ``connectors``
+      is not installed into site-packages its source root is added to
+      ``spark.executorEnv.PYTHONPATH`` so executors can import it;
+    * on ``local-cluster[N,cores,memMB]``: ``spark.executor.memory=<memMB>m`` so that an
+      executor fits its worker;
+    * ``conf``, last. ``spark.jars``, ``spark.sql.extensions`` and
+      ``spark.executorEnv.PYTHONPATH`` given there are merged with the helper's values
+      instead of replacing them.
+
+    ``local-cluster`` works with the pip-installed pyspark: the workers run inside the
+    driver JVM, each executor in its own JVM launched from ``$SPARK_HOME/jars`` (pyspark's
+    directory), and executor logs go to ``$SPARK_HOME/work/<app id>/``. Only one
+    SparkContext lives in a process: when one already runs, ``getOrCreate()`` returns it
+    and the jars and master given here do not apply.
+
+    Example:
+        >>> b = session_builder("t", master="local-cluster[2,1,1024]",
+        ...                     conf={"spark.sql.shuffle.partitions": "4"})  # doctest: +SKIP
+        >>> spark = b.getOrCreate()                                            # doctest: +SKIP
+    """
+    names = (components,) if isinstance(components, str) else tuple(components)
+    settings = _session_conf(app_name, master, names, dict(conf or {}))
+    logger.debug("Spark session settings: %s", settings)
+    _ensure_python_exec()
+    builder: SparkSession.Builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def get_session(
+    app_name: str = "connectors",
+    *,
+    master: str = "local[2]",
+    components: Iterable[str] = COMPONENTS,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Return ``session_builder(...).getOrCreate()``; same arguments.
+
+    Example:
+        >>> spark = get_session("t", components=["delta"])    # doctest: +SKIP
+        >>> spark.range(2).write.format("delta").save("/tmp/t")  # doctest: +SKIP
+        >>> spark.stop()                                       # doctest: +SKIP
+    """
+    return session_builder(app_name, master=master, components=components, conf=conf).getOrCreate()
+
+
+# --------------------------------------------------------------------------- session conf
+
+_MERGED_KEYS = {
+    "spark.jars": ",",
+    "spark.sql.extensions": ",",
+    "spark.executorEnv.PYTHONPATH": os.pathsep,
+}
+
+
+def _session_conf(
+    app_name: str, master: str, components: tuple[str, ...], user: dict[str, str]
+) -> dict[str, str]:
+    """Every setting :func:`session_builder` applies, as one ordered dict."""
+    settings: dict[str, str] = {"spark.app.name": app_name, "spark.master": master}
+    jars = resolve_jars(components)
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
+    if "delta" in components:
+        settings["spark.sql.extensions"] = _DELTA_EXTENSION
+        settings["spark.sql.catalog.spark_catalog"] = _DELTA_CATALOG
+        settings["spark.databricks.delta.snapshotPartitions"] = "2"
+    settings["spark.sql.shuffle.partitions"] = "2"
+    settings["spark.ui.enabled"] = "false"
+    settings["spark.ui.showConsoleProgress"] = "false"
+    source_root = _source_root_if_not_installed()
+    if source_root is not None:
+        settings["spark.executorEnv.PYTHONPATH"] = source_root
+    cluster = _LOCAL_CLUSTER.match(master.strip())
+    if cluster is not None:
+        settings["spark.executor.memory"] = f"{cluster.group(3)}m"
+    for key, value in user.items():
+        sep = _MERGED_KEYS.get(key)
+        if sep is not None and settings.get(key) and value:
+            ours = settings[key].split(sep)
+            theirs = [v for v in value.split(sep) if v and v not in ours]
+            settings[key] = sep.join(ours + theirs)
+        else:
+            settings[key] = value
+    return settings
+
+
+def _ensure_python_exec() -> None:
+    """Make Python workers run this interpreter unless the user chose one."""
+    if not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        logger.debug("PYSPARK_PYTHON set to %s", sys.executable)
+
+
+def _source_root_if_not_installed() -> str | None:
+    """The directory holding the ``connectors`` package, unless it is a site directory."""
+    root = Path(__file__).resolve().parent.parent
+    sites = [*site.getsitepackages(), site.getusersitepackages()]
+    installed = {Path(p).resolve() for p in sites if p}
+    return None if root in installed else str(root)
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def _cache_root(cache_dir: str | None) -> Path:
+    raw = cache_dir or os.environ.get("EOS_CACHE_DIR") or _DEFAULT_CACHE
+    return Path(raw).expanduser()
+
+
+def _read_stamp(target: Path) -> list[str] | None:
+    """The jars of a completed cache directory, or ``None`` when it is not complete."""
+    try:
+        data = json.loads((target / _STAMP).read_text(encoding="utf-8"))
+        names = [str(n) for n in data["jars"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    paths = [str(target / n) for n in names]
+    if not all(os.path.isfile(p) for p in paths):
+        logger.warning("Jar cache %s is incomplete; resolving again", target)
+        return None
+    return paths
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if needed) for the block."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+b")  # noqa: SIM115 (closed in the finally below)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"Cannot use the jar cache {path.parent}: {exc}. Point EOS_CACHE_DIR (or "
+            "cache_dir=) at a writable directory."
+        ) from exc
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.info("Waiting for another process resolving jars (lock %s)", path)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield
+    finally:
+        handle.close()  # closing releases the lock
+
+
+def _resolve_plan(plan: _Plan, jars_root: Path, spark_home: Path) -> list[str]:
+    target = jars_root / plan.dirname
+    cached = _read_stamp(target)
+    if cached is not None:
+        return cached
+    with _file_lock(jars_root / _LOCK):
+        cached = _read_stamp(target)  # another process may have finished meanwhile
+        if cached is not None:
+            return cached
+        return _fetch(plan, target, spark_home)
+
+
+# --------------------------------------------------------------------------- maven
+
+
+def _mvn_executable(plan: _Plan) -> str:
+    configured = os.environ.get("EOS_MVN")
+    found = shutil.which(configured or "mvn")
+    if found is None:
+        what = (
+            f"EOS_MVN={configured!r} is not an executable"
+            if configured
+            else "Maven ('mvn') is not on PATH"
+        )
+        raise ConfigurationError(
+            f"Cannot fetch the {plan.component!r} jars ({', '.join(map(str, plan.roots))}): "
+            f"{what}. Install Maven (Debian/Ubuntu: apt-get install maven; macOS: brew "
+            "install maven) or set EOS_MVN to the mvn executable; or leave "
+            f"{plan.component!r} out of components and pass the jars yourself in spark.jars."
+        )
+    return found
+
+
+def _fetch(plan: _Plan, target: Path, spark_home: Path) -> list[str]:
+    mvn = _mvn_executable(plan)
+    jars_root = target.parent
+    jars_root.mkdir(parents=True, exist_ok=True)
+    provided = _provided_artifact_ids(spark_home / "jars")
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix=f".{plan.dirname}.", dir=jars_root))
+    try:
+        out_dir = work / plan.dirname
+        substitutions = _run_maven(mvn, plan, work, out_dir, provided)
+        jars = sorted(
+            n
+            for n in os.listdir(out_dir)
+            if n.endswith(".jar") and _artifact_id_of(n) not in provided
+        )
+        for name in os.listdir(out_dir):
+            if name not in jars:
+                (out_dir / name).unlink()
+        stamp = {
+            "component": plan.component,
+            "requested": [str(a) for a in plan.roots],
+            "substituted": {f"{g}:{a}": v for (g, a), v in substitutions.items()},
+            "jars": jars,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (out_dir / _STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
+        if target.exists():  # a directory without a valid stamp: a crashed earlier run
+            shutil.rmtree(target)
+        os.rename(out_dir, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    logger.info(
+        "Resolved %s jars (%d files) into %s in %.1f s",
+        plan.component,
+        len(jars),
+        target,
+        time.monotonic() - started,
+    )
+    return [str(target / n) for n in jars]
+
+
+def _run_maven(
+    mvn: str, plan: _Plan, work: Path, out_dir: Path, provided: frozenset[str]
+) -> dict[tuple[str, str], str]:
+    """Run Maven until it succeeds, swapping unpublished artifacts for older releases."""
+    substitutions: dict[tuple[str, str], str] = {}
+    tried: dict[tuple[str, str], set[str]] = {}
+    repo = os.environ.get("EOS_MAVEN_REPO")
+    pom = work / "pom.xml"
+    for _ in range(_MAX_SUBSTITUTIONS + 1):
+        pom.write_text(_render_pom(plan.roots, substitutions, provided, repo), encoding="utf-8")
+        shutil.rmtree(out_dir, ignore_errors=True)
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(pom),
+            f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
+            f"-DoutputDirectory={out_dir}",
+            "-DincludeScope=runtime",
+            # A private local repository: the excluded artifacts leave POM-only entries
+            # behind, which break Spark's Ivy resolver (spark.jars.packages) when it finds
+            # them in ~/.m2; and only this module's lock guards this one.
+            f"-Dmaven.repo.local={work.parent / _MAVEN_REPO_LOCAL}",
+        ]
+        logger.info("Fetching %s jars with Maven: %s", plan.component, " ".join(cmd))
+        try:
+            proc = subprocess.run(
+                cmd,
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=_MAVEN_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ConfigurationError(
+                f"Maven did not finish fetching the {plan.component!r} jars within "
+                f"{_MAVEN_TIMEOUT_S:.0f} s. Check network access to Maven Central (or "
+                "EOS_MAVEN_REPO) and retry."
+            ) from exc
+        except OSError as exc:
+            raise ConfigurationError(
+                f"Cannot run Maven ({mvn}): {exc}. Install Maven or set EOS_MVN."
+            ) from exc
+        if proc.returncode == 0 and out_dir.is_dir():
+            return substitutions
+        output = f"{proc.stdout}\n{proc.stderr}"
+        missing = _missing_artifact(output)
+        alternative = None
+        if missing is not None:
+            key = missing.key
+            tried.setdefault(key, set()).add(missing.version)
+            requested = next((r for r in plan.roots if r.key == key), None)
+            alternative = _older_release(
+                missing,
+                repo or _DEFAULT_REPO,
+                exclude=tried[key],
+                same_minor=requested is not None,
+            )
+        if missing is None or alternative is None:
+            raise ConfigurationError(
+                f"Maven could not fetch the {plan.component!r} jars "
+                f"({', '.join(map(str, plan.roots))}). Check network access to Maven "
+                "Central (or set EOS_MAVEN_REPO to a reachable mirror) and that Java and "
+                f"Maven work (mvn -v). Maven said:\n{_tail(output)}"
+            )
+        logger.warning(
+            "%s is not available from the Maven repository; using %s instead",
+            missing,
+            alternative,
+        )
+        substitutions[missing.key] = alternative.version
+    raise ConfigurationError(
+        f"Maven could not fetch the {plan.component!r} jars after {_MAX_SUBSTITUTIONS} "
+        f"version substitutions ({substitutions}); check the Maven repository."
+    )
+
+
+def _missing_artifact(output: str) -> _Artifact | None:
+    for pattern in _MISSING_PATTERNS:
+        match = pattern.search(output)
+        if match:
+            parts = match.group(1).split(":")
+            return _Artifact(parts[0], parts[1], parts[-1])
+    return None
+
+
+def _older_release(
+    missing: _Artifact, repo: str, *, exclude: set[str], same_minor: bool
+) -> _Artifact | None:
+    """The newest published release below ``missing``: same major (and minor if asked)."""
+    url = (
+        f"{repo.rstrip('/')}/{missing.group.replace('.', '/')}/{missing.artifact}/"
+        "maven-metadata.xml"
+    )
+    if not url.startswith(("https://", "http://")):
+        return None
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (http(s) only)
+            root = ET.fromstring(response.read())  # noqa: S314 (Maven metadata we asked for)
+    except (urllib.error.URLError, OSError, ET.ParseError) as exc:
+        logger.debug("No version list for %s from %s: %s", missing, url, exc)
+        return None
+    wanted = _version_tuple(missing.version)
+    width = 2 if same_minor else 1
+    candidates = [
+        v
+        for v in (e.text or "" for e in root.iter("version"))
+        if _RELEASE.match(v)
+        and v not in exclude
+        and _version_tuple(v)[:width] == wanted[:width]
+        and _version_tuple(v) < wanted
+    ]
+    if not candidates:
+        return None
+    best = max(candidates, key=_version_tuple)
+    return _Artifact(missing.group, missing.artifact, best)
+
+
+def _render_pom(
+    roots: tuple[_Artifact, ...],
+    substitutions: Mapping[tuple[str, str], str],
+    provided: frozenset[str],
+    repo: str | None,
+) -> str:
+    """A throwaway POM whose runtime dependencies are what a component needs.
+
+    Everything pyspark ships is excluded by artifact id with a wildcard group, which also
+    prunes that artifact's own dependencies (pyspark brings those too). A substituted
+    transitive artifact is excluded where it was and added as a direct dependency.
+    """
+    root_keys = {r.key for r in roots}
+    excluded_ids = sorted(provided)
+    extra_exclusions = sorted(k for k in substitutions if k not in root_keys)
+
+    def exclusions() -> str:
+        rows = [
+            f"<exclusion><groupId>*</groupId><artifactId>{escape(a)}</artifactId></exclusion>"
+            for a in excluded_ids
+        ]
+        rows += [
+            f"<exclusion><groupId>{escape(g)}</groupId><artifactId>{escape(a)}</artifactId>"
+            "</exclusion>"
+            for g, a in extra_exclusions
+        ]
+        return "<exclusions>" + "".join(rows) + "</exclusions>" if rows else ""
+
+    def dependency(group: str, artifact: str, version: str) -> str:
+        return (
+            f"<dependency><groupId>{escape(group)}</groupId>"
+            f"<artifactId>{escape(artifact)}</artifactId><version>{escape(version)}</version>"
+            f"{exclusions()}</dependency>"
+        )
+
+    deps = [dependency(r.group, r.artifact, substitutions.get(r.key, r.version)) for r in roots]
+    deps += [dependency(g, a, substitutions[(g, a)]) for g, a in extra_exclusions]
+    repositories = (
+        "<repositories><repository><id>eos-maven-repo</id>"
+        f"<url>{escape(repo)}</url></repository></repositories>"
+        if repo
+        else ""
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
+        "<modelVersion>4.0.0</modelVersion>\n"
+        "<groupId>connectors.jars</groupId><artifactId>resolve</artifactId>"
+        "<version>0</version><packaging>pom</packaging>\n"
+        f"{repositories}\n<dependencies>\n" + "\n".join(deps) + "\n</dependencies>\n</project>\n"
+    )
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    kept = [ln for ln in text.strip().splitlines() if ln.strip()]
+    cleaned = [re.sub(r"\x1b\[[0-9;]*m", "", ln) for ln in kept[-lines:]]
+    return "\n".join(cleaned)

@@ -1,0 +1,161 @@
+"""The public API is pinned: what ``__all__`` lists, that it resolves, and is documented."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import connectors
+import connectors.core
+import connectors.testing
+
+CONNECTORS_ALL = [
+    "DEFAULT_COMMIT_RETRY",
+    "BadInputError",
+    "BatchContext",
+    "BatchInput",
+    "BatchMetrics",
+    "BatchState",
+    "ConfigurationError",
+    "ConnectorError",
+    "CrashPoint",
+    "DataLossError",
+    "DependencyError",
+    "DriverCommitSink",
+    "ExponentialBackoff",
+    "FailureRate",
+    "Family",
+    "FatalError",
+    "FencedError",
+    "FileLedger",
+    "Fingerprint",
+    "FixedDelay",
+    "Ledger",
+    "LedgerEntry",
+    "NoRetry",
+    "NonDeterministicReplayError",
+    "PreparedTransactionSink",
+    "ProtocolStateError",
+    "QueryBindingError",
+    "RetriesExhaustedError",
+    "RetryPolicy",
+    "SlotMarker",
+    "SlotTransaction",
+    "TaskCommit",
+    "TaskCommitSink",
+    "TaskInfo",
+    "TaskTransaction",
+    "TransactionId",
+    "TransientError",
+    "TwoPhaseCommitSink",
+    "fingerprint_batch",
+    "validate_sink_id",
+]
+
+TESTING_ALL = [
+    "SCENARIOS",
+    "Attempt",
+    "CommitBeforeDecisionSink",
+    "InMemoryDriverCommitSink",
+    "InMemoryLedger",
+    "InMemoryPreparedSink",
+    "InMemoryTarget",
+    "InMemoryTaskCommitSink",
+    "LocalBatch",
+    "SimulatedCrash",
+    "SimulatedTaskFailure",
+    "SinkConformanceTests",
+    "SinkHarness",
+    "arm",
+    "armed",
+    "batch_rows",
+    "disarm_all",
+    "run_conformance",
+]
+
+PACKAGES = [(connectors, CONNECTORS_ALL), (connectors.testing, TESTING_ALL)]
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _own_docstring(obj: object) -> str | None:
+    """The docstring written for ``obj`` itself: not inherited, not made by dataclass."""
+    if inspect.isclass(obj):
+        doc = obj.__dict__.get("__doc__")
+        if doc and doc.startswith(f"{obj.__name__}("):  # dataclass's generated signature
+            return None
+        return doc  # type: ignore[no-any-return]
+    return getattr(obj, "__doc__", None)
+
+
+def test_connectors_all_is_pinned() -> None:
+    assert sorted(connectors.__all__) == sorted(CONNECTORS_ALL)
+
+
+def test_connectors_testing_all_is_pinned() -> None:
+    assert sorted(connectors.testing.__all__) == sorted(TESTING_ALL)
+
+
+@pytest.mark.parametrize(("module", "names"), PACKAGES, ids=lambda v: getattr(v, "__name__", ""))
+def test_all_has_no_duplicates(module: object, names: list[str]) -> None:
+    assert len(set(module.__all__)) == len(module.__all__)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "qualified", [f"connectors.{n}" for n in CONNECTORS_ALL]
+    + [f"connectors.testing.{n}" for n in TESTING_ALL]
+)
+def test_every_public_name_resolves_and_is_documented(qualified: str) -> None:
+    module_name, _, name = qualified.rpartition(".")
+    obj = getattr(importlib.import_module(module_name), name)
+    if inspect.isclass(obj) or inspect.isfunction(obj):
+        doc = _own_docstring(obj)
+        assert doc and doc.strip(), f"{qualified} has no docstring of its own"
+
+
+def test_star_import_gives_exactly_the_public_names() -> None:
+    namespace: dict[str, object] = {}
+    exec("from connectors import *", namespace)
+    namespace.pop("__builtins__")
+    assert sorted(namespace) == sorted(CONNECTORS_ALL)
+
+
+def test_every_core_and_testing_module_all_resolves() -> None:
+    for package in (connectors.core, connectors.testing):
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            for name in getattr(module, "__all__", []):
+                assert hasattr(module, name), f"{module.__name__}.__all__ lists {name!r}"
+
+
+def test_importing_the_public_api_does_not_import_pyspark() -> None:
+    # The core runs without Spark (only spark_batch imports it, when a sink is called).
+    code = (
+        "import sys, connectors, connectors.testing; "
+        "print(any(m.startswith('pyspark') for m in sys.modules))"
+    )
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_version_matches_the_project_metadata() -> None:
+    # (no tomllib: the project supports Python 3.10)
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    match = re.search(r'^version = "([^"]+)"', pyproject, re.MULTILINE)
+    assert match is not None
+    assert connectors.__version__ == match.group(1)
+
+
+def test_package_modules_are_documented() -> None:
+    for module in (connectors, connectors.core, connectors.testing):
+        assert module.__doc__ and module.__doc__.strip()

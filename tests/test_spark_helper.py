@@ -1,0 +1,450 @@
+"""Unit tests of connectors.spark: no JVM is started and no network is used.
+
+Maven is replaced by a small shell script (``EOS_MVN``) where a test needs one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+import connectors.spark as cs
+from connectors.core.errors import ConfigurationError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SPARK = pyspark.__version__
+KAFKA_DIR = f"kafka-{SPARK}_2.13"
+FAKE_JARS = ["/jars/a.jar", "/jars/b.jar"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in ("EOS_MVN", "EOS_MAVEN_REPO", "EOS_DELTA_VERSION", "SPARK_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
+    # session_builder may set PYSPARK_PYTHON; monkeypatch restores whatever was there.
+    monkeypatch.setenv("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON", sys.executable))
+
+
+@pytest.fixture
+def fake_jars(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    calls: list[tuple[Any, ...]] = []
+
+    def fake(components: Any = cs.COMPONENTS, *, cache_dir: str | None = None) -> list[str]:
+        calls.append(tuple(components))
+        return list(FAKE_JARS) if tuple(components) else []
+
+    monkeypatch.setattr(cs, "resolve_jars", fake)
+    return calls
+
+
+def options(builder: Any) -> dict[str, str]:
+    return {k: str(v) for k, v in builder._options.items()}
+
+
+# ------------------------------------------------------------------ session_builder
+
+
+def test_builder_sets_jars_delta_and_small_machine_defaults(fake_jars: list[Any]) -> None:
+    opts = options(cs.session_builder("my-app"))
+    assert fake_jars == [("delta", "kafka")]
+    assert opts["spark.app.name"] == "my-app"
+    assert opts["spark.master"] == "local[2]"
+    assert opts["spark.jars"] == ",".join(FAKE_JARS)
+    assert opts["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert (
+        opts["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    )
+    assert opts["spark.sql.shuffle.partitions"] == "2"
+    assert opts["spark.ui.enabled"] == "false"
+    assert "spark.driver.memory" not in opts
+    assert "spark.executor.memory" not in opts
+
+
+def test_builder_without_delta_has_no_delta_settings(fake_jars: list[Any]) -> None:
+    opts = options(cs.session_builder(components=["kafka"]))
+    assert fake_jars == [("kafka",)]
+    assert "spark.sql.extensions" not in opts
+    assert "spark.sql.catalog.spark_catalog" not in opts
+    assert opts["spark.jars"] == ",".join(FAKE_JARS)
+
+
+def test_builder_without_components_sets_no_jars(fake_jars: list[Any]) -> None:
+    opts = options(cs.session_builder(components=()))
+    assert "spark.jars" not in opts
+
+
+def test_a_single_string_is_one_component(fake_jars: list[Any]) -> None:
+    cs.session_builder(components="kafka")
+    assert fake_jars == [("kafka",)]
+
+
+def test_user_conf_comes_last_and_list_keys_merge(fake_jars: list[Any]) -> None:
+    opts = options(
+        cs.session_builder(
+            conf={
+                "spark.sql.shuffle.partitions": "7",
+                "spark.ui.enabled": "true",
+                "spark.jars": "/mine/x.jar,/jars/a.jar",
+                "spark.sql.extensions": "com.example.Ext",
+                "spark.driver.memory": "3g",
+            }
+        )
+    )
+    assert opts["spark.sql.shuffle.partitions"] == "7"
+    assert opts["spark.ui.enabled"] == "true"
+    assert opts["spark.driver.memory"] == "3g"
+    assert opts["spark.jars"].split(",") == [*FAKE_JARS, "/mine/x.jar"]
+    assert opts["spark.sql.extensions"] == (
+        "io.delta.sql.DeltaSparkSessionExtension,com.example.Ext"
+    )
+
+
+def test_local_cluster_sizes_executors_to_the_worker(fake_jars: list[Any]) -> None:
+    opts = options(cs.session_builder(master="local-cluster[2, 1, 768]"))
+    assert opts["spark.master"] == "local-cluster[2, 1, 768]"
+    assert opts["spark.executor.memory"] == "768m"
+    opts = options(
+        cs.session_builder(master="local-cluster[2,1,1024]", conf={"spark.executor.memory": "512m"})
+    )
+    assert opts["spark.executor.memory"] == "512m"
+
+
+def test_python_exec_defaults_to_this_interpreter(
+    fake_jars: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYSPARK_PYTHON")
+    cs.session_builder()
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/other/python")
+    cs.session_builder()
+    assert os.environ["PYSPARK_PYTHON"] == "/opt/other/python"
+
+
+def test_executor_pythonpath_has_the_source_root_unless_installed(
+    fake_jars: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cs.site, "getsitepackages", lambda: ["/nowhere/site-packages"])
+    monkeypatch.setattr(cs.site, "getusersitepackages", lambda: "/nowhere/user")
+    opts = options(cs.session_builder(conf={"spark.executorEnv.PYTHONPATH": "/extra"}))
+    assert opts["spark.executorEnv.PYTHONPATH"] == os.pathsep.join([str(REPO_ROOT), "/extra"])
+
+    monkeypatch.setattr(cs.site, "getsitepackages", lambda: [str(REPO_ROOT)])
+    opts = options(cs.session_builder())
+    assert "spark.executorEnv.PYTHONPATH" not in opts
+
+
+# ------------------------------------------------------------------ resolve_jars
+
+
+def test_unknown_component_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="Unknown Spark component 'hbase'"):
+        cs.resolve_jars(["hbase"])
+
+
+def test_no_components_no_jars() -> None:
+    assert cs.resolve_jars([]) == []
+
+
+def test_missing_mvn_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(ConfigurationError) as info:
+        cs.resolve_jars(["kafka"], cache_dir=str(tmp_path / "c"))
+    message = str(info.value)
+    assert "'mvn'" in message
+    assert "apt-get install maven" in message
+    assert "EOS_MVN" in message
+    assert f"spark-sql-kafka-0-10_2.13:{SPARK}" in message
+
+
+def test_bad_eos_mvn_names_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("EOS_MVN", str(tmp_path / "no-such-mvn"))
+    with pytest.raises(ConfigurationError, match="EOS_MVN="):
+        cs.resolve_jars(["kafka"], cache_dir=str(tmp_path / "c"))
+
+
+def _write_cache(root: Path, dirname: str, jars: list[str]) -> Path:
+    target = root / "jars" / dirname
+    target.mkdir(parents=True)
+    for name in jars:
+        (target / name).write_bytes(b"jar")
+    (target / ".complete.json").write_text(json.dumps({"jars": jars}))
+    return target
+
+
+def test_stamped_cache_is_used_without_maven(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # any Maven call would fail
+    target = _write_cache(tmp_path, KAFKA_DIR, ["kafka-clients-3.9.2.jar", "x-1.jar"])
+    jars = cs.resolve_jars("kafka", cache_dir=str(tmp_path))
+    assert jars == [str(target / "kafka-clients-3.9.2.jar"), str(target / "x-1.jar")]
+
+
+def test_cache_dir_defaults_to_eos_cache_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "env-cache"))
+    target = _write_cache(tmp_path / "env-cache", KAFKA_DIR, ["k-1.jar"])
+    assert cs.resolve_jars(["kafka"]) == [str(target / "k-1.jar")]
+
+
+def test_incomplete_cache_is_resolved_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    target = _write_cache(tmp_path, KAFKA_DIR, ["k-1.jar"])
+    (target / "k-1.jar").unlink()
+    with pytest.raises(ConfigurationError, match="'mvn'"):
+        cs.resolve_jars(["kafka"], cache_dir=str(tmp_path))
+
+
+FAKE_MVN = r"""#!/bin/sh
+# Stands in for Maven: records the call, fails like Maven for a version listed in
+# $FAKE_MVN_MISSING, else "downloads" $FAKE_MVN_JARS into -DoutputDirectory.
+for a in "$@"; do
+  case "$a" in
+    -DoutputDirectory=*) out="${a#-DoutputDirectory=}" ;;
+    -f) pomnext=1; continue ;;
+  esac
+  if [ -n "$pomnext" ]; then pom="$a"; pomnext=; fi
+done
+echo call >> "$FAKE_MVN_LOG"
+cp "$pom" "$FAKE_MVN_LOG.pom"
+for v in $FAKE_MVN_MISSING; do
+  if grep -q "<version>${v#*@}</version>" "$pom"; then
+    echo "[ERROR] Failed to execute goal on project resolve: Could not resolve dependencies" \
+      "for project connectors.jars:resolve:pom:0: Could not find artifact" \
+      "${v%@*}:jar:${v#*@} in central (https://repo.maven.apache.org/maven2) -> [Help 1]"
+    exit 1
+  fi
+done
+sleep "${FAKE_MVN_SLEEP:-0}"
+mkdir -p "$out"
+for j in $FAKE_MVN_JARS; do echo jar > "$out/$j"; done
+"""
+
+
+@pytest.fixture
+def fake_mvn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    script = tmp_path / "bin" / "mvn"
+    script.parent.mkdir()
+    script.write_text(FAKE_MVN)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    log = tmp_path / "mvn.log"
+    monkeypatch.setenv("EOS_MVN", str(script))
+    monkeypatch.setenv("FAKE_MVN_LOG", str(log))
+    monkeypatch.setenv(
+        "FAKE_MVN_JARS",
+        f"kafka-clients-3.9.2.jar spark-sql-kafka-0-10_2.13-{SPARK}.jar slf4j-api-2.0.17.jar",
+    )
+    monkeypatch.setenv("FAKE_MVN_MISSING", "")
+    return log
+
+
+def test_fetch_drops_what_pyspark_ships_and_writes_a_stamp(fake_mvn: Path, tmp_path: Path) -> None:
+    jars = cs.resolve_jars(["kafka"], cache_dir=str(tmp_path / "c"))
+    target = tmp_path / "c" / "jars" / KAFKA_DIR
+    assert jars == [
+        str(target / "kafka-clients-3.9.2.jar"),
+        str(target / f"spark-sql-kafka-0-10_2.13-{SPARK}.jar"),
+    ]  # slf4j-api is in pyspark/jars
+    stamp = json.loads((target / ".complete.json").read_text())
+    assert stamp["requested"] == [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK}"]
+    assert stamp["substituted"] == {}
+    assert sorted(os.listdir(target)) == sorted([".complete.json", *map(os.path.basename, jars)])
+    # The generated POM excludes pyspark's artifacts by id, with any group.
+    pom = ET.parse(f"{fake_mvn}.pom").getroot()
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    excluded = {
+        e.findtext("m:artifactId", namespaces=ns)
+        for e in pom.iterfind(".//m:exclusion", ns)
+        if e.findtext("m:groupId", namespaces=ns) == "*"
+    }
+    assert {"slf4j-api", "scala-library", "spark-core_2.13"} <= excluded
+    # Second call: the stamp answers, Maven is not run again.
+    assert cs.resolve_jars(["kafka"], cache_dir=str(tmp_path / "c")) == jars
+    assert fake_mvn.read_text().count("call") == 1
+
+
+def test_an_unpublished_version_falls_back_to_the_newest_older_release(
+    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
+    monkeypatch.setenv("FAKE_MVN_MISSING", "io.delta:delta-spark_4.2_2.13@4.4.1")
+    monkeypatch.setenv("FAKE_MVN_JARS", "delta-spark_4.2_2.13-4.4.0.jar delta-storage-4.4.0.jar")
+    asked: list[str] = []
+    _serve_metadata(monkeypatch, asked, ["4.3.1", "4.4.0", "4.4.1", "4.4.2-rc1", "4.5.0"])
+
+    jars = cs.resolve_jars(["delta"], cache_dir=str(tmp_path / "c"))
+
+    assert asked == [
+        "https://repo1.maven.org/maven2/io/delta/delta-spark_4.2_2.13/maven-metadata.xml"
+    ]
+    assert [os.path.basename(j) for j in jars] == [
+        "delta-spark_4.2_2.13-4.4.0.jar",
+        "delta-storage-4.4.0.jar",
+    ]
+    target = Path(jars[0]).parent
+    assert target.name == f"delta-4.4.1-spark{SPARK}_2.13"
+    stamp = json.loads((target / ".complete.json").read_text())
+    assert stamp["substituted"] == {"io.delta:delta-spark_4.2_2.13": "4.4.0"}
+    assert fake_mvn.read_text().count("call") == 2
+
+
+def test_no_older_release_is_a_configuration_error_with_mavens_words(
+    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
+    monkeypatch.setenv("FAKE_MVN_MISSING", "io.delta:delta-spark_4.2_2.13@4.4.1")
+    _serve_metadata(monkeypatch, [], ["4.3.1", "4.4.1"])  # nothing older in 4.4
+    with pytest.raises(ConfigurationError) as info:
+        cs.resolve_jars(["delta"], cache_dir=str(tmp_path / "c"))
+    assert "Could not find artifact io.delta:delta-spark_4.2_2.13:jar:4.4.1" in str(info.value)
+    assert "EOS_MAVEN_REPO" in str(info.value)
+    assert not (tmp_path / "c" / "jars" / f"delta-4.4.1-spark{SPARK}_2.13").exists()
+
+
+def _serve_metadata(monkeypatch: pytest.MonkeyPatch, asked: list[str], versions: list[str]) -> None:
+    listed = "".join(f"<version>{v}</version>" for v in versions)
+    body = f"<metadata><versioning><versions>{listed}</versions></versioning></metadata>"
+
+    def urlopen(url: str, timeout: float = 0) -> io.BytesIO:
+        asked.append(url)
+        return io.BytesIO(body.encode())
+
+    monkeypatch.setattr(cs.urllib.request, "urlopen", urlopen)
+
+
+def test_two_processes_resolving_at_once_run_maven_once(fake_mvn: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, FAKE_MVN_SLEEP="1", PYTHONPATH=str(REPO_ROOT))
+    code = textwrap.dedent(
+        f"""
+        import json
+        from connectors.spark import resolve_jars
+        print(json.dumps(resolve_jars(["kafka"], cache_dir={str(tmp_path / "c")!r})))
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    first, second = (json.loads(o) for o in outs)
+    assert first == second
+    assert len(first) == 2
+    assert fake_mvn.read_text().count("call") == 1
+
+
+# ------------------------------------------------------------------ internals
+
+
+@pytest.mark.parametrize(
+    ("jar", "artifact_id"),
+    [
+        ("spark-core_2.13-4.2.0.jar", "spark-core_2.13"),
+        ("zstd-jni-1.5.7-7.jar", "zstd-jni"),
+        ("jline-3.29.0-jdk8.jar", "jline"),
+        ("RoaringBitmap-1.6.10.jar", "RoaringBitmap"),
+        ("hive-exec-2.3.10-core.jar", "hive-exec"),
+        ("py4j-0.10.9.9.jar", "py4j"),
+    ],
+)
+def test_artifact_id_of_jar_names(jar: str, artifact_id: str) -> None:
+    assert cs._artifact_id_of(jar) == artifact_id
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (
+            "Could not resolve dependencies for project connectors.jars:resolve:pom:0: "
+            "Could not find artifact io.delta:delta-spark_4.2_2.13:jar:4.4.1 in central",
+            "io.delta:delta-spark_4.2_2.13:4.4.1",
+        ),
+        (
+            "Failed to collect dependencies at org.apache.spark:spark-sql-kafka-0-10_2.13:jar:"
+            "4.2.0 -> org.apache.spark:spark-token-provider-kafka-0-10_2.13:jar:4.2.0: Failed "
+            "to read artifact descriptor for org.apache.spark:spark-token-provider-kafka-0-10_"
+            "2.13:jar:4.2.0: Could not transfer artifact org.apache.spark:spark-token-provider-"
+            "kafka-0-10_2.13:pom:4.2.0 from/to gcs-maven-central-mirror",
+            "org.apache.spark:spark-token-provider-kafka-0-10_2.13:4.2.0",
+        ),
+        (
+            "Could not resolve dependencies for project connectors.jars:resolve:pom:0: "
+            "io.delta:delta-spark_4.2_2.13:jar:4.4.1 was not found in "
+            "https://repo.maven.apache.org/maven2 during a previous attempt.",
+            "io.delta:delta-spark_4.2_2.13:4.4.1",
+        ),
+        (
+            "Failure to find org.example:thing:jar:tests:1.2.3 in https://repo",
+            "org.example:thing:1.2.3",
+        ),
+        ("[ERROR] No plugin found for prefix 'dependency'", None),
+    ],
+)
+def test_missing_artifact_is_read_from_maven_output(output: str, expected: str | None) -> None:
+    found = cs._missing_artifact(output)
+    assert (str(found) if found else None) == expected
+
+
+def test_transitive_fallback_may_leave_the_minor_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    _serve_metadata(monkeypatch, [], ["3.5.4", "4.0.0", "4.1.0-preview1", "4.2.0"])
+    missing = cs._Artifact("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", "4.2.0")
+    older = cs._older_release(missing, "https://r", exclude={"4.2.0"}, same_minor=False)
+    assert older is not None and older.version == "4.0.0"
+    assert cs._older_release(missing, "https://r", exclude={"4.2.0"}, same_minor=True) is None
+    assert cs._older_release(missing, "file:///etc", exclude=set(), same_minor=False) is None
+
+
+def test_pom_substitutes_a_transitive_artifact_as_a_direct_dependency() -> None:
+    root = cs._Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0")
+    pom = cs._render_pom(
+        (root,),
+        {("org.apache.spark", "spark-token-provider-kafka-0-10_2.13"): "4.0.0"},
+        frozenset({"slf4j-api"}),
+        "https://mirror.example/maven2",
+    )
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    doc = ET.fromstring(pom)
+    deps = doc.findall("m:dependencies/m:dependency", ns)
+    coords = [
+        ":".join(
+            d.findtext(f"m:{t}", namespaces=ns) or "" for t in ("groupId", "artifactId", "version")
+        )
+        for d in deps
+    ]
+    assert coords == [
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",
+        "org.apache.spark:spark-token-provider-kafka-0-10_2.13:4.0.0",
+    ]
+    first_exclusions = {
+        (e.findtext("m:groupId", namespaces=ns), e.findtext("m:artifactId", namespaces=ns))
+        for e in deps[0].iterfind(".//m:exclusion", ns)
+    }
+    assert first_exclusions == {
+        ("*", "slf4j-api"),
+        ("org.apache.spark", "spark-token-provider-kafka-0-10_2.13"),
+    }
+    assert doc.findtext("m:repositories/m:repository/m:url", namespaces=ns) == (
+        "https://mirror.example/maven2"
+    )
+
+
+def test_delta_artifact_names_follow_delta_pip_utils() -> None:
+    assert cs._delta_artifact_id("4.4.1", "4.2.0", "2.13") == "delta-spark_4.2_2.13"
+    assert cs._delta_artifact_id("4.0.0", "4.0.1", "2.13") == "delta-spark_2.13"
+    assert cs._delta_artifact_id("3.3.2", "3.5.4", "2.12") == "delta-spark_2.12"

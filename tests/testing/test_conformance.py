@@ -1,0 +1,121 @@
+"""The conformance suite passes the in-memory sink of every family and rejects the
+deliberately broken ``CommitBeforeDecisionSink``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from connectors.core import crash
+from connectors.core.protocol import CRASH_POINTS, Family
+from connectors.core.template import TwoPhaseCommitSink
+from connectors.testing import (
+    SCENARIOS,
+    CommitBeforeDecisionSink,
+    InMemoryDriverCommitSink,
+    InMemoryPreparedSink,
+    InMemoryTarget,
+    InMemoryTaskCommitSink,
+    SinkConformanceTests,
+    SinkHarness,
+    run_conformance,
+)
+from connectors.testing.conformance import Row
+
+
+class InMemoryHarness(SinkHarness):
+    """One empty :class:`InMemoryTarget`; every sink built on it is a "restarted driver"."""
+
+    def __init__(self, sink_class: Callable[..., TwoPhaseCommitSink], **options: Any) -> None:
+        self.target = InMemoryTarget()
+        self.sink_class = sink_class
+        self.options = {"sink_id": "conformance", **options}
+
+    def new_sink(self, **overrides: Any) -> TwoPhaseCommitSink:
+        return self.sink_class(self.target, **{**self.options, **overrides})
+
+    def committed_rows(self) -> list[Row]:
+        return self.target.committed_rows()
+
+    def lingering_transactions(self) -> int:
+        return self.target.lingering()
+
+
+def harness_factory(
+    sink_class: Callable[..., TwoPhaseCommitSink], **options: Any
+) -> Callable[[], SinkHarness]:
+    """What the suite calls for every scenario (and every crash point): a fresh target."""
+    return lambda: InMemoryHarness(sink_class, **options)
+
+
+class TestInMemoryPreparedSink(SinkConformanceTests):
+    make_harness = staticmethod(harness_factory(InMemoryPreparedSink))
+
+
+class TestInMemoryTaskCommitSink(SinkConformanceTests):
+    make_harness = staticmethod(harness_factory(InMemoryTaskCommitSink, slots=3))
+
+
+class TestInMemoryTaskCommitSinkOneSlot(SinkConformanceTests):
+    make_harness = staticmethod(harness_factory(InMemoryTaskCommitSink, slots=1))
+
+
+class TestInMemoryDriverCommitSink(SinkConformanceTests):
+    make_harness = staticmethod(harness_factory(InMemoryDriverCommitSink))
+
+
+def test_the_harnesses_cover_every_family() -> None:
+    families = {
+        cls.make_harness().new_sink().family
+        for cls in (TestInMemoryPreparedSink, TestInMemoryTaskCommitSink,
+                    TestInMemoryDriverCommitSink)
+    }
+    assert families == set(Family)
+
+
+def test_the_pytest_base_class_runs_every_scenario() -> None:
+    tests = [n for n in dir(SinkConformanceTests) if n.startswith("test_")]
+    assert len(tests) == len(SCENARIOS)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        harness_factory(InMemoryPreparedSink),
+        harness_factory(InMemoryTaskCommitSink),
+        harness_factory(InMemoryDriverCommitSink),
+    ],
+    ids=["prepared", "task_commit", "driver_commit"],
+)
+def test_run_conformance_returns_every_scenario_name(make: Callable[[], SinkHarness]) -> None:
+    assert run_conformance(make) == list(SCENARIOS)
+
+
+def test_crash_point_scenario_really_reaches_every_crash_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = []
+    original = crash.disarm_all
+
+    def remember_then_disarm() -> None:
+        seen.extend(point for point, _, _ in crash.reached)
+        original()
+
+    monkeypatch.setattr(crash, "disarm_all", remember_then_disarm)
+    SCENARIOS["crash_points"](harness_factory(InMemoryPreparedSink))
+    assert set(seen) == set(CRASH_POINTS[Family.PREPARE_IN_TASK])
+
+
+def test_commit_before_decision_sink_is_rejected_naming_the_failing_scenarios() -> None:
+    with pytest.raises(AssertionError) as info:
+        run_conformance(harness_factory(CommitBeforeDecisionSink))
+    message = str(info.value)
+    assert message.startswith("sink fails the conformance suite:")
+    failed = {line.strip().split(":")[0] for line in message.splitlines()[1:]}
+    assert {"crash_points", "speculation"} <= failed
+    assert failed <= set(SCENARIOS)
+    assert "plain" not in failed  # without a crash the broken sink looks fine
+    assert "not exact" in message
+    assert "extra/duplicated" in message
