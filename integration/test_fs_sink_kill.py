@@ -207,3 +207,4 @@ def test_failed_task_is_retried_on_local_n_f_and_only_the_accepted_attempt_commi
     retried = [a for a in attempts if a["attempt"] >= 1 and not a["failed"]]
     assert failed and retried, json.dumps(attempts, indent=1)
     job.assert_exact()
+

@@ -11,7 +11,8 @@ that applies to its family. Nothing happens unless a crash is armed, either
 
   Entries are separated by ``;``; each is a point name then ``:key=value`` filters and
   options: ``batch`` (batch id), ``sink`` (sink id, exact), ``action`` (``kill`` =
-  SIGKILL, the default; ``exit`` = ``os._exit(137)``; ``raise`` = :class:`SimulatedCrash`),
+  SIGKILL, the default; ``exit`` = ``os._exit(137)``; ``raise`` = :class:`SimulatedCrash`;
+  ``stall`` = sleep ``seconds`` and go on, to make a straggler for speculation tests),
   ``once`` (a file created when the crash fires; while it exists the entry is spent, so a
   restarted driver or a retried task goes on), ``partition`` (task side: only that
   partition).
@@ -27,6 +28,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -47,7 +49,7 @@ __all__ = [
 
 ENV_CRASH_AT = "CONNECTORS_CRASH_AT"
 ENV_CRASH_LOG = "CONNECTORS_CRASH_LOG"
-_ACTIONS = ("kill", "exit", "raise")
+_ACTIONS = ("kill", "exit", "raise", "stall")
 
 
 class SimulatedCrash(BaseException):
@@ -68,6 +70,7 @@ class ArmedCrash:
     partition: int | None = None
     action: str = "kill"
     once: str | None = None
+    seconds: float = 0.0
 
     def matches(
         self, point: CrashPoint, sink_id: str, batch_id: int, partition: int | None
@@ -101,7 +104,7 @@ def parse_spec(spec: str) -> list[ArmedCrash]:
         kwargs: dict[str, str] = {}
         for option in options:
             key, eq, value = option.partition("=")
-            if not eq or key not in ("batch", "sink", "partition", "action", "once"):
+            if not eq or key not in ("batch", "sink", "partition", "action", "once", "seconds"):
                 raise ValueError(f"bad option {option!r} in {ENV_CRASH_AT} entry {entry!r}")
             kwargs[key] = value
         action = kwargs.get("action", "kill")
@@ -115,6 +118,7 @@ def parse_spec(spec: str) -> list[ArmedCrash]:
                 partition=int(kwargs["partition"]) if "partition" in kwargs else None,
                 action=action,
                 once=kwargs.get("once"),
+                seconds=float(kwargs.get("seconds", "0")),
             )
         )
     return crashes
@@ -200,6 +204,9 @@ def crash_point(
                 continue
             _fired.add(crash)
         _record(point, sink_id, batch_id, partition)
+        if crash.action == "stall":
+            time.sleep(crash.seconds)
+            return
         if crash.action == "raise":
             raise SimulatedCrash(f"crash point {point.value} (sink {sink_id}, batch {batch_id})")
         if crash.action == "exit":

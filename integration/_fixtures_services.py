@@ -1,0 +1,363 @@
+"""Session fixtures that hand the integration tests a real PostgreSQL and Kafka.
+
+``postgres_conninfo`` / ``kafka_bootstrap`` resolve each service once per session:
+
+1. ``$EOS_POSTGRES_CONNINFO`` / ``$EOS_KAFKA_BOOTSTRAP`` when set (must answer), else the
+   same keys from ``<repo>/.services.env`` (written by ``scripts/services start``; used only
+   when the service answers, a stale file is ignored);
+2. a Docker engine that answers ``docker info``: pytest-docker's ``docker_services`` with
+   ``docker/docker-compose.yml`` (pytest-docker is only touched on this path);
+3. otherwise the native services of :mod:`integration._services`, started here and stopped
+   at session end only when this session started them.
+
+``$EOS_SERVICES_BACKEND`` = ``auto`` (default), ``docker`` or ``native`` forces 2 or 3.
+A service that cannot be had fails the test under ``CI=true`` and skips it elsewhere.
+
+``native_postgres`` / ``native_kafka`` give restart hooks (crash/restart tests); they skip
+when the service is not the native one managed by :mod:`integration._services`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+import pytest
+
+from integration import _services
+
+__all__ = [
+    "NativeKafka",
+    "NativePostgres",
+    "ServiceResolver",
+    "docker_compose_file",
+    "eos_services",
+    "kafka_bootstrap",
+    "native_kafka",
+    "native_postgres",
+    "postgres_conninfo",
+    "register_markers",
+]
+
+ServiceName = _services.ServiceName
+COMPOSE_FILE = _services.REPO_ROOT / "docker" / "docker-compose.yml"
+_ENV_VARS: dict[ServiceName, str] = {
+    "postgres": _services.ENV_POSTGRES,
+    "kafka": _services.ENV_KAFKA,
+}
+_PROBE_TIMEOUT = 15.0
+
+
+def register_markers(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "integration: needs real services (PostgreSQL, Kafka, Spark JVM)"
+    )
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def _unavailable(message: str) -> NoReturn:
+    if _in_ci():
+        pytest.fail(f"{message} (CI=true: a missing service is a failure)", pytrace=False)
+    pytest.skip(message)
+
+
+def redact(value: str) -> str:
+    """A conninfo (URL or ``key=value`` form) without its password, for messages."""
+    if "://" not in value:
+        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", value)
+    parts = urlsplit(value)
+    if parts.password is None:
+        return value
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+# ------------------------------------------------------------------------ probes
+
+
+def _probe_postgres(conninfo: str) -> str | None:
+    """None when a connection and ``SELECT 1`` work, else the error."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (pip install 'psycopg[binary]')"
+    try:
+        with psycopg.connect(conninfo, connect_timeout=5, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return f"{type(exc).__name__}: {exc}".strip()
+    return None
+
+
+def _probe_kafka(bootstrap: str) -> str | None:
+    """None when the first bootstrap broker answers a Metadata request, else the error."""
+    first = bootstrap.split(",")[0].strip()
+    host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit():
+        return f"cannot parse bootstrap address {bootstrap!r} (expected host:port)"
+    if _services.kafka_metadata_ok(host.strip("[]"), int(port)):
+        return None
+    return f"no Kafka broker answers a Metadata request at {first}"
+
+
+def _probe(service: ServiceName, value: str, timeout: float) -> str | None:
+    """Retry the probe until it succeeds or ``timeout`` passes; None on success."""
+    deadline = time.monotonic() + timeout
+    while True:
+        error = _probe_postgres(value) if service == "postgres" else _probe_kafka(value)
+        if error is None or time.monotonic() >= deadline:
+            return None if error is None else " ".join(error.split())
+        time.sleep(1.0)
+
+
+def _docker_engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        proc = subprocess.run(
+            ["docker", "info"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+# ---------------------------------------------------------------------- resolver
+
+
+class ServiceResolver:
+    """Finds each service once per session and remembers what it started."""
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+        self._resolved: dict[ServiceName, str] = {}
+        self._source: dict[ServiceName, str] = {}
+        self._failures: dict[ServiceName, str] = {}
+        self._started_natively: list[ServiceName] = []
+        self._docker: Any = None
+        self._docker_failure: str | None = None
+        self._env_file = _services.read_env_file()
+        backend = os.environ.get("EOS_SERVICES_BACKEND", "auto").strip().lower() or "auto"
+        if backend not in ("auto", "docker", "native"):
+            raise pytest.UsageError(
+                f"EOS_SERVICES_BACKEND={backend!r}: expected auto, docker or native"
+            )
+        self._backend = backend
+
+    def source(self, service: ServiceName) -> str | None:
+        """Where the service came from: env, env-file, docker, native (None: unresolved)."""
+        return self._source.get(service)
+
+    def get(self, service: ServiceName) -> str:
+        if service in self._resolved:
+            return self._resolved[service]
+        if service in self._failures:
+            _unavailable(self._failures[service])
+        value = self._resolve(service)
+        self._resolved[service] = value
+        return value
+
+    def _fail(self, service: ServiceName, message: str) -> NoReturn:
+        self._failures[service] = message
+        _unavailable(message)
+
+    def _resolve(self, service: ServiceName) -> str:
+        var = _ENV_VARS[service]
+        explicit = os.environ.get(var, "").strip()
+        if explicit:
+            error = _probe(service, explicit, _PROBE_TIMEOUT)
+            if error is not None:
+                self._fail(
+                    service,
+                    f"{var}={redact(explicit)} is set but {service} does not answer ({error}). "
+                    f"Fix: start that service, or unset {var} to let the tests start one.",
+                )
+            self._source[service] = "env"
+            return explicit
+
+        from_file = self._env_file.get(var, "").strip()
+        if from_file and _probe(service, from_file, 2.0) is None:
+            self._source[service] = "env-file"
+            return from_file
+
+        if self._backend == "docker" or (self._backend == "auto" and _docker_engine_answers()):
+            return self._from_docker(service)
+        return self._from_native(service)
+
+    def _from_docker(self, service: ServiceName) -> str:
+        if self._docker is None and self._docker_failure is None:
+            try:
+                self._docker = self._request.getfixturevalue("docker_services")
+            except pytest.FixtureLookupError:
+                self._docker_failure = (
+                    "pytest-docker is not installed (pip install pytest-docker), "
+                    "so docker/docker-compose.yml cannot be used"
+                )
+            except Exception as exc:  # pytest-docker raises plain Exception on compose errors
+                self._docker_failure = f"`docker compose up` failed: {exc}"
+        if self._docker is None:
+            if self._backend == "docker":
+                self._fail(service, self._docker_failure or "Docker services unavailable")
+            return self._from_native(service)
+        docker_ip = str(self._request.getfixturevalue("docker_ip"))
+        if service == "postgres":
+            port = int(self._docker.port_for("postgres", 5432))
+            value = f"postgresql://eos:eos@{docker_ip}:{port}/eos"
+        else:
+            port = int(self._docker.port_for("kafka", 9092))
+            value = f"{docker_ip}:{port}"
+        error = _probe(service, value, _services.service_timeout())
+        if error is not None:
+            self._fail(
+                service, f"{service} from docker/docker-compose.yml does not answer: {error}"
+            )
+        self._source[service] = "docker"
+        return value
+
+    def _from_native(self, service: ServiceName) -> str:
+        current = _services.status()
+        was_running = (current.postgres if service == "postgres" else current.kafka) is not None
+        try:
+            if service == "postgres":
+                value = _services.start_postgres().conninfo
+            else:
+                value = _services.start_kafka().bootstrap
+        except _services.ServiceError as exc:
+            self._fail(
+                service,
+                f"could not start {service} natively: {exc}\n"
+                "Fix: run `scripts/services start` and read its output, or point "
+                f"{_ENV_VARS[service]} at a running {service}.",
+            )
+        if not was_running:
+            self._started_natively.append(service)
+        self._source[service] = "native"
+        return value
+
+    def is_native(self, service: ServiceName) -> bool:
+        """True when the resolved endpoint is the one managed by integration._services."""
+        value = self._resolved.get(service)
+        if value is None:
+            return False
+        current = _services.status()
+        if service == "postgres":
+            return current.postgres is not None and current.postgres.conninfo == value
+        return current.kafka is not None and current.kafka.bootstrap == value
+
+    def close(self) -> None:
+        for service in reversed(self._started_natively):
+            try:
+                if service == "postgres":
+                    _services.stop_postgres()
+                else:
+                    _services.stop_kafka()
+            except _services.ServiceError as exc:  # teardown must not hide test results
+                print(f"warning: could not stop {service}: {exc}")
+        self._started_natively.clear()
+
+
+# ---------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def docker_compose_file() -> str:
+    """pytest-docker: the compose file with PostgreSQL and Kafka."""
+    return str(COMPOSE_FILE)
+
+
+@pytest.fixture(scope="session")
+def eos_services(request: pytest.FixtureRequest) -> Iterator[ServiceResolver]:
+    resolver = ServiceResolver(request)
+    try:
+        yield resolver
+    finally:
+        resolver.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_conninfo(eos_services: ServiceResolver) -> str:
+    """``postgresql://user:password@host:port/db`` of a PostgreSQL with 2PC enabled."""
+    return eos_services.get("postgres")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(eos_services: ServiceResolver) -> str:
+    """``host:port`` of a Kafka 4.x broker with transactions (auto topic creation off)."""
+    return eos_services.get("kafka")
+
+
+@dataclass(frozen=True)
+class NativePostgres:
+    """Control over the native PostgreSQL; the conninfo stays valid across restarts."""
+
+    conninfo: str
+
+    def restart(
+        self, mode: _services.PgStopMode = "fast", downtime: float = 0.0
+    ) -> _services.PostgresInfo:
+        return _services.restart_postgres(mode=mode, downtime=downtime)
+
+    def stop(self, mode: _services.PgStopMode = "fast") -> None:
+        _services.stop_postgres(mode)
+
+    def start(self) -> _services.PostgresInfo:
+        return _services.start_postgres()
+
+
+@dataclass(frozen=True)
+class NativeKafka:
+    """Control over the native Kafka broker; the bootstrap address stays valid."""
+
+    bootstrap: str
+
+    def restart(self, kill: bool = False, downtime: float = 0.0) -> _services.KafkaInfo:
+        return _services.restart_kafka(kill=kill, downtime=downtime)
+
+    def stop(self, kill: bool = False) -> None:
+        _services.stop_kafka(kill=kill)
+
+    def start(self) -> _services.KafkaInfo:
+        return _services.start_kafka()
+
+
+@pytest.fixture
+def native_postgres(
+    postgres_conninfo: str, eos_services: ServiceResolver
+) -> Iterator[NativePostgres]:
+    """Restart hooks for PostgreSQL; skips unless it is the native (scripts/services) one.
+
+    After the test the server is started again if the test left it stopped.
+    """
+    if not eos_services.is_native("postgres"):
+        pytest.skip("needs the native PostgreSQL of scripts/services (restartable by the tests)")
+    yield NativePostgres(postgres_conninfo)
+    if _services.status().postgres is None:
+        _services.start_postgres()
+
+
+@pytest.fixture
+def native_kafka(kafka_bootstrap: str, eos_services: ServiceResolver) -> Iterator[NativeKafka]:
+    """Restart hooks for Kafka; skips unless it is the native (scripts/services) broker.
+
+    After the test the broker is started again if the test left it stopped.
+    """
+    if not eos_services.is_native("kafka"):
+        pytest.skip("needs the native Kafka of scripts/services (restartable by the tests)")
+    yield NativeKafka(kafka_bootstrap)
+    if _services.status().kafka is None:
+        _services.start_kafka()
