@@ -200,6 +200,7 @@ def run_prepared_batch(
     # Step 2
     recovery.sweep_prepared(sink, state, metrics)
     sink.validate_input(batch.schema)
+    batch = sink.partition_input(batch)
     # Step 3
     start = time.monotonic()
     task = partial(prepare_task, sink, state.run_id, batch_id, batch.schema)

@@ -147,6 +147,13 @@ class Ledger(ABC):
 
     sink_id: str
 
+    def open_run(self, run_id: str) -> None:  # noqa: B027 - optional hook
+        """Called when a driver run starts, before it reconciles (optional).
+
+        A ledger shared by several processes can fence older drivers here, e.g. by bumping
+        an epoch that :meth:`decide` and :meth:`abort` check.
+        """
+
     @abstractmethod
     def bound_query(self) -> str | None:
         """The query id the sink is bound to, or ``None`` before its first batch."""

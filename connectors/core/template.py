@@ -137,6 +137,15 @@ class TwoPhaseCommitSink(ABC):
         fix; nothing of the batch is written then.
         """
 
+    def partition_input(self, batch: BatchInput) -> BatchInput:
+        """Driver, after :meth:`validate_input`: how the batch is split into tasks.
+
+        The default keeps Spark's partitioning. A sink that must route rows (e.g. every
+        key to one task, so that two prepared transactions never wait on each other's row
+        locks) returns ``batch.slotted(n, columns)``.
+        """
+        return batch
+
     # ---- the entry point ----
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """``foreachBatch`` entry point: write ``df`` as batch ``batch_id``, exactly once."""
@@ -173,6 +182,7 @@ class TwoPhaseCommitSink(ABC):
                 logger.info(
                     "sink %s: RECONCILING (run %s, query %s)", self.sink_id, state.run_id, qid
                 )
+                state.ledger.open_run(state.run_id)
                 self._reconcile(state, metrics)
                 state.generation = state.ledger.bind_query(qid, reset=self.reset_binding)
                 state.query_id, state.started = qid, True

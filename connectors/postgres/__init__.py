@@ -1,0 +1,21 @@
+"""PostgreSQL: exactly-once with prepared transactions (XA style).
+
+Needs the ``postgres`` extra: ``pip install 'connectors[postgres]'``.
+
+Example::
+
+    from connectors.postgres import PostgresSink
+    sink = PostgresSink("postgresql://user@host:5432/db", "public.events", sink_id="events-pg")
+    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+"""
+
+from connectors._deps import require
+
+require("psycopg", extra="postgres", feature="connectors.postgres")
+require("pgpq", extra="postgres", feature="connectors.postgres")
+
+from connectors.postgres._config import Conninfo  # noqa: E402
+from connectors.postgres._ledger import PostgresLedger  # noqa: E402
+from connectors.postgres._sink import XID_FORMAT_ID, PostgresSink  # noqa: E402
+
+__all__ = ["XID_FORMAT_ID", "Conninfo", "PostgresLedger", "PostgresSink"]

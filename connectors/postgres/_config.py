@@ -1,0 +1,158 @@
+"""Configuration of the PostgreSQL sink: validated once, secrets kept out of every string."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+import psycopg
+from psycopg import sql
+
+from connectors.core.errors import ConfigurationError
+
+__all__ = ["Conninfo", "PostgresOptions", "TableName", "redact"]
+
+Mode = Literal["append", "upsert"]
+_DURATION = re.compile(r"\d+(ms|s|min)?")
+
+#: Default lock wait inside a task: a prepared transaction keeps its row locks until the
+#: driver commits it, and PostgreSQL cannot see a wait on a prepared transaction as a
+#: deadlock; a bounded wait turns that into a retriable error instead of a hang.
+DEFAULT_LOCK_TIMEOUT = "30s"
+#: Connect timeout (seconds) for tasks and the driver: an unreachable server fails fast.
+DEFAULT_CONNECT_TIMEOUT = 10
+
+
+class Conninfo:
+    """A libpq connection string whose password never shows in ``str``/``repr``.
+
+    Example::
+
+        >>> Conninfo("postgresql://app:s3cret@db:5432/prod")
+        Conninfo('postgresql://app:***@db:5432/prod')
+    """
+
+    __slots__ = ("_params", "_raw")
+
+    def __init__(self, conninfo: str) -> None:
+        if not isinstance(conninfo, str) or not conninfo.strip():
+            raise ConfigurationError(
+                "conninfo must be a libpq connection string such as "
+                "'postgresql://user@host:5432/dbname'"
+            )
+        try:
+            params = psycopg.conninfo.conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError:
+            raise ConfigurationError(
+                "conninfo is not a valid libpq connection string (its text is not shown: it "
+                "may hold a password); use 'postgresql://user@host:5432/dbname' or "
+                "'host=... dbname=... user=...'"
+            ) from None
+        self._raw = conninfo
+        self._params = {k: str(v) for k, v in params.items() if v is not None}
+
+    @property
+    def secret(self) -> str:
+        """The full connection string, password included: only for ``psycopg.connect``."""
+        return self._raw
+
+    @property
+    def password(self) -> str | None:
+        return self._params.get("password")
+
+    @property
+    def user(self) -> str | None:
+        return self._params.get("user")
+
+    @property
+    def dbname(self) -> str | None:
+        return self._params.get("dbname")
+
+    def redacted(self) -> str:
+        """The connection string with the password replaced by ``***``."""
+        return redact(self._raw, self.password)
+
+    def __repr__(self) -> str:
+        return f"Conninfo({self.redacted()!r})"
+
+    def __str__(self) -> str:
+        return self.redacted()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Conninfo) and other._raw == self._raw
+
+    def __hash__(self) -> int:
+        return hash(self._raw)
+
+
+def redact(text: str, password: str | None) -> str:
+    """``text`` with every occurrence of ``password`` (and ``password=...``) masked."""
+    text = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", text, flags=re.IGNORECASE)
+    text = re.sub(r"(://[^:/@\s]+:)[^@\s]*@", r"\1***@", text)
+    if password:
+        text = text.replace(password, "***")
+    return text
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A schema-qualified table name, always quoted when put into SQL."""
+
+    schema: str
+    name: str
+
+    @classmethod
+    def parse(cls, value: str | tuple[str, str], *, what: str = "table") -> TableName:
+        """``"events"``, ``"public.events"`` or ``("public", "events")``.
+
+        No unquoting or SQL parsing: the parts are identifiers, quoted later with
+        ``psycopg.sql.Identifier``, so ``x"; drop table y; --`` is just a (missing) table.
+        """
+        if isinstance(value, tuple) and len(value) == 2:
+            schema, name = value
+        elif isinstance(value, str) and value:
+            schema, dot, name = value.partition(".")
+            if not dot:
+                schema, name = "public", value
+        else:
+            raise ConfigurationError(f"{what} must be 'name', 'schema.name' or (schema, name)")
+        if not schema or not name:
+            raise ConfigurationError(f"{what} {value!r}: empty schema or table name")
+        return cls(schema, name)
+
+    def sql(self, suffix: str = "") -> sql.Identifier:
+        return sql.Identifier(self.schema, self.name + suffix)
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+@dataclass(frozen=True)
+class PostgresOptions:
+    """Validated options of :class:`~connectors.postgres.PostgresSink`."""
+
+    table: TableName
+    mode: Mode = "append"
+    key_columns: tuple[str, ...] = ()
+    create_table: bool = False
+    ledger_table: TableName = field(default_factory=lambda: TableName("public", "eos_ledger"))
+    lock_timeout: str = DEFAULT_LOCK_TIMEOUT
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("append", "upsert"):
+            raise ConfigurationError(f"mode must be 'append' or 'upsert', not {self.mode!r}")
+        if self.mode == "upsert" and not self.key_columns:
+            raise ConfigurationError(
+                "mode='upsert' needs key_columns: the columns of a unique index or primary "
+                "key of the table, e.g. key_columns=['user_id']"
+            )
+        if self.mode == "append" and self.key_columns:
+            raise ConfigurationError("key_columns only apply to mode='upsert'")
+        if not _DURATION.fullmatch(self.lock_timeout):
+            raise ConfigurationError(
+                f"lock_timeout {self.lock_timeout!r}: use PostgreSQL units such as '30s'"
+            )
+        if not isinstance(self.connect_timeout, int) or self.connect_timeout < 1:
+            raise ConfigurationError("connect_timeout must be an int >= 1 (seconds)")

@@ -1,0 +1,334 @@
+"""The PostgreSQL ledger: decisions, aborts, the query binding and receipts, in tables.
+
+Four tables, created on first use (``<ledger>`` defaults to ``public.eos_ledger``):
+
+- ``<ledger>``: one decision per (sink, batch): the commit point (first insert wins);
+- ``<ledger>_aborts``: "run R may never decide batch B" (written before a roll-back);
+- ``<ledger>_bindings``: sink -> query id, generation, and the driver **epoch**;
+- ``<ledger>_receipts``: one row per committed transaction, inserted *inside* the prepared
+  transaction by the task: a receipt that is visible proves the commit.
+
+Deciding, aborting and binding run in transactions that take a per-sink advisory lock
+(``pg_advisory_xact_lock``) and check the epoch: every driver run bumps the epoch when it
+starts, so an older driver (a zombie, or a second driver on the same checkpoint) can no
+longer decide or abort once a newer one took over.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from connectors.core.errors import ConnectorError, FencedError, ProtocolStateError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit, check_binding
+from connectors.core.protocol import BatchState
+from connectors.postgres._config import Conninfo, TableName
+from connectors.postgres._errors import translate
+
+__all__ = ["DriverConnection", "PostgresLedger", "ledger_ddl"]
+
+
+class DriverConnection:
+    """The driver's one autocommit connection, opened lazily, reopened after a failure."""
+
+    def __init__(self, conninfo: Conninfo, connect_timeout: int, sink_id: str) -> None:
+        self.conninfo = conninfo
+        self.connect_timeout = connect_timeout
+        self.sink_id = sink_id
+        self._conn: psycopg.Connection[Any] | None = None
+        self.lock = threading.RLock()
+
+    def get(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            try:
+                self._conn = psycopg.connect(
+                    self.conninfo.secret, autocommit=True, connect_timeout=self.connect_timeout,
+                    application_name=f"connectors-driver:{self.sink_id}",
+                )
+            except psycopg.Error as exc:
+                raise self.error(exc, f"connecting to {self.conninfo}") from None
+        return self._conn
+
+    def error(self, exc: BaseException, doing: str, **ids: Any) -> ConnectorError:
+        if isinstance(exc, ConnectorError):
+            return exc
+        return translate(exc, doing=doing, password=self.conninfo.password,
+                         sink_id=self.sink_id, **ids)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def ledger_ddl(ledger: TableName) -> list[sql.Composed]:
+    """CREATE statements of the ledger tables (idempotent)."""
+    return [
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
+            "run_id text NOT NULL, state text NOT NULL CHECK (state IN ('DECIDED','COMMITTED')),"
+            " commits jsonb NOT NULL, fp_rows bigint, fp_digest text, query_id text, "
+            "decided_at timestamptz NOT NULL DEFAULT now(), committed_at timestamptz, "
+            "PRIMARY KEY (sink_id, batch_id))"
+        ).format(ledger.sql()),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
+            "run_id text NOT NULL, aborted_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (sink_id, batch_id, run_id))"
+        ).format(ledger.sql("_aborts")),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (sink_id text PRIMARY KEY, query_id text, "
+            "generation integer NOT NULL DEFAULT 0, epoch bigint NOT NULL DEFAULT 0, "
+            "updated_at timestamptz NOT NULL DEFAULT now())"
+        ).format(ledger.sql("_bindings")),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (xid text PRIMARY KEY, sink_id text NOT NULL, "
+            "batch_id bigint NOT NULL, rows bigint NOT NULL, digest text NOT NULL, "
+            "committed_at timestamptz NOT NULL DEFAULT now())"
+        ).format(ledger.sql("_receipts")),
+    ]
+
+
+_COLUMNS = sql.SQL(
+    "sink_id, batch_id, run_id, state, commits, fp_rows, fp_digest, query_id, "
+    "extract(epoch from decided_at)"
+)
+
+
+def _entry(row: Sequence[Any]) -> LedgerEntry:
+    sink_id, batch_id, run_id, state, commits, fp_rows, fp_digest, query_id, decided = row
+    fp = Fingerprint(int(fp_rows), int(fp_digest, 16)) if fp_rows is not None else None
+    return LedgerEntry(
+        sink_id=sink_id,
+        batch_id=int(batch_id),
+        run_id=run_id,
+        state=BatchState(state),
+        commits=tuple(TaskCommit.from_json(c) for c in commits),
+        fingerprint=fp,
+        query_id=query_id,
+        decided_at=float(decided),
+    )
+
+
+class PostgresLedger(Ledger):
+    """The sink's ledger in PostgreSQL (see the module docstring)."""
+
+    def __init__(self, db: DriverConnection, table: TableName, *, sink_id: str) -> None:
+        self.sink_id = sink_id
+        self.db = db
+        self.table = table
+        self._epoch: int | None = None
+        self._ready = False
+        self._lock_key = f"connectors|{sink_id}"
+
+    def __repr__(self) -> str:
+        return f"PostgresLedger({self.table}, sink_id={self.sink_id!r})"
+
+    # ---- plumbing ----
+    def _run(self, doing: str, fn: Any, **ids: Any) -> Any:
+        with self.db.lock:
+            conn = self.db.get()
+            try:
+                if not self._ready:
+                    self._create(conn)
+                return fn(conn)
+            except (psycopg.Error, ConnectorError) as exc:
+                raise self.db.error(exc, doing, **ids) from None
+
+    def _create(self, conn: psycopg.Connection[Any]) -> None:
+        with conn.transaction():
+            # Serialize concurrent CREATE TABLE IF NOT EXISTS of several drivers.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('connectors|ddl', 0))")
+            for statement in ledger_ddl(self.table):
+                conn.execute(statement)
+        self._ready = True
+
+    def _locked(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (self._lock_key,))
+
+    def _check_epoch(self, conn: psycopg.Connection[Any], batch_id: int | None) -> None:
+        if self._epoch is None:
+            return
+        row = conn.execute(
+            sql.SQL("SELECT epoch FROM {} WHERE sink_id = %s").format(self.table.sql("_bindings")),
+            (self.sink_id,),
+        ).fetchone()
+        if row is None or int(row[0]) != self._epoch:
+            raise FencedError(
+                f"another driver (or the operator tool) took over sink {self.sink_id!r} "
+                f"(epoch {row[0] if row else None}, this driver has {self._epoch}): this "
+                "driver must stop; the newer one reconciles what this one left",
+                sink_id=self.sink_id, batch_id=batch_id,
+            )
+
+    # ---- Ledger ----
+    def open_run(self, run_id: str) -> None:
+        def bump(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute(
+                sql.SQL(
+                    "INSERT INTO {t} AS b (sink_id, epoch) VALUES (%s, 1) ON CONFLICT (sink_id)"
+                    " DO UPDATE SET epoch = b.epoch + 1, updated_at = now() RETURNING epoch"
+                ).format(t=self.table.sql("_bindings")),
+                (self.sink_id,),
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        self._epoch = self._run("starting a driver run", bump)
+
+    def bound_query(self) -> str | None:
+        row = self._run("reading the query binding", lambda c: c.execute(
+            sql.SQL("SELECT query_id FROM {} WHERE sink_id = %s").format(
+                self.table.sql("_bindings")), (self.sink_id,)).fetchone())
+        return row[0] if row else None
+
+    def bind_query(self, query_id: str, *, reset: bool = False) -> int:
+        def bind(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction():
+                self._locked(conn)
+                row = conn.execute(
+                    sql.SQL("SELECT query_id, generation FROM {} WHERE sink_id = %s").format(
+                        self.table.sql("_bindings")), (self.sink_id,)).fetchone()
+                bound, generation = (row[0], int(row[1])) if row else (None, 0)
+                if not check_binding(self.sink_id, bound, query_id, reset=reset):
+                    return generation
+                if bound is not None:
+                    generation += 1
+                    for suffix in ("", "_aborts", "_receipts"):
+                        conn.execute(sql.SQL("DELETE FROM {} WHERE sink_id = %s").format(
+                            self.table.sql(suffix)), (self.sink_id,))
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {t} AS b (sink_id, query_id, generation) VALUES (%s, %s, %s)"
+                        " ON CONFLICT (sink_id) DO UPDATE SET query_id = EXCLUDED.query_id, "
+                        "generation = EXCLUDED.generation, updated_at = now()"
+                    ).format(t=self.table.sql("_bindings")),
+                    (self.sink_id, query_id, generation),
+                )
+                return generation
+
+        return int(self._run("binding the sink to its query", bind))
+
+    def _select(
+        self, conn: psycopg.Connection[Any], where: str, params: tuple[Any, ...]
+    ) -> list[LedgerEntry]:
+        query = sql.SQL("SELECT {} FROM {} WHERE sink_id = %s {} ORDER BY batch_id").format(
+            _COLUMNS, self.table.sql(), sql.SQL(where))
+        return [_entry(r) for r in conn.execute(query, (self.sink_id, *params)).fetchall()]
+
+    def _one(self, conn: psycopg.Connection[Any], batch_id: int) -> LedgerEntry | None:
+        found = self._select(conn, "AND batch_id = %s", (batch_id,))
+        return found[0] if found else None
+
+    def get(self, batch_id: int) -> LedgerEntry | None:
+        entry: LedgerEntry | None = self._run(
+            "reading the ledger", lambda c: self._one(c, batch_id), batch_id=batch_id)
+        return entry
+
+    def decide(self, entry: LedgerEntry) -> LedgerEntry:
+        if entry.state not in (BatchState.DECIDED, BatchState.COMMITTED):
+            raise ProtocolStateError(f"cannot record a {entry.state.value} decision")
+
+        def decide(conn: psycopg.Connection[Any]) -> LedgerEntry:
+            with conn.transaction():
+                self._locked(conn)
+                self._check_epoch(conn, entry.batch_id)
+                existing = self._one(conn, entry.batch_id)
+                if existing is not None:
+                    return existing
+                aborted = conn.execute(
+                    sql.SQL("SELECT 1 FROM {} WHERE sink_id = %s AND batch_id = %s AND "
+                            "run_id = %s").format(self.table.sql("_aborts")),
+                    (self.sink_id, entry.batch_id, entry.run_id)).fetchone()
+                if aborted:
+                    raise FencedError(
+                        f"run {entry.run_id} was aborted for this batch by another driver or "
+                        "the operator tool; its transactions were rolled back",
+                        sink_id=self.sink_id, batch_id=entry.batch_id)
+                fp = entry.fingerprint
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (sink_id, batch_id, run_id, state, commits, fp_rows, "
+                        "fp_digest, query_id, committed_at) VALUES (%s, %s, %s, %s, %s, %s, %s,"
+                        " %s, CASE WHEN %s THEN now() END)"
+                    ).format(self.table.sql()),
+                    (self.sink_id, entry.batch_id, entry.run_id, entry.state.value,
+                     Jsonb([c.to_json() for c in entry.commits]),
+                     fp.rows if fp else None, fp.hex if fp else None, entry.query_id,
+                     entry.state is BatchState.COMMITTED),
+                )
+                return entry
+
+        result: LedgerEntry = self._run("recording the decision", decide, batch_id=entry.batch_id)
+        return result
+
+    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
+        def abort(conn: psycopg.Connection[Any]) -> LedgerEntry | None:
+            with conn.transaction():
+                self._locked(conn)
+                self._check_epoch(conn, batch_id)
+                existing = self._one(conn, batch_id)
+                if existing is not None and existing.run_id == run_id:
+                    return existing
+                conn.execute(
+                    sql.SQL("INSERT INTO {} (sink_id, batch_id, run_id) VALUES (%s, %s, %s) "
+                            "ON CONFLICT DO NOTHING").format(self.table.sql("_aborts")),
+                    (self.sink_id, batch_id, run_id))
+                return None
+
+        result: LedgerEntry | None = self._run("recording an abort", abort, batch_id=batch_id)
+        return result
+
+    def mark_committed(self, batch_id: int) -> None:
+        self._run("recording the batch as committed", lambda c: c.execute(
+            sql.SQL("UPDATE {} SET state = 'COMMITTED', committed_at = now() WHERE sink_id = %s "
+                    "AND batch_id = %s AND state = 'DECIDED'").format(self.table.sql()),
+            (self.sink_id, batch_id)), batch_id=batch_id)
+
+    def entries(self) -> Sequence[LedgerEntry]:
+        found: list[LedgerEntry] = self._run(
+            "reading the ledger", lambda c: self._select(c, "", ()))
+        return found
+
+    def unfinished(self) -> list[LedgerEntry]:
+        found: list[LedgerEntry] = self._run(
+            "reading the ledger", lambda c: self._select(c, "AND state = 'DECIDED'", ()))
+        return found
+
+    def last_batch_id(self) -> int | None:
+        row = self._run("reading the ledger", lambda c: c.execute(
+            sql.SQL("SELECT max(batch_id) FROM {} WHERE sink_id = %s").format(self.table.sql()),
+            (self.sink_id,)).fetchone())
+        return int(row[0]) if row and row[0] is not None else None
+
+    def prune(self, keep: int) -> None:
+        t = self.table
+        self._run("pruning the ledger", lambda c: c.execute(
+            sql.SQL(
+                "WITH cutoff AS (SELECT batch_id FROM {l} WHERE sink_id = %(s)s "
+                "ORDER BY batch_id DESC OFFSET %(k)s LIMIT 1), "
+                "d1 AS (DELETE FROM {l} WHERE sink_id = %(s)s AND state = 'COMMITTED' "
+                "AND batch_id <= (SELECT batch_id FROM cutoff)), "
+                "d2 AS (DELETE FROM {a} WHERE sink_id = %(s)s "
+                "AND batch_id <= (SELECT batch_id FROM cutoff)) "
+                "DELETE FROM {r} WHERE sink_id = %(s)s "
+                "AND batch_id <= (SELECT batch_id FROM cutoff)"
+            ).format(l=t.sql(), a=t.sql("_aborts"), r=t.sql("_receipts")),
+            {"s": self.sink_id, "k": keep}))
+
+    def receipt(self, transaction_id: str) -> bool:
+        """Is there a receipt (proof of commit) for ``transaction_id``?"""
+        row = self._run("reading a receipt", lambda c: c.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE xid = %s").format(self.table.sql("_receipts")),
+            (transaction_id,)).fetchone(), transaction_id=transaction_id)
+        return row is not None
+
+    def close(self) -> None:
+        self.db.close()
+

@@ -1,0 +1,162 @@
+"""Arrow <-> PostgreSQL types for binary COPY: what each column is cast to before encoding.
+
+Binary COPY needs the exact wire type of each column (an ``int8`` value cannot go into an
+``integer`` column), so the driver reads the table's columns once per batch and builds a
+:class:`WritePlan`: the Arrow type every input column is cast to (a *safe* cast: an
+overflowing value is a bad-input error, never a wrapped number).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from connectors.core.errors import BadInputError, ConfigurationError
+
+__all__ = ["Column", "WritePlan", "ddl_type", "plan_write"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the target table, as PostgreSQL describes it."""
+
+    name: str
+    typname: str  # pg_type.typname, e.g. int8, timestamptz, _int4 for arrays
+    formatted: str  # format_type(), e.g. "timestamp with time zone"
+    not_null: bool
+    has_default: bool
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """What a task needs to write: column order, Arrow types, jsonb columns, SQL types."""
+
+    columns: tuple[str, ...]
+    schema: pa.Schema
+    jsonb: tuple[str, ...]
+    sql_types: tuple[str, ...]
+
+
+def _ints(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t))
+
+
+def _target(col: Column, source: pa.DataType) -> pa.DataType | None:
+    """The Arrow type to cast ``source`` to for ``col``, or None if incompatible."""
+    name = col.typname
+    if pa.types.is_dictionary(source):
+        source = source.value_type
+    if name in ("int2", "int4", "int8"):
+        target = {"int2": pa.int16(), "int4": pa.int32(), "int8": pa.int64()}[name]
+        return target if _ints(source) else None
+    if name in ("float4", "float8"):
+        ok = _ints(source) or pa.types.is_floating(source) or pa.types.is_decimal(source)
+        return (pa.float32() if name == "float4" else pa.float64()) if ok else None
+    if name == "numeric":
+        if pa.types.is_decimal(source):
+            return pa.decimal128(source.precision, source.scale) if source.precision <= 38 else None
+        return pa.decimal128(38, 0) if _ints(source) else None
+    if name == "bool":
+        return pa.bool_() if pa.types.is_boolean(source) else None
+    if name in ("text", "varchar", "bpchar", "name", "json", "jsonb", "citext"):
+        ok = pa.types.is_string(source) or pa.types.is_large_string(source)
+        return pa.large_string() if ok else None
+    if name == "bytea":
+        ok = pa.types.is_binary(source) or pa.types.is_large_binary(source)
+        return pa.large_binary() if ok else None
+    if name in ("timestamptz", "timestamp"):
+        if not pa.types.is_timestamp(source):
+            return None
+        return pa.timestamp("us", tz="UTC") if name == "timestamptz" else pa.timestamp("us")
+    if name == "date":
+        return pa.date32() if pa.types.is_date(source) else None
+    if name == "time":
+        return pa.time64("us") if pa.types.is_time(source) else None
+    return None
+
+
+_SUPPORTED = (
+    "smallint, integer, bigint, real, double precision, numeric, boolean, text, varchar, "
+    "char, json, jsonb, bytea, timestamp, timestamptz, date, time"
+)
+
+
+def plan_write(table: str, input_schema: pa.Schema, columns: Sequence[Column]) -> WritePlan:
+    """Check ``input_schema`` against the table's columns; raise naming the problem."""
+    by_name = {c.name: c for c in columns}
+    fields, sql_types, jsonb = [], [], []
+    for field in input_schema:
+        col = by_name.get(field.name)
+        if col is None:
+            raise BadInputError(
+                f"column {field.name!r} of the batch does not exist in table {table} "
+                f"(its columns: {', '.join(sorted(by_name))}); add it to the table or "
+                "drop it from the DataFrame"
+            )
+        target = _target(col, field.type)
+        if target is None:
+            if _target(col, pa.int64()) is None and _target(col, pa.string()) is None and (
+                _target(col, pa.timestamp("us")) is None
+            ):
+                raise ConfigurationError(
+                    f"column {field.name!r} of {table} has type {col.formatted}, which the "
+                    f"sink cannot write with binary COPY (supported: {_SUPPORTED})"
+                )
+            raise BadInputError(
+                f"column {field.name!r}: the batch has {field.type}, table {table} has "
+                f"{col.formatted}: incompatible; cast the column in the DataFrame "
+                f"(e.g. col({field.name!r}).cast(...)) or change the table"
+            )
+        fields.append(pa.field(field.name, target, nullable=True))
+        sql_types.append(col.formatted)
+        if col.typname == "jsonb":
+            jsonb.append(field.name)
+    present = {f.name for f in input_schema}
+    missing = [
+        c.name for c in columns if c.not_null and not c.has_default and c.name not in present
+    ]
+    if missing:
+        raise BadInputError(
+            f"table {table} has NOT NULL column(s) {', '.join(missing)} without a default, "
+            "and the batch does not have them: add them to the DataFrame"
+        )
+    return WritePlan(
+        columns=tuple(f.name for f in input_schema),
+        schema=pa.schema(fields),
+        jsonb=tuple(jsonb),
+        sql_types=tuple(sql_types),
+    )
+
+
+def ddl_type(t: pa.DataType) -> str:
+    """The PostgreSQL type ``create_table=True`` uses for an Arrow type."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    simple = [
+        (pa.types.is_boolean, "boolean"),
+        (pa.types.is_int8, "smallint"),
+        (pa.types.is_int16, "smallint"),
+        (pa.types.is_int32, "integer"),
+        (pa.types.is_int64, "bigint"),
+        (pa.types.is_float32, "real"),
+        (pa.types.is_float64, "double precision"),
+        (pa.types.is_string, "text"),
+        (pa.types.is_large_string, "text"),
+        (pa.types.is_binary, "bytea"),
+        (pa.types.is_large_binary, "bytea"),
+        (pa.types.is_date, "date"),
+        (pa.types.is_time, "time"),
+    ]
+    for check, name in simple:
+        if check(t):
+            return name
+    if pa.types.is_timestamp(t):
+        return "timestamp with time zone" if t.tz else "timestamp"
+    if pa.types.is_decimal(t):
+        return f"numeric({t.precision},{t.scale})"
+    raise ConfigurationError(
+        f"create_table cannot map the Arrow type {t} to a PostgreSQL type; create the table "
+        "yourself"
+    )
