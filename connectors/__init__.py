@@ -10,8 +10,15 @@ The public API is what this module's ``__all__`` lists; everything else is priva
 
 Example::
 
-    from connectors import PreparedTransactionSink   # subclass it for a new target
+    from connectors import PostgresSink
+    sink = PostgresSink("postgresql://user@host:5432/db", "public.events", sink_id="events-pg")
+    query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
+
+The sinks of each target load lazily: ``PostgresSink`` needs the ``postgres`` extra, and
+naming it without the extra raises an ImportError that says which extra to install.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from connectors.core.batch import BatchContext, BatchInput, TaskInfo
 from connectors.core.errors import (
@@ -50,7 +57,23 @@ from connectors.core.template import (
     TwoPhaseCommitSink,
 )
 
+if TYPE_CHECKING:
+    from connectors.postgres import PostgresSink
+
 __version__ = "0.1.0.dev0"
+
+# Target sinks: public name -> module (imported on first use, so that the core works
+# without every client library installed).
+_LAZY = {"PostgresSink": "connectors.postgres"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'connectors' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 __all__ = [
     "DEFAULT_COMMIT_RETRY",
@@ -77,6 +100,7 @@ __all__ = [
     "LedgerEntry",
     "NoRetry",
     "NonDeterministicReplayError",
+    "PostgresSink",
     "PreparedTransactionSink",
     "ProtocolStateError",
     "QueryBindingError",

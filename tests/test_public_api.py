@@ -43,6 +43,7 @@ CONNECTORS_ALL = [
     "NoRetry",
     "NonDeterministicReplayError",
     "PreparedTransactionSink",
+    "PostgresSink",
     "ProtocolStateError",
     "QueryBindingError",
     "RetriesExhaustedError",
@@ -159,3 +160,26 @@ def test_version_matches_the_project_metadata() -> None:
 def test_package_modules_are_documented() -> None:
     for module in (connectors, connectors.core, connectors.testing):
         assert module.__doc__ and module.__doc__.strip()
+
+
+def test_target_sinks_load_lazily_and_a_missing_extra_names_it() -> None:
+    """``import connectors`` does not import psycopg; naming PostgresSink without the
+    extra raises an ImportError that says ``pip install 'connectors[postgres]'``."""
+    code = (
+        "import sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def fake(name, *a, **k):\n"
+        "    if name.split('.')[0] in ('psycopg', 'pgpq'):\n"
+        "        raise ImportError('no ' + name)\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = fake\n"
+        "import connectors\n"
+        "assert 'psycopg' not in sys.modules\n"
+        "try:\n"
+        "    connectors.PostgresSink\n"
+        "except ImportError as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "DependencyError" in out and "connectors[postgres]" in out
