@@ -16,6 +16,7 @@ group, which holds its executors too).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -37,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 START_TIMEOUT = 90.0  # master up and every worker registered (JVM start on a loaded box)
 STOP_TIMEOUT = 15.0  # SIGTERM to SIGKILL
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class ClusterError(RuntimeError):
@@ -86,12 +88,16 @@ class StandaloneCluster:
 
         Executors inherit the *workers'* environment, not the driver's: what the Python
         workers need (``PYTHONPATH`` for this repository, any ``CONNECTORS_*`` variable)
-        must go through ``spark.executorEnv.*``; see :func:`executor_env_conf`.
+        must go through ``spark.executorEnv.*``; see :func:`executor_env_conf`. Their
+        interpreter is the driver's ``PYSPARK_PYTHON`` (sent with every Python function;
+        ``run_driver`` sets it to ``sys.executable``), not ``spark.executorEnv``'s.
         """
         cores = len(self.worker_hosts)
         conf = {
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
+            # The driver's scratch dirs too (executors use the workers' SPARK_LOCAL_DIRS).
+            "spark.local.dir": str(self.root / "driver-local"),
             "spark.executor.memory": self.executor_memory,
             "spark.executor.cores": "1",
             "spark.cores.max": str(cores),
@@ -99,10 +105,28 @@ class StandaloneCluster:
             # one executor alone could never speculate.
             "spark.scheduler.minRegisteredResourcesRatio": "1.0",
             "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
-            "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
             "spark.executorEnv.PYTHONPATH": str(pythonpath),
         }
         return conf_args(conf)
+
+    def app_processes(self) -> list[str]:
+        """Live processes of applications: executors and their Python workers.
+
+        Empty once every application ended and its stragglers are gone (a worker kills an
+        ended application's executors, and pyspark's daemon its Python workers).
+        """
+        daemons = {str(d.proc.pid) for d in self.daemons}
+        return [p for p in processes_under(self.root) if p.split(":", 1)[0] not in daemons]
+
+    def wait_apps_gone(self, timeout: float = 60.0) -> None:
+        """Wait until :meth:`app_processes` is empty; raise :class:`ClusterError` if not."""
+        deadline = time.monotonic() + timeout
+        while (left := self.app_processes()) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        if left:
+            raise ClusterError(
+                f"application processes still alive after {timeout:.0f} s:\n" + "\n".join(left)
+            )
 
     def executor_logs(self, n: int = 40) -> str:
         """The last lines of every executor's stderr (for assertion messages)."""
@@ -132,6 +156,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the test process dies, even by SIGKILL (Linux).
+
+    ``spark-class`` ``exec``s the JVM, which keeps this setting; a worker's executors are
+    stopped by the worker's own SIGTERM handling.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _start(name: str, args: list[str], env: dict[str, str], logs: Path) -> _Daemon:
     log = logs / f"{name}.log"
     handle = log.open("wb")
@@ -143,6 +177,7 @@ def _start(name: str, args: list[str], env: dict[str, str], logs: Path) -> _Daem
         stdout=handle,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the worker's executors too
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
     )
     return _Daemon(name, proc, log, handle)
 
@@ -194,8 +229,10 @@ def _wait_for(
             return result
         dead = [d for d in daemons if d.proc.poll() is not None]
         if dead:
+            alive = [d for d in daemons if d not in dead]
             raise ClusterError(
-                f"{what}: {dead[0].name} exited\n" + "\n".join(d.tail() for d in daemons)
+                f"{what}: {', '.join(d.name for d in dead)} exited\n"
+                + "\n".join([*(d.tail() for d in dead), *(d.tail(10) for d in alive)])
             )
         time.sleep(0.25)
     raise ClusterError(
