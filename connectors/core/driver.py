@@ -209,7 +209,11 @@ def run_prepared_batch(
     metrics.tasks = len(commits) + len(errors)
     if errors:
         for commit in commits:
-            sink.abort(commit.transaction_id)
+            try:
+                sink.abort(commit.transaction_id)
+            except Exception as exc:  # the sweep of the next run rolls it back
+                logger.warning("sink %s: roll-back of %s failed (%s); the next sweep retries",
+                               sink.sink_id, commit.transaction_id, type(exc).__name__)
         protocol.advance(BatchState.ABORTED)
         raise errors[0]
     protocol.advance(BatchState.PREPARED)

@@ -78,6 +78,21 @@ def translate(
                 f"({detail})",
                 sink_id=sink_id, batch_id=batch_id, transaction_id=transaction_id,
             )
+    lowered = text.lower()
+    if "prepared transactions are disabled" in lowered:
+        return ConfigurationError(
+            f"{doing}: prepared transactions are disabled on the server "
+            "(max_prepared_transactions = 0): set max_prepared_transactions to at least the "
+            "number of tasks of a batch (e.g. 64) in postgresql.conf and restart PostgreSQL",
+            sink_id=sink_id, batch_id=batch_id, transaction_id=transaction_id,
+        )
+    if "maximum number of prepared transactions reached" in lowered:
+        return ConfigurationError(
+            f"{doing}: the server's max_prepared_transactions is exhausted: raise it (and "
+            "restart PostgreSQL), write with fewer partitions, or settle lingering prepared "
+            f"transactions (see pg_prepared_xacts) ({detail})",
+            sink_id=sink_id, batch_id=batch_id, transaction_id=transaction_id,
+        )
     kind: type[ConnectorError] = FatalError
     message = f"{doing}: {type(exc).__name__}: {detail}"
     for classes, error_class, what in _TABLE:

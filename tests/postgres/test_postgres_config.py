@@ -155,3 +155,12 @@ class TestErrorTranslation:
 def test_missing_extra_names_it() -> None:
     with pytest.raises(DependencyError, match=r"connectors\[postgres\]"):
         require("no_such_module_xyz", extra="postgres", feature="PostgresSink")
+
+
+@pytest.mark.parametrize("message,fix", [
+    ("prepared transactions are disabled", "max_prepared_transactions"),
+    ("maximum number of prepared transactions reached", "max_prepared_transactions"),
+])
+def test_prepared_transaction_limits_name_the_setting(message: str, fix: str) -> None:
+    err = translate(psycopg.errors.lookup("55000")(message), doing="PREPARE", password=None)
+    assert isinstance(err, ConfigurationError) and fix in str(err)
