@@ -8,7 +8,7 @@ row changes it. Fingerprints of tasks combine with ``+``.
 
 Hashing is vectorised with numpy: fixed-width columns are mixed with splitmix64;
 variable-width columns (strings, binary) use a position-normalised polynomial hash over
-their data buffer (prefix sums modulo 2**64), so no Python object is made per row. Nested
+their data buffer (per-value sums modulo 2**64), so no Python object is made per row. Nested
 types (lists, structs, maps) fall back to hashing each value's Python form, which is slower.
 
 This is a consistency check, not a cryptographic hash: it detects a non-deterministic
@@ -37,7 +37,7 @@ _P = 0x100000001B3  # odd, so invertible modulo 2**64
 _P_INV = pow(_P, -1, 1 << 64)
 #: Largest data buffer hashed in one go; bigger string columns are hashed in row slices so
 #: that the temporaries (8 bytes per data byte) stay bounded.
-_MAX_CHUNK_BYTES = 4 << 20
+_MAX_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -85,17 +85,21 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return out
 
 
-def _pow_mod64(base: int, exponents: np.ndarray) -> np.ndarray:
-    """``base ** exponents`` modulo 2**64, vectorised by square-and-multiply."""
-    result = np.ones(len(exponents), dtype=_U64)
-    power = np.full(len(exponents), base, dtype=_U64)
-    e = exponents.astype(_U64, copy=True)
-    while e.any():
-        odd = (e & _U64(1)).astype(bool)
-        result[odd] = result[odd] * power[odd]
-        power = power * power
-        e = e >> _U64(1)
-    return result
+_powers = np.ones(1, dtype=_U64)
+_inverse_powers = np.ones(1, dtype=_U64)
+
+
+def _power_tables(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``P**k`` and ``P**-k`` modulo 2**64 for ``k < size`` (grown on demand, cached)."""
+    global _powers, _inverse_powers
+    if len(_powers) < size:
+        size = max(size, 2 * len(_powers))
+        powers = np.full(size, _P, dtype=_U64)
+        powers[0] = 1
+        inverse = np.full(size, _P_INV, dtype=_U64)
+        inverse[0] = 1
+        _powers, _inverse_powers = np.cumprod(powers), np.cumprod(inverse)
+    return _powers, _inverse_powers
 
 
 def _hash_varwidth(arr: pa.Array) -> np.ndarray:
@@ -110,24 +114,20 @@ def _hash_varwidth(arr: pa.Array) -> np.ndarray:
     if end - start > _MAX_CHUNK_BYTES and n > 1:
         half = n // 2
         return np.concatenate([_hash_varwidth(arr.slice(0, half)), _hash_varwidth(arr.slice(half))])
+    lengths = np.diff(offsets)
+    h = np.zeros(n, dtype=_U64)
     if end > start and buffers[2] is not None:
+        powers, inverse = _power_tables(end - start)
+        # Polynomial hash of each value: sum of (byte + 1) * P**position over the buffer,
+        # summed per value, then multiplied by P**-start so that it does not depend on
+        # where the value sits in the buffer (P is odd, so invertible modulo 2**64).
         data = np.frombuffer(buffers[2], dtype=np.uint8)[start:end].astype(_U64)
-        data += _U64(1)  # so that a zero byte still counts
-        powers = np.empty(end - start, dtype=_U64)
-        powers[0] = 1
-        if end - start > 1:
-            powers[1:] = _U64(_P)
-            np.cumprod(powers, out=powers)
-        prefix = np.zeros(end - start + 1, dtype=_U64)
-        np.cumsum(data * powers, out=prefix[1:])
-        rel = offsets - start
-        span = np.subtract(prefix[rel[1:]], prefix[rel[:-1]])
-        # Normalise by P**-start so that the hash does not depend on the value's position.
-        h = span * _pow_mod64(_P_INV, rel[:-1])
-    else:
-        h = np.zeros(n, dtype=_U64)
-    lengths = np.diff(offsets).astype(_U64)
-    return _mix(h ^ _mix(lengths + _GOLDEN))
+        data += _U64(1)
+        data *= powers[: end - start]
+        nonempty = lengths > 0
+        starts = np.asarray((offsets[:-1] - start)[nonempty], dtype=np.int64)
+        h[nonempty] = np.add.reduceat(data, starts) * inverse[starts]
+    return _mix(h ^ _mix(lengths.astype(_U64) + _GOLDEN))
 
 
 def _hash_fixed(arr: pa.Array) -> np.ndarray:
@@ -143,8 +143,8 @@ def _hash_fixed(arr: pa.Array) -> np.ndarray:
         values = raw.view(f"<u{nbytes}").astype(_U64)
         return _mix(values + _GOLDEN)
     rows = raw.reshape(n, nbytes).astype(_U64)
-    powers = np.cumprod(np.full(nbytes, _P, dtype=_U64)) // _U64(_P)
-    return _mix((rows * powers).sum(axis=1, dtype=_U64) + _GOLDEN)
+    powers, _ = _power_tables(nbytes)
+    return _mix((rows * powers[:nbytes]).sum(axis=1, dtype=_U64) + _GOLDEN)
 
 
 def _hash_python(arr: pa.Array) -> np.ndarray:

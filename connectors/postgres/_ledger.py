@@ -37,9 +37,12 @@ __all__ = ["DriverConnection", "PostgresLedger", "ledger_ddl"]
 class DriverConnection:
     """The driver's one autocommit connection, opened lazily, reopened after a failure."""
 
-    def __init__(self, conninfo: Conninfo, connect_timeout: int, sink_id: str) -> None:
+    def __init__(
+        self, conninfo: Conninfo, connect_timeout: int, sink_id: str, lock_timeout: str = "30s"
+    ) -> None:
         self.conninfo = conninfo
         self.connect_timeout = connect_timeout
+        self.lock_timeout = lock_timeout
         self.sink_id = sink_id
         self._conn: psycopg.Connection[Any] | None = None
         self.lock = threading.RLock()
@@ -50,6 +53,9 @@ class DriverConnection:
                 self._conn = psycopg.connect(
                     self.conninfo.secret, autocommit=True, connect_timeout=self.connect_timeout,
                     application_name=f"connectors-driver:{self.sink_id}",
+                    # A wait on a lock (another driver's lease, DDL) fails as retriable
+                    # instead of hanging the query.
+                    options=f"-c lock_timeout={self.lock_timeout}",
                 )
             except psycopg.Error as exc:
                 raise self.error(exc, f"connecting to {self.conninfo}") from None
@@ -67,34 +73,36 @@ class DriverConnection:
             self._conn = None
 
 
-def ledger_ddl(ledger: TableName) -> list[sql.Composed]:
-    """CREATE statements of the ledger tables (idempotent)."""
-    return [
-        sql.SQL(
+def ledger_ddl(ledger: TableName) -> dict[str, list[sql.Composed]]:
+    """CREATE statements of the ledger tables (idempotent), by table suffix."""
+    return {
+        "": [sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
             "run_id text NOT NULL, state text NOT NULL CHECK (state IN ('DECIDED','COMMITTED')),"
             " commits jsonb NOT NULL, fp_rows bigint, fp_digest text, query_id text, "
             "decided_at timestamptz NOT NULL DEFAULT now(), committed_at timestamptz, "
             "PRIMARY KEY (sink_id, batch_id))"
-        ).format(ledger.sql()),
-        sql.SQL(
+        ).format(ledger.sql())],
+        "_aborts": [sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
             "run_id text NOT NULL, aborted_at timestamptz NOT NULL DEFAULT now(), "
             "PRIMARY KEY (sink_id, batch_id, run_id))"
-        ).format(ledger.sql("_aborts")),
-        sql.SQL(
+        ).format(ledger.sql("_aborts"))],
+        "_bindings": [sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (sink_id text PRIMARY KEY, query_id text, "
             "generation integer NOT NULL DEFAULT 0, epoch bigint NOT NULL DEFAULT 0, "
             "updated_at timestamptz NOT NULL DEFAULT now())"
-        ).format(ledger.sql("_bindings")),
-        sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (xid text PRIMARY KEY, sink_id text NOT NULL, "
-            "batch_id bigint NOT NULL, rows bigint NOT NULL, digest text NOT NULL, "
-            "committed_at timestamptz NOT NULL DEFAULT now())"
-        ).format(ledger.sql("_receipts")),
-        sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (sink_id, batch_id)").format(
-            sql.Identifier(ledger.name + "_receipts_batch"), ledger.sql("_receipts")),
-    ]
+        ).format(ledger.sql("_bindings"))],
+        "_receipts": [
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (xid text PRIMARY KEY, sink_id text NOT NULL, "
+                "batch_id bigint NOT NULL, rows bigint NOT NULL, digest text NOT NULL, "
+                "committed_at timestamptz NOT NULL DEFAULT now())"
+            ).format(ledger.sql("_receipts")),
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (sink_id, batch_id)").format(
+                sql.Identifier(ledger.name + "_receipts_batch"), ledger.sql("_receipts")),
+        ],
+    }
 
 
 _COLUMNS = sql.SQL(
@@ -144,11 +152,27 @@ class PostgresLedger(Ledger):
                 raise self.db.error(exc, doing, **ids) from None
 
     def _create(self, conn: psycopg.Connection[Any]) -> None:
-        with conn.transaction():
-            # Serialize concurrent CREATE TABLE IF NOT EXISTS of several drivers.
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('connectors|ddl', 0))")
-            for statement in ledger_ddl(self.table):
-                conn.execute(statement)
+        # Look before creating: DDL on an existing table (even CREATE INDEX IF NOT EXISTS)
+        # takes a lock that this sink's own prepared transactions, left by a crash, hold
+        # against it until this very driver settles them. So only what is missing is
+        # created, and the receipts index only together with its (new, empty) table.
+        names = {suffix: self.table.name + suffix
+                 for suffix in ("", "_aborts", "_bindings", "_receipts")}
+        rows = conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = ANY(%s)",
+            (self.table.schema, list(names.values())),
+        ).fetchall()
+        existing = {r[0] for r in rows}
+        if len(existing) < len(names):
+            with conn.transaction():
+                # Serialize concurrent CREATE ... IF NOT EXISTS of several drivers.
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended('connectors|ddl', 0))")
+                for suffix, statements in ledger_ddl(self.table).items():
+                    if names[suffix] not in existing:
+                        for statement in statements:
+                            conn.execute(statement)
         self._ready = True
 
     def _locked(self, conn: psycopg.Connection[Any]) -> None:

@@ -146,7 +146,10 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
 
     def _driver_db(self) -> DriverConnection:
         if self._db is None:
-            self._db = DriverConnection(self.conninfo, self.options.connect_timeout, self.sink_id)
+            self._db = DriverConnection(
+                self.conninfo, self.options.connect_timeout, self.sink_id,
+                self.options.lock_timeout,
+            )
         return self._db
 
     def _xid(self, conn: psycopg.Connection[Any], tid: TransactionId) -> psycopg.Xid:
