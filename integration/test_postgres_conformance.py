@@ -7,6 +7,7 @@ transactions are real PostgreSQL prepared transactions, the ledger real tables.
 from __future__ import annotations
 
 import itertools
+import secrets
 from typing import Any
 
 import psycopg
@@ -18,14 +19,15 @@ from connectors.testing import SinkConformanceTests, SinkHarness
 
 pytestmark = pytest.mark.integration
 _counter = itertools.count()
+_RUN = secrets.token_hex(4)
 
 
 class PostgresHarness(SinkHarness):
     def __init__(self, conninfo: str) -> None:
         n = next(_counter)
         self.conninfo = conninfo
-        self.table = f"conformance_{n}"
-        self.sink_id = f"conf-{n}"
+        self.table = f"conformance_{_RUN}_{n}"
+        self.sink_id = f"conf-{_RUN}-{n}"  # the ledger table outlives this test run
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {self.table}")
             conn.execute(f"CREATE TABLE {self.table} (batch bigint, seq bigint, payload text)")

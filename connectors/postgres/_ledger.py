@@ -105,6 +105,9 @@ def ledger_ddl(ledger: TableName) -> dict[str, list[sql.Composed]]:
     }
 
 
+#: The ledger is pruned on every PRUNE_EVERY-th batch (it keeps ``keep_batches`` + this).
+PRUNE_EVERY = 10
+
 _COLUMNS = sql.SQL(
     "sink_id, batch_id, run_id, state, commits, fp_rows, fp_digest, query_id, "
     "extract(epoch from decided_at)"
@@ -134,6 +137,7 @@ class PostgresLedger(Ledger):
         self.db = db
         self.table = table
         self._epoch: int | None = None
+        self._prunes = 0
         self._ready = False
         self._lock_key = f"connectors|{sink_id}"
 
@@ -261,35 +265,50 @@ class PostgresLedger(Ledger):
         if entry.state not in (BatchState.DECIDED, BatchState.COMMITTED):
             raise ProtocolStateError(f"cannot record a {entry.state.value} decision")
 
+        fp = entry.fingerprint
+        params = {
+            "s": self.sink_id, "b": entry.batch_id, "r": entry.run_id, "st": entry.state.value,
+            "c": Jsonb([c.to_json() for c in entry.commits]), "fr": fp.rows if fp else None,
+            "fd": fp.hex if fp else None, "q": entry.query_id, "e": self._epoch,
+            "done": entry.state is BatchState.COMMITTED,
+        }
+        # One statement after the lease: epoch check, abort check and the first-insert-wins
+        # insert (READ COMMITTED: its snapshot is taken after the lock was granted).
+        statement = sql.SQL(
+            "WITH ep AS (SELECT epoch FROM {bindings} WHERE sink_id = %(s)s), "
+            "ab AS (SELECT 1 FROM {aborts} WHERE sink_id = %(s)s AND batch_id = %(b)s "
+            "AND run_id = %(r)s), "
+            "ins AS (INSERT INTO {ledger} (sink_id, batch_id, run_id, state, commits, fp_rows, "
+            "fp_digest, query_id, committed_at) SELECT %(s)s, %(b)s, %(r)s, %(st)s, %(c)s, "
+            "%(fr)s, %(fd)s, %(q)s, CASE WHEN %(done)s THEN now() END "
+            "WHERE (%(e)s::bigint IS NULL OR (SELECT epoch FROM ep) = %(e)s::bigint) "
+            "AND NOT EXISTS (SELECT 1 FROM ab) "
+            "ON CONFLICT (sink_id, batch_id) DO NOTHING RETURNING 1) "
+            "SELECT (SELECT epoch FROM ep), EXISTS (SELECT 1 FROM ab), "
+            "EXISTS (SELECT 1 FROM ins)"
+        ).format(bindings=self.table.sql("_bindings"), aborts=self.table.sql("_aborts"),
+                 ledger=self.table.sql())
+
         def decide(conn: psycopg.Connection[Any]) -> LedgerEntry:
             with conn.transaction():
                 self._locked(conn)
-                self._check_epoch(conn, entry.batch_id)
-                existing = self._one(conn, entry.batch_id)
-                if existing is not None:
-                    return existing
-                aborted = conn.execute(
-                    sql.SQL("SELECT 1 FROM {} WHERE sink_id = %s AND batch_id = %s AND "
-                            "run_id = %s").format(self.table.sql("_aborts")),
-                    (self.sink_id, entry.batch_id, entry.run_id)).fetchone()
+                row = conn.execute(statement, params).fetchone()
+                assert row is not None
+                epoch, aborted, inserted = row
+                if inserted:
+                    return entry
+                if self._epoch is not None and epoch != self._epoch:
+                    self._check_epoch(conn, entry.batch_id)  # raises FencedError
                 if aborted:
                     raise FencedError(
                         f"run {entry.run_id} was aborted for this batch by another driver or "
                         "the operator tool; its transactions were rolled back",
                         sink_id=self.sink_id, batch_id=entry.batch_id)
-                fp = entry.fingerprint
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {} (sink_id, batch_id, run_id, state, commits, fp_rows, "
-                        "fp_digest, query_id, committed_at) VALUES (%s, %s, %s, %s, %s, %s, %s,"
-                        " %s, CASE WHEN %s THEN now() END)"
-                    ).format(self.table.sql()),
-                    (self.sink_id, entry.batch_id, entry.run_id, entry.state.value,
-                     Jsonb([c.to_json() for c in entry.commits]),
-                     fp.rows if fp else None, fp.hex if fp else None, entry.query_id,
-                     entry.state is BatchState.COMMITTED),
-                )
-                return entry
+                existing = self._one(conn, entry.batch_id)
+                if existing is None:  # pragma: no cover - the insert only yields to a row
+                    raise ProtocolStateError("decision neither recorded nor found",
+                                             sink_id=self.sink_id, batch_id=entry.batch_id)
+                return existing
 
         result: LedgerEntry = self._run("recording the decision", decide, batch_id=entry.batch_id)
         return result
@@ -316,7 +335,7 @@ class PostgresLedger(Ledger):
         # crash, the batch reads as DECIDED and the next run commits it again, which is
         # idempotent (the receipts prove what is committed). It saves one fsync per batch.
         def mark(conn: psycopg.Connection[Any]) -> None:
-            with conn.transaction():
+            with conn.pipeline(), conn.transaction():
                 conn.execute("SET LOCAL synchronous_commit TO off")
                 conn.execute(
                     sql.SQL("UPDATE {} SET state = 'COMMITTED', committed_at = now() "
@@ -345,8 +364,13 @@ class PostgresLedger(Ledger):
     def prune(self, keep: int) -> None:
         t = self.table
 
+        # Housekeeping: every PRUNE_EVERY-th call is enough.
+        self._prunes += 1
+        if (self._prunes - 1) % PRUNE_EVERY:
+            return
+
         def prune(conn: psycopg.Connection[Any]) -> None:
-            with conn.transaction():
+            with conn.pipeline(), conn.transaction():
                 conn.execute("SET LOCAL synchronous_commit TO off")  # housekeeping only
                 conn.execute(*statement)
 
