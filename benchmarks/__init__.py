@@ -1,0 +1,1 @@
+"""Benchmarks for the ``connectors`` sinks; run one with ``python -m benchmarks.<name>``."""

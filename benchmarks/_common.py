@@ -1,0 +1,147 @@
+"""Helpers shared by the benchmarks: service addresses, extra jars, statistics, tables."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = [
+    "REPO_ROOT",
+    "fetch_maven_jar",
+    "format_table",
+    "load_service_env",
+    "median",
+    "stopwatch",
+]
+
+#: The repository root: holds ``.services.env`` and the ``connectors`` package.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
+
+
+def load_service_env(key: str, override: str | None = None) -> str | None:
+    """``override``, else ``$key``, else ``key`` from ``.services.env`` (``scripts/services``)."""
+    if override:
+        return override
+    value = os.environ.get(key)
+    if value:
+        return value
+    env_file = REPO_ROOT / ".services.env"
+    try:
+        lines = env_file.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, sep, raw = line.strip().partition("=")
+        if sep and name == key:
+            return raw.strip().strip("'\"")
+    return None
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("EOS_CACHE_DIR") or "~/.cache/connectors").expanduser()
+
+
+def fetch_maven_jar(group: str, artifact: str, version: str, *, dirname: str) -> Path:
+    """One jar (no dependencies) from Maven Central, cached like ``connectors.spark`` does.
+
+    The jar lands in ``<cache>/jars/<dirname>/<artifact>-<version>.jar``; Maven runs only
+    when it is not there yet, under the same lock file as :mod:`connectors.spark`.
+    """
+    jars_root = _cache_root() / "jars"
+    target_dir = jars_root / dirname
+    jar = target_dir / f"{artifact}-{version}.jar"
+    if jar.is_file():
+        return jar
+    mvn = os.environ.get("EOS_MVN") or shutil.which("mvn")
+    if not mvn:
+        raise RuntimeError(
+            f"{jar} is missing and Maven ('mvn') is not on PATH to fetch "
+            f"{group}:{artifact}:{version}; install Maven or put the jar there yourself"
+        )
+    jars_root.mkdir(parents=True, exist_ok=True)
+    with open(jars_root / ".resolve.lock", "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        if jar.is_file():  # fetched by another process meanwhile
+            return jar
+        work = Path(tempfile.mkdtemp(prefix=f".{dirname}.", dir=jars_root))
+        try:
+            out = work / dirname
+            cmd = [
+                mvn,
+                "-B",
+                "-q",
+                f"{_DEPENDENCY_PLUGIN}:copy",
+                f"-Dartifact={group}:{artifact}:{version}:jar",
+                f"-DoutputDirectory={out}",
+                f"-Dmaven.repo.local={jars_root / '.maven-repo'}",
+            ]
+            proc = subprocess.run(
+                cmd, cwd=work, capture_output=True, text=True, timeout=600, check=False
+            )
+            if proc.returncode != 0 or not (out / jar.name).is_file():
+                raise RuntimeError(
+                    f"Maven could not fetch {group}:{artifact}:{version}:\n"
+                    f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+                )
+            if target_dir.exists():
+                shutil.rmtree(target_dir)
+            os.rename(out, target_dir)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return jar
+
+
+def median(values: Sequence[float]) -> float:
+    """The median, or NaN for no values."""
+    return float(statistics.median(values)) if values else float("nan")
+
+
+@contextmanager
+def stopwatch() -> Iterator[list[float]]:
+    """``with stopwatch() as t: ...`` then ``t[0]`` is the block's wall time in seconds."""
+    box: list[float] = []
+    started = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box.append(time.perf_counter() - started)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
+    """A Markdown table (also readable as plain text), columns padded to align.
+
+    ``align`` has one letter per column, ``l`` or ``r``; missing letters: the first column
+    left, the others right.
+    """
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    sides = [align[i] if i < len(align) else ("l" if i == 0 else "r") for i in range(len(widths))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (
+            c.ljust(widths[i]) if sides[i] == "l" else c.rjust(widths[i])
+            for i, c in enumerate(cells)
+        )
+        return "| " + " | ".join(padded) + " |"
+
+    rule = (
+        "|"
+        + "|".join(
+            ":" + "-" * (w + 1) if side == "l" else "-" * (w + 1) + ":"
+            for w, side in zip(widths, sides, strict=True)
+        )
+        + "|"
+    )
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
