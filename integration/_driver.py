@@ -144,3 +144,37 @@ def exact(ids: list[int], expected: range) -> tuple[list[int], list[int]]:
     missing = [i for i in expected if counts[i] == 0]
     dup = sorted(i for i, c in counts.items() if c > 1)
     return missing, dup
+
+
+def task_executors(event_log_dir: Path) -> dict[str, int]:
+    """Executor id -> number of successful task attempts, from Spark's event log.
+
+    On ``local[N]`` every task runs on executor ``driver``; on ``local-cluster`` and real
+    clusters on numbered executors in their own JVMs.
+    """
+    counts: dict[str, int] = collections.Counter()
+    for path in event_log_dir.rglob("*"):
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if '"SparkListenerTaskEnd"' not in line:
+                continue
+            info = json.loads(line)["Task Info"]
+            if not info.get("Failed", False) and not info.get("Killed", False):
+                counts[str(info.get("Executor ID"))] += 1
+    return dict(counts)
+
+
+def event_log_app_ids(event_log_dir: Path) -> list[str]:
+    """Application ids of the runs recorded in an event log directory."""
+    ids = []
+    for path in event_log_dir.rglob("*"):
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if '"SparkListenerApplicationStart"' in line:
+                app_id = json.loads(line).get("App ID")
+                if app_id:
+                    ids.append(str(app_id))
+                break
+    return ids

@@ -10,10 +10,16 @@ instead of defining a second one.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 # The fixtures import ``integration._services``: make the repository root importable even
 # under ``--import-mode=importlib`` or when pytest is run from another directory.
@@ -38,8 +44,34 @@ __all__ = [
     "native_kafka",
     "native_postgres",
     "postgres_conninfo",
+    "spark",
 ]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     register_markers(config)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    """The one in-process SparkSession of the integration tests, with the Delta and Kafka
+    jars. One per pytest process: PySpark keeps its JVM after ``stop()``, and a later
+    session's ``spark.jars`` no longer reach the driver's class path, so every in-process
+    test shares this one (tests that need another master run a driver subprocess)."""
+    from connectors.spark import get_session
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = get_session(
+        "connectors-integration",
+        master="local[2]",
+        conf={
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+            "spark.sql.session.timeZone": "UTC",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.executorEnv.PYTHONPATH": _REPO_ROOT,
+        },
+    )
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from examples.fs_sink import FileSystemSink
 from integration._driver import run_driver
@@ -25,31 +25,23 @@ def test_demo_kills_its_driver_and_reports_exactly_once(tmp_path: Path):
     assert "duplicates     0" in run.output and "missing        0" in run.output
 
 
-def test_async_progress_tracking_stays_refused_with_foreach_batch(tmp_path: Path):
+def test_async_progress_tracking_stays_refused_with_foreach_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     """asyncProgressTrackingEnabled commits offsets before the sink is done: exactly-once
     is lost. Spark refuses it for foreachBatch; this test fails if that ever changes."""
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[1]").appName("async-progress")
-        .config("spark.ui.enabled", "false").getOrCreate()
-    )
-    try:
-        sink = FileSystemSink(tmp_path / "out", sink_id="async")
-        df = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 10).load()
-        with pytest.raises(Exception) as info:
-            query = (
-                df.writeStream.foreachBatch(sink)
-                .option("checkpointLocation", str(tmp_path / "ckpt"))
-                .option("asyncProgressTrackingEnabled", "true")
-                .start()
-            )
-            try:
-                query.processAllAvailable()
-            finally:
-                query.stop()
-        assert "async" in str(info.value).lower() or "foreachbatch" in str(info.value).lower()
-        assert not (tmp_path / "out" / "data").exists(), "the sink wrote despite the refusal"
-    finally:
-        spark.stop()
-    assert sys.modules.get("pyspark") is not None
+    sink = FileSystemSink(tmp_path / "out", sink_id="async")
+    df = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 10).load()
+    with pytest.raises(Exception) as info:
+        query = (
+            df.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .option("asyncProgressTrackingEnabled", "true")
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    assert "async" in str(info.value).lower() or "foreachbatch" in str(info.value).lower()
+    assert not (tmp_path / "out" / "data").exists(), "the sink wrote despite the refusal"

@@ -13,37 +13,16 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors.spark import get_session, resolve_jars
+from connectors.spark import resolve_jars
 
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    """A local[2] session with Delta and Kafka; an existing compatible one is reused."""
-    jars = resolve_jars()
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        conf = active.sparkContext.getConf()
-        have = set((conf.get("spark.jars") or "").split(","))
-        if set(jars) <= have and "Delta" in (conf.get("spark.sql.extensions") or ""):
-            yield active  # someone else's session with the same jars: not ours to stop
-            return
-        active.stop()
-    warehouse = tmp_path_factory.mktemp("warehouse")  # not ./spark-warehouse
-    session = get_session("test_spark_session", conf={"spark.sql.warehouse.dir": str(warehouse)})
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def test_delta_round_trip(spark: SparkSession, tmp_path: Path) -> None:

@@ -125,6 +125,15 @@ def _abort_quietly(action: str, fn: Any, handle: Any) -> None:
         logger.warning("%s failed while handling an earlier error: %s", action, type(exc).__name__)
 
 
+def _returned(
+    exc: ConnectorError, sink_id: str, batch_id: int, transaction_id: str
+) -> TaskOutcome:
+    """A deterministic error as the task's outcome, with the ids filled in."""
+    exc.sink_id, exc.batch_id = sink_id, batch_id
+    exc.transaction_id = exc.transaction_id or transaction_id
+    return TaskOutcome(error=exc)
+
+
 def _replay_mismatch(
     sink_id: str, batch_id: int, what: str, recorded: Fingerprint, actual: Fingerprint
 ) -> NonDeterministicReplayError:
@@ -155,7 +164,10 @@ def prepare_task(
     """
     tid = TransactionId(sink.sink_id, run_id, batch_id, info.task_attempt_id)
     # Step 1
-    handle = sink.begin_transaction(TaskTransaction(tid, info.partition, schema))
+    try:
+        handle = sink.begin_transaction(TaskTransaction(tid, info.partition, schema))
+    except DETERMINISTIC_ERRORS as exc:  # e.g. bad credentials: nothing to abort yet
+        return _returned(exc, sink.sink_id, batch_id, str(tid))
     fp, nbytes = Fingerprint(), 0
     try:
         # Step 2
@@ -171,9 +183,7 @@ def prepare_task(
         payload = sink.pre_commit(handle, fp)
     except DETERMINISTIC_ERRORS as exc:
         _abort_quietly("abort_transaction", sink.abort_transaction, handle)
-        exc.sink_id, exc.batch_id = sink.sink_id, batch_id
-        exc.transaction_id = exc.transaction_id or str(tid)
-        return TaskOutcome(error=exc)
+        return _returned(exc, sink.sink_id, batch_id, str(tid))
     except Exception:
         _abort_quietly("abort_transaction", sink.abort_transaction, handle)
         raise
@@ -209,7 +219,10 @@ def slot_task(
         sink.sink_id, generation, batch_id, run_id, slot, info.task_attempt_id, schema
     )
     # Step 1
-    handle = sink.open_slot(ctx)
+    try:
+        handle = sink.open_slot(ctx)
+    except DETERMINISTIC_ERRORS as exc:
+        return _returned(exc, sink.sink_id, batch_id, ctx.name)
     fp, nbytes = Fingerprint(), 0
     try:
         # Step 2
@@ -240,8 +253,7 @@ def slot_task(
         payload = sink.commit_slot(handle, marker)
     except DETERMINISTIC_ERRORS as exc:
         _abort_quietly("abort_slot", sink.abort_slot, handle)
-        exc.sink_id, exc.batch_id = sink.sink_id, batch_id
-        return TaskOutcome(error=exc)
+        return _returned(exc, sink.sink_id, batch_id, ctx.name)
     except Exception:
         _abort_quietly("abort_slot", sink.abort_slot, handle)
         raise

@@ -14,6 +14,7 @@ from connectors.core.errors import ConfigurationError
 __all__ = ["Conninfo", "PostgresOptions", "TableName", "redact"]
 
 Mode = Literal["append", "upsert"]
+_MIN_MASKED = 4
 _DURATION = re.compile(r"\d+(ms|s|min)?")
 
 #: Default lock wait inside a task: a prepared transaction keeps its row locks until the
@@ -30,7 +31,7 @@ class Conninfo:
     Example::
 
         >>> Conninfo("postgresql://app:s3cret@db:5432/prod")
-        Conninfo('postgresql://app:***@db:5432/prod')
+        Conninfo('user=app password=*** dbname=prod host=db port=5432')
     """
 
     __slots__ = ("_params", "_raw")
@@ -70,8 +71,11 @@ class Conninfo:
         return self._params.get("dbname")
 
     def redacted(self) -> str:
-        """The connection string with the password replaced by ``***``."""
-        return redact(self._raw, self.password)
+        """The connection parameters with the password replaced by ``***``."""
+        params = dict(self._params)
+        if "password" in params:
+            params["password"] = "***"  # noqa: S105 - the mask, not a password
+        return psycopg.conninfo.make_conninfo(**params)
 
     def __repr__(self) -> str:
         return f"Conninfo({self.redacted()!r})"
@@ -90,7 +94,9 @@ def redact(text: str, password: str | None) -> str:
     """``text`` with every occurrence of ``password`` (and ``password=...``) masked."""
     text = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", text, flags=re.IGNORECASE)
     text = re.sub(r"(://[^:/@\s]+:)[^@\s]*@", r"\1***@", text)
-    if password:
+    # The bare password is masked in free text too, unless it is so short that masking
+    # would garble the message (such a password appears in none of psycopg's messages).
+    if password and len(password) >= _MIN_MASKED:
         text = text.replace(password, "***")
     return text
 
