@@ -612,3 +612,32 @@ def test_no_retry_policy_fails_on_the_first_transient_error(target: InMemoryTarg
     assert info.value.attempts == 1
     assert write(InMemoryPreparedSink(target, sink_id="events"), 0).outcome == "replayed"
     assert_exact(target, 0)
+
+
+class NoAccessSink(InMemoryPreparedSink):
+    """Refuses to open a transaction in every task (bad credentials, missing privilege)."""
+
+    def begin_transaction(self, txn: Any) -> Any:
+        raise ConfigurationError("permission denied: grant the sink's role INSERT")
+
+
+class NoAccessSlotSink(InMemoryTaskCommitSink):
+    def open_slot(self, slot: Any) -> Any:
+        raise ConfigurationError("permission denied: grant the sink's role INSERT")
+
+
+@pytest.mark.parametrize("cls", [NoAccessSink, NoAccessSlotSink])
+def test_error_while_a_task_begins_is_returned_not_retried(
+    target: InMemoryTarget, cls: type[TwoPhaseCommitSink]
+) -> None:
+    """A deterministic error raised before the task has a transaction reaches the caller
+    as the library's own error (Spark would retry a raised one, then report a traceback
+    string); nothing is committed and the fixed sink then writes the batch once."""
+    with pytest.raises(ConfigurationError, match="permission denied") as info:
+        write(cls(target, sink_id="events"), 0)  # type: ignore[call-arg]
+    assert (info.value.sink_id, info.value.batch_id) == ("events", 0)
+    assert info.value.transaction_id is not None
+    assert_exact(target)
+    fixed = (InMemoryPreparedSink if cls is NoAccessSink else InMemoryTaskCommitSink)
+    write(fixed(target, sink_id="events"), 0)
+    assert_exact(target, 0)
