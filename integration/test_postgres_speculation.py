@@ -1,0 +1,110 @@
+"""PostgresSink under Spark's own speculation, on a real standalone cluster.
+
+The same set-up as ``test_speculation.py`` (two one-core workers on different loopback
+hosts, so Spark launches speculative copies; a straggler stalls 25 s before its PREPARE),
+with the PostgreSQL job: exactly one prepared transaction per partition is decided and
+committed, the loser's never, and nothing stays prepared once a restart reconciled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connectors.core.naming import TransactionId
+from integration._pg import DRIVER_PGOPTIONS, PgTarget
+from integration._standalone import (
+    StandaloneCluster,
+    conf_args,
+    executor_env_conf,
+    processes_under,
+    standalone_cluster,
+)
+from integration.test_postgres_kill import FILES, ROWS_PER_FILE, PgJob
+from integration.test_speculation import SPECULATION, STALL_SECONDS, STALLED_BATCH, _attempts
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    root = tmp_path_factory.mktemp("standalone-pg")
+    with standalone_cluster(root) as running:
+        yield running
+    left = processes_under(root)
+    assert not left, "processes of the standalone cluster outlived it:\n" + "\n".join(left)
+
+
+@pytest.fixture
+def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTarget]:
+    monkeypatch.setenv("EOS_POSTGRES_CONNINFO", postgres_conninfo)
+    monkeypatch.setenv("PGOPTIONS", DRIVER_PGOPTIONS)
+    target = PgTarget(postgres_conninfo, prefix="spec")
+    target.create_table()
+    yield target
+    target.cleanup()
+
+
+def _add_input_file(job: PgJob) -> None:
+    ids = range(job.total, job.total + ROWS_PER_FILE)
+    rows = [{"id": i, "name": f"name-{i}", "amount": i * 0.25, "ts": "2026-01-01T00:00:00Z"}
+            for i in ids]
+    n = len(list(job.input.glob("part-*.json")))
+    tmp = job.input / f".part-{n:05d}.json.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.rename(job.input / f"part-{n:05d}.json")
+    job.total += len(rows)
+
+
+def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(
+    cluster: StandaloneCluster, pg: PgTarget, tmp_path: Path
+) -> None:
+    job = PgJob(tmp_path, pg)
+    events = tmp_path / "events"
+    events.mkdir()
+    once = tmp_path / "stall-once"
+    stall = (
+        f"before_precommit:batch={STALLED_BATCH}:partition=0:action=stall"
+        f":seconds={STALL_SECONDS}:once={once}"
+    )
+    run = job.run(
+        "--master", cluster.master_url,
+        *cluster.driver_conf(),
+        *conf_args(SPECULATION),
+        *conf_args({
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": f"file://{events}",
+            "spark.eventLog.compress": "false",
+        }),
+        *executor_env_conf(CONNECTORS_CRASH_AT=stall, CONNECTORS_CRASH_LOG=str(job.crash_log),
+                           PGOPTIONS=DRIVER_PGOPTIONS),
+        timeout=300,
+    )
+    assert run.returncode == 0, f"{run.tail()}\n{cluster.executor_logs()}"
+    assert once.exists(), f"the straggler never stalled:\n{run.tail()}"
+
+    attempts = _attempts(events)
+    listing = "\n".join(map(str, attempts))
+    part0 = [a for a in attempts if a.batch == STALLED_BATCH and a.index == 0]
+    assert any(a.speculative for a in part0), f"no speculative copy of the straggler:\n{listing}"
+
+    # The decision of the stalled batch: one transaction per partition, each from an
+    # attempt Spark accepted; the losing attempt of partition 0 is never decided.
+    decided = [TransactionId.parse(t) for t in pg.decided_transactions(STALLED_BATCH)]
+    assert all(t is not None for t in decided)
+    accepted = {a.task_id for a in attempts if a.batch == STALLED_BATCH and a.reason == "Success"}
+    decided_attempts = {t.task_attempt_id for t in decided if t is not None}
+    assert decided_attempts <= accepted, f"{decided_attempts} vs accepted {accepted}:\n{listing}"
+    assert len(decided) == len({a.index for a in attempts if a.batch == STALLED_BATCH})
+
+    # A straggler may prepare after the last sweep: a restart that runs one more batch
+    # reconciles it (rolled back: no decision lists it), then the table is exact.
+    cluster.wait_apps_gone()
+    _add_input_file(job)
+    final = job.run()
+    assert final.returncode == 0, final.tail()
+    assert STALLED_BATCH in pg.ledger_states() and FILES in pg.ledger_states()
+    job.assert_exact()
