@@ -21,6 +21,8 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from integration._standalone import StandaloneCluster
+
 # The fixtures import ``integration._services``: make the repository root importable even
 # under ``--import-mode=importlib`` or when pytest is run from another directory.
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -38,6 +40,7 @@ from integration._fixtures_services import (  # noqa: E402
 )
 
 __all__ = [
+    "cluster",
     "docker_compose_file",
     "eos_services",
     "kafka_bootstrap",
@@ -75,3 +78,16 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A real Spark standalone cluster whose two workers have different hosts (Spark only
+    speculates onto another host); stopped, and checked gone, after the module."""
+    from integration._standalone import processes_under, standalone_cluster
+
+    root = tmp_path_factory.mktemp("standalone")
+    with standalone_cluster(root) as running:
+        yield running
+    left = processes_under(root)
+    assert not left, "processes of the standalone cluster outlived it:\n" + "\n".join(left)

@@ -8,7 +8,6 @@ committed, the loser's never, and nothing stays prepared once a restart reconcil
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,26 +15,17 @@ import pytest
 
 from connectors.core.naming import TransactionId
 from integration._pg import DRIVER_PGOPTIONS, PgTarget
-from integration._standalone import (
-    StandaloneCluster,
-    conf_args,
-    executor_env_conf,
-    processes_under,
-    standalone_cluster,
+from integration._standalone import StandaloneCluster, conf_args, executor_env_conf
+from integration.test_postgres_kill import FILES, PgJob
+from integration.test_speculation import (
+    SPECULATION,
+    STALL_SECONDS,
+    STALLED_BATCH,
+    _add_input_file,
+    _attempts,
 )
-from integration.test_postgres_kill import FILES, ROWS_PER_FILE, PgJob
-from integration.test_speculation import SPECULATION, STALL_SECONDS, STALLED_BATCH, _attempts
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    root = tmp_path_factory.mktemp("standalone-pg")
-    with standalone_cluster(root) as running:
-        yield running
-    left = processes_under(root)
-    assert not left, "processes of the standalone cluster outlived it:\n" + "\n".join(left)
 
 
 @pytest.fixture
@@ -46,17 +36,6 @@ def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTa
     target.create_table()
     yield target
     target.cleanup()
-
-
-def _add_input_file(job: PgJob) -> None:
-    ids = range(job.total, job.total + ROWS_PER_FILE)
-    rows = [{"id": i, "name": f"name-{i}", "amount": i * 0.25, "ts": "2026-01-01T00:00:00Z"}
-            for i in ids]
-    n = len(list(job.input.glob("part-*.json")))
-    tmp = job.input / f".part-{n:05d}.json.tmp"
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.rename(job.input / f"part-{n:05d}.json")
-    job.total += len(rows)
 
 
 def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,6 @@ from integration._standalone import (
     StandaloneCluster,
     conf_args,
     executor_env_conf,
-    processes_under,
-    standalone_cluster,
 )
 from integration.test_fs_sink_kill import FILES, ROWS_PER_FILE, Job
 
@@ -48,15 +45,6 @@ SPECULATION = {
     # metrics sent with heartbeats (10 s): off, so the plain duration rule above applies.
     "spark.speculation.efficiency.enabled": "false",
 }
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    root = tmp_path_factory.mktemp("standalone")
-    with standalone_cluster(root) as running:
-        yield running
-    left = processes_under(root)
-    assert not left, "processes of the standalone cluster outlived it:\n" + "\n".join(left)
 
 
 @dataclass
