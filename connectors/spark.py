@@ -65,7 +65,7 @@ from pyspark.sql import SparkSession
 
 from connectors.core.errors import ConfigurationError
 
-__all__ = ["get_session", "resolve_jars", "session_builder"]
+__all__ = ["check_components", "get_session", "resolve_jars", "session_builder"]
 
 logger = logging.getLogger(__name__)
 
@@ -330,7 +330,40 @@ def get_session(
         >>> spark.range(2).write.format("delta").save("/tmp/t")  # doctest: +SKIP
         >>> spark.stop()                                       # doctest: +SKIP
     """
-    return session_builder(app_name, master=master, components=components, conf=conf).getOrCreate()
+    names = (components,) if isinstance(components, str) else tuple(components)
+    spark = session_builder(app_name, master=master, components=names, conf=conf).getOrCreate()
+    check_components(spark, names)
+    return spark
+
+
+#: A class each component's jars provide, to tell whether they reached the driver.
+_MARKER_CLASSES = {
+    "delta": _DELTA_EXTENSION,
+    "kafka": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+}
+
+
+def check_components(spark: SparkSession, components: Iterable[str] = COMPONENTS) -> None:
+    """Raise :class:`ConfigurationError` if ``spark``'s JVM lacks a component's classes.
+
+    PySpark keeps its JVM after ``SparkSession.stop()``: a later session in the same
+    process gets the first one's class path, and its ``spark.jars`` silently never reach
+    the driver (Delta and Kafka then fail later with "data source not found").
+    """
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: the server's class path is not ours to check
+        return
+    utils = jvm.org.apache.spark.util.Utils
+    missing = [c for c in components
+               if c in _MARKER_CLASSES and not utils.classIsLoadable(_MARKER_CLASSES[c])]
+    if missing:
+        raise ConfigurationError(
+            f"this Spark driver JVM has no {' and no '.join(missing)} classes: it was started "
+            "before connectors.spark added their jars (an earlier SparkSession in this "
+            "process, even stopped, keeps its JVM and class path). Call get_session() "
+            "before creating any other SparkSession, in a new Python process, or start "
+            "Spark with spark.jars set to connectors.spark.resolve_jars(...)"
+        )
 
 
 # --------------------------------------------------------------------------- session conf

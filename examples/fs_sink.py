@@ -41,6 +41,7 @@ from connectors import (
     PreparedTransactionSink,
     TaskCommit,
     TaskTransaction,
+    TransactionId,
     TransientError,
 )
 
@@ -159,6 +160,13 @@ class FileSystemSink(PreparedTransactionSink[_FileTxn]):
     def recover(self) -> Iterable[str]:
         if not self.staging_dir.exists():
             return []
+        # An unprepared staging directory is garbage of a task that died before its
+        # pre-commit (no decision can list it): remove this sink's.
+        for p in self.staging_dir.iterdir():
+            if p.name.endswith(_IN_PROGRESS):
+                tid = TransactionId.parse(unquote(p.name[: -len(_IN_PROGRESS)]))
+                if tid is not None and tid.belongs_to(self.sink_id):
+                    shutil.rmtree(p, ignore_errors=True)
         return [
             unquote(p.name[: -len(_PREPARED)])
             for p in self.staging_dir.iterdir()

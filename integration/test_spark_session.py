@@ -184,3 +184,37 @@ def test_local_cluster_runs_map_in_arrow_on_executor_jvms(tmp_path: Path) -> Non
     assert result["executors"] == ["0", "1"]  # two executor JVMs, never the driver
     assert len(result["modules"]) == 1
     assert result["modules"][0].endswith(os.path.join("connectors", "core", "errors.py"))
+
+
+STALE_JVM_SCRIPT = textwrap.dedent(
+    """
+    from pyspark.sql import SparkSession
+    from connectors.core.errors import ConfigurationError
+    from connectors.spark import get_session
+
+    SparkSession.builder.master("local[1]").getOrCreate().stop()  # a JVM without our jars
+    try:
+        get_session("stale")
+    except ConfigurationError as exc:
+        print("RESULT", exc)
+    else:
+        print("RESULT no error")
+    """
+)
+
+
+def test_a_jvm_started_without_the_jars_is_refused_with_the_fix() -> None:
+    """PySpark keeps the JVM of a stopped session: a later get_session() would silently
+    lack the Delta and Kafka classes. It must say so, and how to fix it."""
+    resolve_jars()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", STALE_JVM_SCRIPT], cwd=REPO_ROOT, env=env,
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-5000:]
+    message = lines[-1]
+    assert "no delta and no kafka classes" in message, message
+    assert "new Python process" in message and "before creating any other SparkSession" in message

@@ -145,6 +145,7 @@ class PostgresOptions:
     ledger_table: TableName = field(default_factory=lambda: TableName("public", "eos_ledger"))
     lock_timeout: str = DEFAULT_LOCK_TIMEOUT
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT
+    reuse_connections: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in ("append", "upsert"):

@@ -290,12 +290,20 @@ class PostgresLedger(Ledger):
                  ledger=self.table.sql())
 
         def decide(conn: psycopg.Connection[Any]) -> LedgerEntry:
+            # Fast path, one round trip: BEGIN, the lease, the statement and COMMIT in a
+            # pipeline. Anything but "inserted" is looked at again below, under the lease.
+            with conn.pipeline(), conn.transaction():
+                self._locked(conn)
+                cur = conn.execute(statement, params)
+            row = cur.fetchone()
+            if row is not None and row[2]:
+                return entry
             with conn.transaction():
                 self._locked(conn)
                 row = conn.execute(statement, params).fetchone()
                 assert row is not None
                 epoch, aborted, inserted = row
-                if inserted:
+                if inserted:  # pragma: no cover - the fast path inserts first
                     return entry
                 if self._epoch is not None and epoch != self._epoch:
                     self._check_epoch(conn, entry.batch_id)  # raises FencedError

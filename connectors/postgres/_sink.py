@@ -43,6 +43,7 @@ from connectors.core.template import PreparedTransactionSink
 from connectors.postgres._config import Conninfo, Mode, PostgresOptions, TableName
 from connectors.postgres._errors import translate
 from connectors.postgres._ledger import DriverConnection, PostgresLedger
+from connectors.postgres._pool import TaskConnections
 from connectors.postgres._types import Column, WritePlan, ddl_type, plan_write
 
 __all__ = ["XID_FORMAT_ID", "PostgresSink"]
@@ -51,6 +52,8 @@ logger = logging.getLogger("connectors.postgres")
 
 #: The XA format id of every xid this library prepares ("EOS1" in ASCII).
 XID_FORMAT_ID = 0x454F5331
+#: The placeholder table of :meth:`PostgresSink.operator` instances.
+_OPERATOR_TABLE = "pg_catalog.connectors_operator_no_table"
 
 
 @dataclass
@@ -83,6 +86,9 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
         ledger_table: where the ledger tables live (default ``public.eos_ledger``).
         lock_timeout: PostgreSQL ``lock_timeout`` in tasks (default ``"30s"``).
         connect_timeout: seconds.
+        reuse_connections: keep a task's connection open after its ``PREPARE`` for the
+            next task of the same Spark Python worker (default ``True``; connecting costs
+            more than a small batch's write). Idle connections are closed after 60 s.
         **options: the template's options (``retry``, ``reset_binding``,
             ``on_replay_mismatch``, ``keep_batches``).
 
@@ -109,6 +115,7 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
         ledger_table: str | tuple[str, str] = "public.eos_ledger",
         lock_timeout: str = "30s",
         connect_timeout: int = 10,
+        reuse_connections: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(sink_id=sink_id, **options)
@@ -121,10 +128,23 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
             ledger_table=TableName.parse(ledger_table, what="ledger_table"),
             lock_timeout=lock_timeout,
             connect_timeout=connect_timeout,
+            reuse_connections=bool(reuse_connections),
         )
         self._plan: WritePlan | None = None
         self._db: DriverConnection | None = None
         self._checked_prepared = 0
+
+    @classmethod
+    def operator(
+        cls,
+        conninfo: str,
+        *,
+        sink_id: str,
+        ledger_table: str | tuple[str, str] = "public.eos_ledger",
+    ) -> PostgresSink:
+        """An instance for the operator tools (``connectors recover``): it can settle the
+        sink's prepared transactions through its ledger, and refuses to write."""
+        return cls(conninfo, _OPERATOR_TABLE, sink_id=sink_id, ledger_table=ledger_table)
 
     def __repr__(self) -> str:
         return (
@@ -179,6 +199,10 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
     def validate_input(self, schema: pa.Schema) -> None:
         """Driver: the table exists (or is created), every column fits, keys are indexed."""
         table = self.options.table
+        if table == TableName.parse(_OPERATOR_TABLE):
+            raise ConfigurationError("PostgresSink.operator(...) settles transactions; it "
+                                     "cannot write: create a PostgresSink with a table",
+                                     sink_id=self.sink_id)
         db = self._driver_db()
         with db.lock:
             try:
@@ -245,13 +269,14 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
         self._checked_prepared = limit
 
     # ---- executor side ----
-    def begin_transaction(self, txn: TaskTransaction) -> _PgTxn:
-        plan = self._plan
-        if plan is None:  # pragma: no cover - validate_input always runs first
-            raise ConfigurationError("the sink was not validated on the driver")
-        tid = txn.transaction_id
+    def _pool_key(self) -> str:
+        o = self.options
+        return TaskConnections.key(self.conninfo.secret, o.lock_timeout, str(o.connect_timeout),
+                                   self.sink_id)
+
+    def _connect_task(self, tid: TransactionId) -> psycopg.Connection[Any]:
         try:
-            conn = psycopg.connect(
+            return psycopg.connect(
                 self.conninfo.secret,
                 connect_timeout=self.options.connect_timeout,
                 options=f"-c lock_timeout={self.options.lock_timeout}",
@@ -260,16 +285,33 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
         except psycopg.Error as exc:
             raise self._error(exc, f"connecting to {self.conninfo}", batch_id=tid.batch_id,
                               transaction_id=str(tid)) from None
-        handle = _PgTxn(conn, tid, plan)
-        try:
-            conn.tpc_begin(self._xid(conn, tid))
-            if self.options.mode == "append":
-                self._start_copy(handle)
-        except Exception as exc:
-            conn.close()
-            raise self._error(exc, "starting the COPY", batch_id=tid.batch_id,
-                              transaction_id=str(tid)) from None
-        return handle
+
+    def begin_transaction(self, txn: TaskTransaction) -> _PgTxn:
+        plan = self._plan
+        if plan is None:  # pragma: no cover - validate_input always runs first
+            raise ConfigurationError("the sink was not validated on the driver")
+        tid = txn.transaction_id
+        reused = TaskConnections.take(self._pool_key()) if self.options.reuse_connections else None
+        conn = reused or self._connect_task(tid)
+        while True:
+            handle = _PgTxn(conn, tid, plan)
+            try:
+                conn.tpc_begin(self._xid(conn, tid))
+                if self.options.mode == "append":
+                    self._start_copy(handle)
+                return handle
+            except Exception as exc:
+                conn.close()
+                if reused is not None and isinstance(exc, psycopg.OperationalError):
+                    # The idle session died (server restart, idle timeout): nothing was
+                    # written on it; begin again on a fresh connection, once.
+                    logger.info("sink %s: a reused task connection was dead (%s); reconnecting",
+                                self.sink_id, type(exc).__name__)
+                    reused = None
+                    conn = self._connect_task(tid)
+                    continue
+                raise self._error(exc, "starting the COPY", batch_id=tid.batch_id,
+                                  transaction_id=str(tid)) from None
 
     def _start_copy(self, h: _PgTxn) -> None:
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
@@ -311,6 +353,7 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
 
     def pre_commit(self, handle: _PgTxn, fingerprint: Fingerprint) -> bytes:
         h = handle
+        prepared = False
         try:
             if self.options.mode == "append":
                 assert h.encoder is not None
@@ -319,19 +362,27 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
                 h.copy_cm = None
             else:
                 self._upsert(h)
-            h.conn.execute(
-                sql.SQL("INSERT INTO {} (xid, sink_id, batch_id, rows, digest) "
-                        "VALUES (%s, %s, %s, %s, %s)").format(
-                    self.options.ledger_table.sql("_receipts")),
-                (str(h.tid), self.sink_id, h.tid.batch_id, fingerprint.rows, fingerprint.hex),
-            )
-            h.conn.tpc_prepare()
+            # The receipt and the PREPARE in one round trip.
+            with h.conn.pipeline():
+                h.conn.execute(
+                    sql.SQL("INSERT INTO {} (xid, sink_id, batch_id, rows, digest) "
+                            "VALUES (%s, %s, %s, %s, %s)").format(
+                        self.options.ledger_table.sql("_receipts")),
+                    (str(h.tid), self.sink_id, h.tid.batch_id, fingerprint.rows,
+                     fingerprint.hex),
+                )
+                h.conn.tpc_prepare()
+            prepared = True
         except Exception as exc:
             raise self._error(exc, f"writing into {self.options.table}",
                               batch_id=h.tid.batch_id, transaction_id=str(h.tid)) from None
         finally:
-            if h.copy_cm is None:
-                h.conn.close()  # prepared: the transaction lives on without its session
+            if prepared and self.options.reuse_connections:
+                # The transaction lives on without its session: the session serves the
+                # next task of this Python worker.
+                TaskConnections.give_back(self._pool_key(), h.conn)
+            elif h.copy_cm is None:
+                h.conn.close()
         return b""
 
     def _upsert(self, h: _PgTxn) -> None:

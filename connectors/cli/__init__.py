@@ -1,0 +1,253 @@
+"""The ``connectors`` command: the demo and the operator tools.
+
+::
+
+    connectors demo [--sink delta|postgres|kafka]       # a killed-and-restarted streaming job
+    connectors status  --postgres CONNINFO [--sink-id ID]    # ledgers and lingering transactions
+    connectors recover --postgres CONNINFO --commit-decided --abort-undecided
+    connectors doctor  --checkpoint PATH --sink-id ID --postgres CONNINFO
+
+Every command prints human-readable tables, or JSON with ``--json``. Exit codes: 0 all is
+well, 1 something needs an operator (lingering transactions, unfinished batches, a broken
+invariant), 2 bad arguments, 3 a target could not be reached or read.
+Secrets in connection strings are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from connectors.cli._model import (
+    EXIT_ATTENTION,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    Finding,
+    RecoverReport,
+    SinkStatus,
+    render_table,
+    to_json,
+)
+from connectors.cli._targets import PostgresTarget, Target
+from connectors.core.errors import ConfigurationError, ConnectorError
+
+__all__ = ["main"]
+
+logger = logging.getLogger("connectors.cli")
+
+TargetFactory = Callable[[argparse.Namespace], Target]
+
+
+def _postgres(args: argparse.Namespace) -> Target:
+    return PostgresTarget(args.postgres, ledger_table=args.ledger_table)
+
+
+def _kafka(args: argparse.Namespace) -> Target:
+    raise ConfigurationError("--kafka: the operator tools do not read Kafka sinks yet")
+
+
+def _delta(args: argparse.Namespace) -> Target:
+    raise ConfigurationError("--delta: the operator tools do not read Delta sinks yet")
+
+
+def _targets(args: argparse.Namespace) -> list[Target]:
+    factories: list[tuple[str, TargetFactory]] = [
+        ("postgres", _postgres), ("kafka", _kafka), ("delta", _delta)]
+    chosen = [factory(args) for name, factory in factories if getattr(args, name, None)]
+    if not chosen:
+        raise ConfigurationError("name a target: --postgres CONNINFO, --kafka BOOTSTRAP or "
+                                 "--delta PATH")
+    return chosen
+
+
+def _add_target_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("targets (one or more)")
+    g.add_argument("--postgres", metavar="CONNINFO", help="libpq connection string")
+    g.add_argument("--ledger-table", default="public.eos_ledger",
+                   help="PostgreSQL ledger table (default public.eos_ledger)")
+    g.add_argument("--kafka", metavar="BOOTSTRAP", help="Kafka bootstrap servers")
+    g.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra librdkafka setting (SASL, TLS), repeatable")
+    g.add_argument("--delta", metavar="PATH", help="Delta table path")
+    p.add_argument("--sink-id", action="append", default=[], dest="sink_ids",
+                   help="only this sink (repeatable; default: every sink the target knows)")
+    p.add_argument("--json", action="store_true", help="JSON instead of tables")
+
+
+def _sinks(target: Target, args: argparse.Namespace) -> list[str]:
+    return list(args.sink_ids) or target.sink_ids()
+
+
+# ------------------------------------------------------------------------------ status
+
+def _print_status(statuses: list[SinkStatus]) -> None:
+    if not statuses:
+        print("no sinks found")
+        return
+    for target in dict.fromkeys(s.target for s in statuses):
+        group = [s for s in statuses if s.target == target]
+        print(f"{target}\n")
+        print(render_table(
+            ["sink", "query", "last committed", "unfinished", "lingering"],
+            [[s.sink_id, s.query_id, s.last_committed, ",".join(map(str, s.unfinished)) or
+              "none", len(s.lingering)] for s in group]))
+        rows = [[s.sink_id, item.transaction, item.batch_id, item.age_s,
+                 {True: "yes", False: "no", None: "-"}[item.decided], item.detail]
+                for s in group for item in s.lingering]
+        if rows:
+            print()
+            print(render_table(["sink", "transaction", "batch", "age s", "decided", "state"],
+                               rows))
+        notes = [f"{s.sink_id}: {n}" for s in group for n in s.notes]
+        for note in notes:
+            print(f"note: {note}")
+        print()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    statuses: list[SinkStatus] = []
+    for target in _targets(args):
+        try:
+            statuses += [target.status(sid) for sid in _sinks(target, args)]
+        finally:
+            target.close()
+    if args.json:
+        print(to_json(statuses))
+    else:
+        _print_status(statuses)
+    return EXIT_ATTENTION if any(s.needs_attention for s in statuses) else EXIT_OK
+
+
+# ----------------------------------------------------------------------------- recover
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    if not (args.commit_decided or args.abort_undecided):
+        raise ConfigurationError("say what to settle: --commit-decided and/or --abort-undecided")
+    reports: list[RecoverReport] = []
+    for target in _targets(args):
+        try:
+            for sid in _sinks(target, args):
+                reports.append(target.recover(
+                    sid, commit_decided=args.commit_decided,
+                    abort_undecided=args.abort_undecided, min_age_s=args.min_age))
+        finally:
+            target.close()
+    if args.json:
+        print(to_json(reports))
+    else:
+        if not reports:
+            print("no sinks found")
+        else:
+            print(render_table(["sink", "target", "committed", "aborted", "left"],
+                               [[r.sink_id, r.target, len(r.committed), len(r.aborted),
+                                 len(r.left)] for r in reports]))
+        for r in reports:
+            for t in r.committed:
+                print(f"committed  {r.sink_id}  {t}")
+            for t in r.aborted:
+                print(f"aborted    {r.sink_id}  {t}")
+            for item in r.left:
+                print(f"left       {r.sink_id}  {item.transaction}")
+            for note in r.notes:
+                print(f"note       {r.sink_id}  {note}")
+    return EXIT_ATTENTION if any(r.left for r in reports) else EXIT_OK
+
+
+# ------------------------------------------------------------------------------ doctor
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from connectors.cli._doctor import check, read_checkpoint
+
+    if len(args.sink_ids) != 1:
+        raise ConfigurationError("doctor checks one sink: pass exactly one --sink-id")
+    try:
+        ckpt = read_checkpoint(args.checkpoint)
+    except FileNotFoundError as exc:
+        raise ConfigurationError(str(exc)) from None
+    findings: list[Finding] = []
+    for target in _targets(args):
+        ledger = target.ledger(args.sink_ids[0])
+        try:
+            findings += check(ckpt, list(ledger.entries()), ledger.bound_query())
+        finally:
+            ledger.close()
+            target.close()
+    if args.json:
+        print(to_json(findings))
+    else:
+        print(f"checkpoint {ckpt.path}: query {ckpt.query_id}, planned batches "
+              f"{_span(ckpt.offsets)}, committed {_span(ckpt.commits)}")
+        print(render_table(["check", "result", "detail"],
+                           [[f.check, "ok" if f.ok else f.severity.upper(), f.detail]
+                            for f in findings]))
+    broken = [f for f in findings if not f.ok and f.severity == "error"]
+    return EXIT_ATTENTION if broken else EXIT_OK
+
+
+def _span(ids: list[int]) -> str:
+    return f"{ids[0]}..{ids[-1]}" if ids else "none"
+
+
+# -------------------------------------------------------------------------------- main
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="connectors", description="Exactly-once sinks for Spark: demo and operator tools.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run a streaming job, SIGKILL its driver, restart, "
+                          "verify exactly-once")
+    from connectors.cli._demo import add_arguments as add_demo_arguments
+
+    add_demo_arguments(demo)
+
+    status = sub.add_parser("status", help="per sink: last committed batch, unfinished "
+                            "batches, lingering transactions")
+    _add_target_args(status)
+
+    recover = sub.add_parser("recover", help="settle what dead drivers left")
+    _add_target_args(recover)
+    recover.add_argument("--commit-decided", action="store_true",
+                         help="commit the transactions of decided batches")
+    recover.add_argument("--abort-undecided", action="store_true",
+                         help="roll back transactions no decision lists")
+    recover.add_argument("--min-age", type=float, default=60.0, metavar="SECONDS",
+                         help="leave undecided transactions younger than this alone: a live "
+                         "driver may be about to decide them (default 60)")
+
+    doctor = sub.add_parser("doctor", help="compare a Spark checkpoint with the sink's ledger")
+    doctor.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
+    _add_target_args(doctor)
+    return parser
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "status": cmd_status,
+    "recover": cmd_recover,
+    "doctor": cmd_doctor,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        if args.command == "demo":
+            from connectors.cli._demo import run as run_demo
+
+            return run_demo(args)
+        return COMMANDS[args.command](args)
+    except ConfigurationError as exc:
+        print(f"connectors {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConnectorError as exc:
+        print(f"connectors {args.command}: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        return 130

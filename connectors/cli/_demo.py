@@ -1,0 +1,165 @@
+"""``connectors demo``: a real streaming job, its driver SIGKILLed mid-run, restarted.
+
+The job (:mod:`connectors.cli._job`) streams JSON files, one micro-batch each, into a sink:
+DeltaSink on a local path by default (no server needed), or PostgresSink / KafkaSink. The
+first run arms a crash point, so the driver SIGKILLs itself at the protocol's worst moment
+of batch ``--crash-batch`` (after the decision for PostgreSQL and Delta, after every slot
+committed but before the ledger knows for Kafka); the second run restarts from the
+checkpoint. Then the target is read like a downstream user would read it and compared
+with the input, id by id, and a verdict table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from connectors.cli._job import make_input_files
+from connectors.core.errors import ConfigurationError
+
+__all__ = ["add_arguments", "run"]
+
+#: The crash point of the first run, per sink (see connectors.core.protocol.CRASH_POINTS).
+CRASH_POINT = {"delta": "after_decision", "postgres": "after_decision",
+               "kafka": "before_decision"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sink", choices=["delta", "postgres", "kafka"], default="delta",
+                   help="target (default delta: a local Delta table, no server needed)")
+    p.add_argument("--conninfo", default=os.environ.get("EOS_POSTGRES_CONNINFO"),
+                   help="PostgreSQL connection string (--sink postgres)")
+    p.add_argument("--bootstrap", default=os.environ.get("EOS_KAFKA_BOOTSTRAP"),
+                   help="Kafka bootstrap servers (--sink kafka)")
+    p.add_argument("--files", type=int, default=8, help="input files = micro-batches (8)")
+    p.add_argument("--rows-per-file", type=int, default=5000)
+    p.add_argument("--crash-batch", type=int, default=3,
+                   help="the batch whose driver is SIGKILLed (3)")
+    p.add_argument("--workdir", help="input, checkpoint, Delta table, logs (default: a temp dir)")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+
+
+def _batches_done(checkpoint: Path) -> int:
+    commits = checkpoint / "commits"
+    return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.is_dir() else 0
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("CONNECTORS_CRASH_AT", None)
+    root = str(Path(__file__).resolve().parents[2])
+    if not (Path(root) / "connectors" / "__init__.py").is_file():  # pragma: no cover
+        root = ""
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return env
+
+
+def _drive(cmd: list[str], env: dict[str, str], log: Path, label: str, checkpoint: Path,
+           rows_per_batch: int, quiet: bool) -> tuple[int, float]:
+    start = time.monotonic()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        last = -1
+        while proc.poll() is None:
+            done = _batches_done(checkpoint)
+            if done != last and not quiet:
+                elapsed = time.monotonic() - start
+                rate = done * rows_per_batch / elapsed if elapsed > 0 else 0.0
+                print(f"  [{label}] batches committed: {done:3d}   {rate:10,.0f} rows/s   "
+                      f"({elapsed:5.1f} s)", flush=True)
+                last = done
+            time.sleep(0.25)
+    return proc.returncode, time.monotonic() - start
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.sink == "postgres" and not args.conninfo:
+        raise ConfigurationError("--sink postgres needs --conninfo (or $EOS_POSTGRES_CONNINFO)")
+    if args.sink == "kafka" and not args.bootstrap:
+        raise ConfigurationError("--sink kafka needs --bootstrap (or $EOS_KAFKA_BOOTSTRAP)")
+    if not 0 <= args.crash_batch < args.files - 1:
+        raise ConfigurationError("--crash-batch must be below --files - 1")
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="connectors-demo-"))
+    if args.workdir and root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    tag = f"{int(time.time())}_{os.getpid()}"
+    inp, ckpt = root / "input", root / "checkpoint"
+    target = {"delta": str(root / "delta-table"), "postgres": f"public.connectors_demo_{tag}",
+              "kafka": f"connectors-demo-{tag}"}[args.sink]
+    rows_in = make_input_files(inp, args.files, args.rows_per_file)
+    quiet = bool(args.json)
+    if not quiet:
+        print(f"connectors demo: {rows_in:,} rows in {args.files} files (one micro-batch each) "
+              f"-> {args.sink} {target}\n  work dir {root}")
+    base = [sys.executable, "-m", "connectors.cli._job", "--sink", args.sink, "--target", target]
+    if args.conninfo:
+        base += ["--conninfo", args.conninfo]
+    if args.bootstrap:
+        base += ["--bootstrap", args.bootstrap]
+    if args.sink == "kafka":
+        _create_topic(args.bootstrap, target)
+    job = [*base[:3], "run", *base[3:], "--input", str(inp), "--checkpoint", str(ckpt)]
+    env = _env()
+    started = time.monotonic()
+
+    point = CRASH_POINT[args.sink]
+    if not quiet:
+        print(f"run 1: the driver SIGKILLs itself at {point} of batch {args.crash_batch}")
+    crash_env = dict(env, CONNECTORS_CRASH_AT=f"{point}:batch={args.crash_batch}")
+    code1, t1 = _drive(job, crash_env, root / "run-1.log", "run 1", ckpt, args.rows_per_file,
+                       quiet)
+    killed = code1 == -signal.SIGKILL
+    if not quiet:
+        print(f"  run 1 ended: {'SIGKILLed' if killed else f'exit code {code1}'} "
+              f"after {t1:.1f} s")
+        print("run 2: restart from the checkpoint (recovers, then finishes the stream)")
+    code2, t2 = _drive(job, env, root / "run-2.log", "run 2", ckpt, args.rows_per_file, quiet)
+    if not quiet:
+        print(f"  run 2 ended: exit code {code2} after {t2:.1f} s")
+
+    read = subprocess.run([*base[:3], "ids", *base[3:]], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    lines = [ln for ln in read.stdout.splitlines() if ln.startswith("IDS ")]
+    ids: list[int] = json.loads(lines[-1][4:]) if lines else []
+    counts = collections.Counter(ids)
+    duplicates = sum(c - 1 for c in counts.values() if c > 1)
+    missing = sum(1 for i in range(rows_in) if counts[i] == 0)
+    ok = killed and code2 == 0 and bool(lines) and not duplicates and not missing
+    verdict = {
+        "sink": args.sink, "target": target, "rows in": rows_in, "rows out": len(ids),
+        "duplicates": duplicates, "missing": missing, "batches": _batches_done(ckpt),
+        "restarts": 1, "driver SIGKILLed": killed,
+        "time s": round(time.monotonic() - started, 1),
+        "verdict": "EXACTLY ONCE" if ok else "FAILED",
+    }
+    if quiet:
+        print(json.dumps(verdict))
+    else:
+        width = max(len(k) for k in verdict)
+        print("\n" + "\n".join(f"  {k:<{width}}  {v}" for k, v in verdict.items()))
+    if not ok:
+        print(f"driver logs: {root}/run-1.log, run-2.log" +
+              ("" if lines else f"; reading the target failed:\n{read.stderr[-3000:]}"),
+              file=sys.stderr)
+    return 0 if ok else 1
+
+
+def _create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
+    for future in futures.values():
+        future.result(timeout=60)

@@ -1,0 +1,121 @@
+"""``doctor``: compare a query's Spark checkpoint with its sink's ledger.
+
+Spark plans batch N in ``<checkpoint>/offsets/N`` before running it and writes
+``<checkpoint>/commits/N`` after ``foreachBatch`` returned. The sink records its decision
+in between. So, for a healthy pair (batch ids as integers):
+
+- the sink is bound to this checkpoint's query (``<checkpoint>/metadata``'s ``id``);
+- the sink never holds a batch Spark did not plan (ledger last <= offsets last);
+- the sink is at most one batch ahead of Spark's commit log (a crash between the sink's
+  commit and Spark's commit leaves it exactly one ahead; the replay is then a no-op);
+- every batch in Spark's commit log that the ledger still retains is COMMITTED there
+  (DECIDED is allowed only after a database crash lost the asynchronous "committed"
+  mark: the next run finishes it), and the ledger has no gaps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from connectors.cli._model import Finding
+from connectors.core.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
+from connectors.core.protocol import BatchState
+
+__all__ = ["Checkpoint", "check", "read_checkpoint"]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: str
+    query_id: str | None
+    offsets: list[int]
+    commits: list[int]
+
+
+def _batch_ids(directory: Path) -> list[int]:
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+def read_checkpoint(path: str) -> Checkpoint:
+    """Read a local Spark checkpoint directory (``metadata``, ``offsets/``, ``commits/``)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"checkpoint {path} is not a directory")
+    query_id = None
+    meta = root / "metadata"
+    if meta.is_file():
+        try:
+            query_id = json.loads(meta.read_text().splitlines()[0]).get("id")
+        except (ValueError, IndexError):
+            query_id = None
+    return Checkpoint(str(root), query_id, _batch_ids(root / "offsets"),
+                      _batch_ids(root / "commits"))
+
+
+def check(ckpt: Checkpoint, entries: list[LedgerEntry], bound_query: str | None) -> list[Finding]:
+    """Every invariant between the checkpoint and the ledger, as findings."""
+    out: list[Finding] = []
+    ledger_ids = [e.batch_id for e in entries]
+    last_offset = ckpt.offsets[-1] if ckpt.offsets else None
+    last_commit = ckpt.commits[-1] if ckpt.commits else None
+    last_ledger = ledger_ids[-1] if ledger_ids else None
+
+    # 1. binding
+    if bound_query is None:
+        out.append(Finding("binding", ckpt.commits == [],
+                           "the sink is bound to no query" + (
+                               "" if not ckpt.commits else
+                               f", yet Spark committed {len(ckpt.commits)} batch(es)")))
+    elif bound_query == BATCH_JOB_QUERY_ID:
+        out.append(Finding("binding", False, "the sink is bound to a batch job, not to this "
+                           "streaming query: the query will refuse to write (reset_binding)"))
+    elif ckpt.query_id is not None:
+        same = bound_query == ckpt.query_id
+        out.append(Finding("binding", same, f"sink bound to query {bound_query}, checkpoint "
+                           f"belongs to {ckpt.query_id}" + ("" if same else
+                           ": another checkpoint uses this sink id; the query will refuse "
+                           "to write until reset_binding=True or a new sink_id")))
+    # 2. never ahead of Spark's plan
+    if last_ledger is not None:
+        ok = last_offset is not None and last_ledger <= last_offset
+        out.append(Finding("not-ahead-of-plan", ok,
+                           f"ledger's last batch {last_ledger}, Spark planned up to "
+                           f"{last_offset}" + ("" if ok else ": the checkpoint is older than "
+                           "the sink (restored or reset checkpoint?): batches would be "
+                           "skipped as already committed")))
+    # 3. at most one batch ahead of the commit log
+    if last_ledger is not None:
+        ahead = last_ledger - (last_commit if last_commit is not None else -1)
+        ok = ahead <= 1
+        out.append(Finding("at-most-one-ahead", ok,
+                           f"ledger's last batch {last_ledger}, Spark's commit log "
+                           f"{last_commit} ({ahead:+d})" + (
+                               "" if ok else ": more than one batch ahead of Spark")))
+    # 4. every committed Spark batch the ledger retains is committed in the sink
+    if entries:
+        first = entries[0].batch_id
+        by_id = {e.batch_id: e for e in entries}
+        missing = [b for b in ckpt.commits if b >= first and b not in by_id]
+        out.append(Finding("spark-commits-in-ledger", not missing,
+                           f"Spark committed {len(ckpt.commits)} batch(es); the ledger "
+                           f"retains {first}..{last_ledger}" + (
+                               f"; missing from the ledger: {missing[:10]}" if missing else "")))
+        decided = [b for b in ckpt.commits if b in by_id
+                   and by_id[b].state is BatchState.DECIDED]
+        out.append(Finding("finished", not decided,
+                           "every decided batch is committed" if not decided else
+                           f"batches {decided} are decided but not marked committed: the "
+                           "next run (or `connectors recover --commit-decided`) finishes them",
+                           severity="warning"))
+        gaps = sorted(set(range(first, (last_ledger or 0) + 1)) - set(ledger_ids))
+        out.append(Finding("no-gaps", not gaps, "no gaps in the ledger" if not gaps else
+                           f"batch ids missing from the ledger: {gaps[:10]}"))
+    elif ckpt.commits:
+        out.append(Finding("spark-commits-in-ledger", False,
+                           f"Spark committed {len(ckpt.commits)} batch(es) but the sink's "
+                           "ledger is empty: wrong sink id or ledger location?"))
+    return out

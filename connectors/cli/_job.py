@@ -1,0 +1,166 @@
+"""The demo's streaming job (a child process of ``connectors demo``; one driver run).
+
+``python -m connectors.cli._job run ...`` streams JSON files (one file per micro-batch,
+``Trigger.AvailableNow``, a replayable source) into the chosen sink with a checkpoint.
+``python -m connectors.cli._job ids ...`` prints the ids the target holds (one JSON line),
+read the way a downstream user would: Delta with Spark, PostgreSQL with a query, Kafka
+with a ``read_committed`` consumer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+INPUT_SCHEMA = "id LONG, name STRING, amount DOUBLE, ts TIMESTAMP"
+SINK_ID = "connectors-demo"
+
+
+def make_input_files(directory: Path, files: int, rows_per_file: int) -> int:
+    """``files`` JSON files of ``rows_per_file`` rows with ids ``0..n-1``; returns ``n``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for f in range(files):
+        lines = []
+        for _ in range(rows_per_file):
+            lines.append(json.dumps({
+                "id": n, "name": f"customer-{n:07d}", "amount": n * 0.25,
+                "ts": f"2026-01-01T{(n // 3600) % 24:02d}:{(n // 60) % 60:02d}:{n % 60:02d}Z",
+            }))
+            n += 1
+        tmp = directory / f".part-{f:05d}.json.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(directory / f"part-{f:05d}.json")
+    return n
+
+
+def _session(args: argparse.Namespace) -> Any:
+    from connectors.spark import get_session
+
+    components = {"delta": ["delta"], "kafka": ["kafka"], "postgres": []}[args.sink]
+    return get_session("connectors-demo", master="local[2]", components=components, conf={
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stopTimeout": "30s",
+        # Small splits: every file becomes several tasks (several transactions per batch).
+        "spark.sql.files.maxPartitionBytes": "64k",
+    })
+
+
+def make_sink(args: argparse.Namespace) -> Any:
+    if args.sink == "delta":
+        from connectors.delta import DeltaSink
+
+        return DeltaSink(args.target, sink_id=SINK_ID)
+    if args.sink == "postgres":
+        from connectors.postgres import PostgresSink
+
+        return PostgresSink(args.conninfo, args.target, sink_id=SINK_ID, create_table=True)
+    from connectors.kafka import KafkaSink
+
+    return KafkaSink(args.target, {"bootstrap.servers": args.bootstrap}, sink_id=SINK_ID)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as sf
+
+    sink = make_sink(args)
+    spark = _session(args)
+    df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        if args.sink == "kafka":
+            batch = batch.select(sf.col("id").cast("string").alias("key"),
+                                 sf.to_json(sf.struct("*")).alias("value"))
+        sink(batch, batch_id)
+
+    query = (df.writeStream.foreachBatch(write).option("checkpointLocation", args.checkpoint)
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination()
+    finally:
+        sink.close()
+    return 0
+
+
+def target_ids(args: argparse.Namespace) -> list[int]:
+    """The ids the target holds, duplicates included."""
+    if args.sink == "postgres":
+        import psycopg
+        from psycopg import sql
+
+        from connectors.postgres._config import TableName
+
+        table = TableName.parse(args.target)
+        with psycopg.connect(args.conninfo) as conn:
+            rows = conn.execute(sql.SQL("SELECT id FROM {}").format(table.sql())).fetchall()
+        return [int(r[0]) for r in rows]
+    if args.sink == "kafka":
+        return _kafka_ids(args.bootstrap, args.target)
+    spark = _session(args)
+    rows = spark.read.format("delta").load(args.target).select("id").collect()
+    return [int(r[0]) for r in rows]
+
+
+def _kafka_ids(bootstrap: str, topic: str) -> list[int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"demo-{os.getpid()}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest"})
+    try:
+        meta = consumer.list_topics(topic, timeout=30)
+        parts = sorted(meta.topics[topic].partitions)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in parts}
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        ids: list[int] = []
+        done = {p for p in parts if ends[p] == 0}
+        while len(done) < len(parts):
+            msg = consumer.poll(5.0)
+            if msg is None:
+                # read_committed stops at the last stable offset: an end offset past it is
+                # a transaction marker, or an open transaction (then this never finishes).
+                positions = consumer.position([TopicPartition(topic, p) for p in parts])
+                done |= {tp.partition for tp in positions
+                         if tp.offset is not None and tp.offset >= ends[tp.partition] - 1}
+                continue
+            if msg.error():
+                continue
+            value = msg.value()
+            if value is not None:
+                ids.append(int(json.loads(value)["id"]))
+            offset, partition = msg.offset(), msg.partition()
+            if offset is not None and partition is not None and offset >= ends[partition] - 1:
+                done.add(partition)
+        return ids
+    finally:
+        consumer.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m connectors.cli._job")
+    p.add_argument("mode", choices=["run", "ids"])
+    p.add_argument("--sink", choices=["delta", "postgres", "kafka"], required=True)
+    p.add_argument("--target", required=True, help="Delta path, table, or topic")
+    p.add_argument("--input")
+    p.add_argument("--checkpoint")
+    p.add_argument("--conninfo", default=os.environ.get("EOS_POSTGRES_CONNINFO"))
+    p.add_argument("--bootstrap", default=os.environ.get("EOS_KAFKA_BOOTSTRAP"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.mode == "run":
+        return run(args)
+    print("IDS " + json.dumps(target_ids(args)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""The targets the operator commands inspect and settle, one class per participant.
+
+Each target answers the same four questions for the sinks that write into it: which
+sinks it knows, a sink's ledger (binding, decisions), the transactions it left open or
+prepared, and how to settle them. Settling uses the sinks' own recovery code and the same
+ledger serialization (the per-sink lease), so it can never race a live driver: an abort
+records "this run may never decide this batch" under the lease before rolling back, and a
+live driver then fails that batch (and retries it) instead of committing half of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from connectors.cli._model import Lingering, RecoverReport, SinkStatus
+from connectors.core.ledger import Ledger
+from connectors.core.naming import TransactionId
+from connectors.core.protocol import BatchState
+
+__all__ = ["PostgresTarget", "Target"]
+
+logger = logging.getLogger("connectors.cli")
+
+
+class Target(ABC):
+    """One participant (a database, a broker, a table) as the operator tools see it."""
+
+    #: "postgres", "kafka" or "delta".
+    kind: str
+
+    @abstractmethod
+    def describe(self) -> str:
+        """The target for humans, secrets redacted."""
+
+    @abstractmethod
+    def sink_ids(self) -> list[str]:
+        """Every sink id this target has a ledger or transactions for."""
+
+    @abstractmethod
+    def ledger(self, sink_id: str) -> Ledger:
+        """The sink's ledger (read-only use by ``status`` and ``doctor``)."""
+
+    @abstractmethod
+    def lingering(self, sink_id: str) -> list[Lingering]:
+        """Transactions of the sink that are open or prepared right now."""
+
+    @abstractmethod
+    def recover(
+        self, sink_id: str, *, commit_decided: bool, abort_undecided: bool, min_age_s: float
+    ) -> RecoverReport:
+        """Settle what dead drivers left: commit decided, roll back undecided."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    def status(self, sink_id: str) -> SinkStatus:
+        """The sink's ledger and lingering transactions."""
+        ledger = self.ledger(sink_id)
+        try:
+            entries = ledger.entries()
+            status = SinkStatus(sink_id, self.describe(), query_id=ledger.bound_query())
+        finally:
+            ledger.close()
+        committed = [e.batch_id for e in entries if e.state is BatchState.COMMITTED]
+        status.last_committed = max(committed) if committed else None
+        status.unfinished = [e.batch_id for e in entries if e.state is BatchState.DECIDED]
+        status.lingering = self.lingering(sink_id)
+        return status
+
+
+class PostgresTarget(Target):
+    """A PostgreSQL database: the ledger tables and ``pg_prepared_xacts``."""
+
+    kind = "postgres"
+
+    def __init__(self, conninfo: str, ledger_table: str = "public.eos_ledger") -> None:
+        from connectors.postgres._config import Conninfo, TableName
+        from connectors.postgres._ledger import DriverConnection
+
+        self.conninfo = Conninfo(conninfo)
+        self.table = TableName.parse(ledger_table, what="ledger_table")
+        self._db = DriverConnection(self.conninfo, 10, "operator")
+
+    def describe(self) -> str:
+        return f"postgres {self.conninfo.redacted()} ledger {self.table}"
+
+    def _rows(self, query: Any, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with self._db.lock:
+            try:
+                return list(self._db.get().execute(query, params).fetchall())
+            except psycopg.Error as exc:
+                raise self._db.error(exc, "reading the sinks' state") from None
+
+    def _prepared(self) -> list[tuple[TransactionId, float]]:
+        import psycopg
+
+        from connectors.postgres._sink import XID_FORMAT_ID
+
+        found = []
+        for gid, age in self._rows(
+            "SELECT gid, extract(epoch FROM now() - prepared) FROM pg_prepared_xacts "
+            "WHERE database = current_database()"
+        ):
+            xid = psycopg.Xid.from_string(gid)  # a non-XA gid parses with format_id None
+            if xid.format_id != XID_FORMAT_ID or xid.bqual is None:
+                continue
+            tid = TransactionId.from_xid_parts(xid.gtrid, xid.bqual)
+            if tid is not None:
+                found.append((tid, float(age)))
+        return found
+
+    def sink_ids(self) -> list[str]:
+        from psycopg import sql
+
+        names = {tid.sink_id for tid, _ in self._prepared()}
+        exists = self._rows(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s",
+            (self.table.schema, self.table.name + "_bindings"),
+        )
+        if exists:
+            names |= {r[0] for r in self._rows(
+                sql.SQL("SELECT sink_id FROM {}").format(self.table.sql("_bindings")))}
+        return sorted(names)
+
+    def ledger(self, sink_id: str) -> Ledger:
+        from connectors.postgres._ledger import DriverConnection, PostgresLedger
+
+        return PostgresLedger(DriverConnection(self.conninfo, 10, sink_id), self.table,
+                              sink_id=sink_id)
+
+    def lingering(self, sink_id: str) -> list[Lingering]:
+        ledger = self.ledger(sink_id)
+        try:
+            decided = {c.transaction_id for e in ledger.entries() for c in e.commits}
+        finally:
+            ledger.close()
+        return [
+            Lingering(str(tid), tid.batch_id, round(age, 1), str(tid) in decided, "prepared")
+            for tid, age in sorted(self._prepared(), key=lambda p: str(p[0]))
+            if tid.sink_id == sink_id
+        ]
+
+    def recover(
+        self, sink_id: str, *, commit_decided: bool, abort_undecided: bool, min_age_s: float
+    ) -> RecoverReport:
+        from connectors.core.driver import finish_decided
+        from connectors.core.metrics import BatchMetrics
+        from connectors.postgres._sink import PostgresSink
+
+        report = RecoverReport(sink_id, self.describe())
+        sink = PostgresSink.operator(self.conninfo.secret, sink_id=sink_id,
+                                     ledger_table=str(self.table))
+        ledger = sink.create_ledger()
+        metrics = BatchMetrics(sink_id, -1, sink.family.value)
+        try:
+            if commit_decided:
+                for entry in ledger.unfinished():
+                    finish_decided(sink, ledger, entry, metrics)
+                    report.committed += [c.transaction_id for c in entry.commits]
+            for item in self.lingering(sink_id):
+                tid = TransactionId.parse(item.transaction)
+                assert tid is not None
+                decision = ledger.get(tid.batch_id)
+                listed = [c for c in (decision.commits if decision else ())
+                          if c.transaction_id == item.transaction]
+                if listed:
+                    if not commit_decided:
+                        report.left.append(item)
+                        continue
+                    commit = listed[0]
+                    sink.commit(commit)
+                    report.committed.append(item.transaction)
+                    continue
+                if not abort_undecided:
+                    report.left.append(item)
+                    continue
+                if item.age_s is not None and item.age_s < min_age_s:
+                    report.left.append(item)
+                    report.notes.append(
+                        f"{item.transaction} is {item.age_s:.0f} s old (< --min-age "
+                        f"{min_age_s:.0f} s): a live driver may be about to decide it")
+                    continue
+                # Under the lease: forbid the decision first, then roll back.
+                found = ledger.abort(tid.batch_id, tid.run_id)
+                if found is not None and item.transaction in {
+                        c.transaction_id for c in found.commits}:
+                    report.left.append(item)  # decided meanwhile: never roll it back
+                    continue
+                sink.abort(item.transaction)
+                report.aborted.append(item.transaction)
+        finally:
+            ledger.close()
+            sink.close()
+        return report
+
+    def close(self) -> None:
+        self._db.close()

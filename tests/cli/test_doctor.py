@@ -1,0 +1,87 @@
+"""``connectors doctor``: the invariants between a Spark checkpoint and a sink's ledger."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from connectors.cli._doctor import Checkpoint, check, read_checkpoint
+from connectors.core.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
+from connectors.core.protocol import BatchState
+
+C, D = BatchState.COMMITTED, BatchState.DECIDED
+Q = "3f2a-query"
+
+
+def entries(*states: tuple[int, BatchState]) -> list[LedgerEntry]:
+    return [LedgerEntry("s", b, "0badc0de", st) for b, st in states]
+
+
+def failed(findings: list) -> dict[str, str]:
+    return {f.check: f.detail for f in findings if not f.ok}
+
+
+def ckpt(offsets: range, commits: range, query: str | None = Q) -> Checkpoint:
+    return Checkpoint("/c", query, list(offsets), list(commits))
+
+
+def test_a_healthy_pair_passes_every_check() -> None:
+    findings = check(ckpt(range(5), range(5)), entries(*[(b, C) for b in range(5)]), Q)
+    assert not failed(findings)
+    assert {f.check for f in findings} == {"binding", "not-ahead-of-plan", "at-most-one-ahead",
+                                           "spark-commits-in-ledger", "finished", "no-gaps"}
+
+
+def test_one_batch_ahead_after_a_crash_is_fine_two_is_not() -> None:
+    led = entries(*[(b, C) for b in range(5)])
+    assert not failed(check(ckpt(range(5), range(4)), led, Q))
+    bad = failed(check(ckpt(range(5), range(3)), led, Q))
+    assert "at-most-one-ahead" in bad and "+2" in bad["at-most-one-ahead"]
+
+
+def test_a_ledger_ahead_of_the_plan_means_an_older_checkpoint() -> None:
+    bad = failed(check(ckpt(range(3), range(3)), entries(*[(b, C) for b in range(5)]), Q))
+    assert "not-ahead-of-plan" in bad and "restored or reset checkpoint" in bad[
+        "not-ahead-of-plan"]
+
+
+def test_spark_committed_batches_missing_from_the_ledger_and_gaps() -> None:
+    bad = failed(check(ckpt(range(5), range(5)), entries((0, C), (1, C), (3, C), (4, C)), Q))
+    assert "[2]" in bad["spark-commits-in-ledger"] and "[2]" in bad["no-gaps"]
+
+
+def test_an_empty_ledger_with_spark_commits_is_caught() -> None:
+    bad = failed(check(ckpt(range(2), range(2)), [], None))
+    assert "spark-commits-in-ledger" in bad and "binding" in bad
+
+
+def test_bindings() -> None:
+    led = entries((0, C))
+    assert "another checkpoint" in failed(check(ckpt(range(1), range(1)), led, "other"))[
+        "binding"]
+    assert "batch job" in failed(check(ckpt(range(1), range(1)), led, BATCH_JOB_QUERY_ID))[
+        "binding"]
+
+
+def test_a_decided_batch_is_a_warning_not_an_error() -> None:
+    findings = check(ckpt(range(3), range(3)), entries((0, C), (1, C), (2, D)), Q)
+    (finished,) = [f for f in findings if f.check == "finished"]
+    assert not finished.ok and finished.severity == "warning" and "recover" in finished.detail
+    assert all(f.ok for f in findings if f.severity == "error")
+
+
+def test_read_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    for b in range(3):
+        (tmp_path / "offsets" / str(b)).write_text("v1\n{}")
+        (tmp_path / "offsets" / f".{b}.crc").write_text("")
+    (tmp_path / "commits" / "0").write_text("v1\n{}")
+    (tmp_path / "commits" / "1").write_text("v1\n{}")
+    (tmp_path / "metadata").write_text(json.dumps({"id": Q}) + "\n")
+    got = read_checkpoint(str(tmp_path))
+    assert (got.query_id, got.offsets, got.commits) == (Q, [0, 1, 2], [0, 1])
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        read_checkpoint(str(tmp_path / "nope"))
