@@ -10,12 +10,15 @@ The public API is what this module's ``__all__`` lists; everything else is priva
 
 Example::
 
-    from connectors import PostgresSink
+    from connectors import DeltaSink, KafkaSink, PostgresSink
     sink = PostgresSink("postgresql://user@host:5432/db", "public.events", sink_id="events-pg")
+    sink = KafkaSink("events", {"bootstrap.servers": "localhost:9092"}, sink_id="events-kafka")
+    sink = DeltaSink("/data/events", sink_id="events-delta")
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
 
-The sinks of each target load lazily: ``PostgresSink`` needs the ``postgres`` extra, and
-naming it without the extra raises an ImportError that says which extra to install.
+The sinks of each target load lazily: ``PostgresSink`` needs the ``postgres`` extra,
+``KafkaSink`` the ``kafka`` extra, ``DeltaSink`` the ``delta`` extra; naming one without
+its extra raises an ImportError that says which extra to install.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -58,13 +61,20 @@ from connectors.core.template import (
 )
 
 if TYPE_CHECKING:
+    from connectors.delta import DeltaSink, DeltaSinks
+    from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
 
 __version__ = "0.1.0.dev0"
 
 # Target sinks: public name -> module (imported on first use, so that the core works
 # without every client library installed).
-_LAZY = {"PostgresSink": "connectors.postgres"}
+_LAZY = {
+    "DeltaSink": "connectors.delta",
+    "DeltaSinks": "connectors.delta",
+    "KafkaSink": "connectors.kafka",
+    "PostgresSink": "connectors.postgres",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -86,6 +96,8 @@ __all__ = [
     "ConnectorError",
     "CrashPoint",
     "DataLossError",
+    "DeltaSink",
+    "DeltaSinks",
     "DependencyError",
     "DriverCommitSink",
     "ExponentialBackoff",
@@ -96,6 +108,7 @@ __all__ = [
     "FileLedger",
     "Fingerprint",
     "FixedDelay",
+    "KafkaSink",
     "Ledger",
     "LedgerEntry",
     "NoRetry",

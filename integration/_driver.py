@@ -178,3 +178,17 @@ def event_log_app_ids(event_log_dir: Path) -> list[str]:
                     ids.append(str(app_id))
                 break
     return ids
+
+
+def run_cli(*args: str, timeout: float = 180) -> tuple[int, Any, str]:
+    """Run ``python -m connectors ARGS --json``: (exit code, parsed JSON stdout, stderr).
+
+    stdout is parsed alone: client libraries (librdkafka) log to stderr."""
+    env = dict(os.environ)
+    env.pop("CONNECTORS_CRASH_AT", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "connectors", *args, "--json"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    out = proc.stdout.strip()
+    data = json.loads(out) if out.startswith(("[", "{")) else out
+    return proc.returncode, data, proc.stderr

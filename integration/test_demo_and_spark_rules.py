@@ -1,28 +1,65 @@
-"""The README's demo command works, and Spark keeps refusing what breaks exactly-once."""
+"""The README's main job (``connectors demo``) works into each target, and Spark keeps
+refusing what breaks exactly-once."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 from pyspark.sql import SparkSession
 
 from examples.fs_sink import FileSystemSink
-from integration._driver import run_driver
+from integration._driver import run_cli, run_driver
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def test_demo_kills_its_driver_and_reports_exactly_once(tmp_path: Path):
+def demo(tmp_path: Path, *extra: str) -> dict[str, Any]:
+    """Run the README's main job (``connectors demo``); return its JSON verdict."""
     run = run_driver(
-        ["--workdir", str(tmp_path), "--files", "5", "--rows-per-file", "500",
-         "--crash-batch", "2"],
-        module="examples.demo",
+        ["demo", "--workdir", str(tmp_path / "demo"), "--files", "4", "--rows-per-file", "500",
+         "--crash-batch", "1", "--json", *extra],
+        module="connectors",
     )
-    assert run.returncode == 0, run.tail()
-    assert "verdict        EXACTLY ONCE" in run.output
-    assert "driver killed  yes (SIGKILL)" in run.output
-    assert "duplicates     0" in run.output and "missing        0" in run.output
+    lines = [ln for ln in run.output.splitlines() if ln.startswith("{")]
+    assert run.returncode == 0 and lines, run.tail()
+    verdict: dict[str, Any] = json.loads(lines[-1])
+    assert verdict["verdict"] == "EXACTLY ONCE", verdict
+    assert verdict["driver SIGKILLed"] is True and verdict["restarts"] == 1
+    assert verdict["rows in"] == verdict["rows out"] == 2000
+    assert verdict["duplicates"] == 0 and verdict["missing"] == 0 and verdict["batches"] == 4
+    return verdict
+
+
+def cli(*args: str) -> tuple[int, Any]:
+    code, data, err = run_cli(*args)
+    assert not isinstance(data, str) or code != 0, err
+    return code, data
+
+
+def test_demo_into_delta_by_default_then_status_and_doctor(tmp_path: Path) -> None:
+    verdict = demo(tmp_path)
+    assert verdict["sink"] == "delta"
+    table, sid = verdict["target"], verdict["sink id"]
+    code, (status,) = cli("status", "--delta", table)
+    assert code == 0 and status["sink_id"] == sid and status["last_committed"] == 3
+    code, findings = cli("doctor", "--delta", table, "--sink-id", sid, "--checkpoint",
+                         str(Path(verdict["work dir"]) / "checkpoint"))
+    assert code == 0 and all(f["ok"] for f in findings), findings
+
+
+def test_demo_into_postgres(tmp_path: Path, postgres_conninfo: str) -> None:
+    verdict = demo(tmp_path, "--sink", "postgres", "--conninfo", postgres_conninfo)
+    code, (status,) = cli("status", "--postgres", postgres_conninfo,
+                          "--sink-id", verdict["sink id"])
+    assert code == 0 and status["last_committed"] == 3 and status["lingering"] == []
+    with psycopg.connect(postgres_conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE {}").format(
+            sql.Identifier(*verdict["target"].split("."))))
 
 
 def test_async_progress_tracking_stays_refused_with_foreach_batch(
@@ -45,3 +82,10 @@ def test_async_progress_tracking_stays_refused_with_foreach_batch(
             query.stop()
     assert "async" in str(info.value).lower() or "foreachbatch" in str(info.value).lower()
     assert not (tmp_path / "out" / "data").exists(), "the sink wrote despite the refusal"
+
+
+def test_demo_into_kafka(tmp_path: Path, kafka_bootstrap: str) -> None:
+    verdict = demo(tmp_path, "--sink", "kafka", "--bootstrap", kafka_bootstrap)
+    code, (status,) = cli("status", "--kafka", kafka_bootstrap, "--sink-id", verdict["sink id"],
+                          "--kafka-topic", verdict["target"])
+    assert code == 0 and status["last_committed"] == 3 and status["lingering"] == []

@@ -28,6 +28,8 @@ CONNECTORS_ALL = [
     "ConnectorError",
     "CrashPoint",
     "DataLossError",
+    "DeltaSink",
+    "DeltaSinks",
     "DependencyError",
     "DriverCommitSink",
     "ExponentialBackoff",
@@ -38,6 +40,7 @@ CONNECTORS_ALL = [
     "FileLedger",
     "Fingerprint",
     "FixedDelay",
+    "KafkaSink",
     "Ledger",
     "LedgerEntry",
     "NoRetry",
@@ -162,24 +165,31 @@ def test_package_modules_are_documented() -> None:
         assert module.__doc__ and module.__doc__.strip()
 
 
-def test_target_sinks_load_lazily_and_a_missing_extra_names_it() -> None:
-    """``import connectors`` does not import psycopg; naming PostgresSink without the
-    extra raises an ImportError that says ``pip install 'connectors[postgres]'``."""
+@pytest.mark.parametrize(("name", "modules", "extra"), [
+    ("PostgresSink", ("psycopg", "pgpq"), "postgres"),
+    ("KafkaSink", ("confluent_kafka",), "kafka"),
+    ("DeltaSink", ("delta",), "delta"),
+])
+def test_target_sinks_load_lazily_and_a_missing_extra_names_it(
+    name: str, modules: tuple[str, ...], extra: str
+) -> None:
+    """``import connectors`` imports no client library; naming a sink without its extra
+    raises an ImportError that says ``pip install 'connectors[<extra>]'``."""
     code = (
         "import sys, builtins\n"
         "real = builtins.__import__\n"
         "def fake(name, *a, **k):\n"
-        "    if name.split('.')[0] in ('psycopg', 'pgpq'):\n"
+        f"    if name.split('.')[0] in {modules!r}:\n"
         "        raise ImportError('no ' + name)\n"
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = fake\n"
         "import connectors\n"
-        "assert 'psycopg' not in sys.modules\n"
+        "assert not {'psycopg', 'confluent_kafka', 'delta', 'pyspark'} & set(sys.modules)\n"
         "try:\n"
-        "    connectors.PostgresSink\n"
+        f"    connectors.{name}\n"
         "except ImportError as e:\n"
         "    print(type(e).__name__, e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert "DependencyError" in out and "connectors[postgres]" in out
+    assert "DependencyError" in out and f"connectors[{extra}]" in out

@@ -46,11 +46,19 @@ def _postgres(args: argparse.Namespace) -> Target:
 
 
 def _kafka(args: argparse.Namespace) -> Target:
-    raise ConfigurationError("--kafka: the operator tools do not read Kafka sinks yet")
+    from connectors.cli._kafka_target import KafkaTarget
+
+    bad = [kv for kv in args.kafka_config if "=" not in kv]
+    if bad:
+        raise ConfigurationError(f"--kafka-config takes KEY=VALUE, got {bad[0].split('=')[0]!r}")
+    config = dict(kv.split("=", 1) for kv in args.kafka_config)
+    return KafkaTarget(args.kafka, config, topics=args.kafka_topic)
 
 
 def _delta(args: argparse.Namespace) -> Target:
-    raise ConfigurationError("--delta: the operator tools do not read Delta sinks yet")
+    from connectors.cli._delta_target import DeltaTarget
+
+    return DeltaTarget(args.delta, ledger_root=args.delta_ledger_root)
 
 
 def _targets(args: argparse.Namespace) -> list[Target]:
@@ -71,7 +79,12 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kafka", metavar="BOOTSTRAP", help="Kafka bootstrap servers")
     g.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
                    help="extra librdkafka setting (SASL, TLS), repeatable")
-    g.add_argument("--delta", metavar="PATH", help="Delta table path")
+    g.add_argument("--kafka-topic", action="append", default=[], metavar="TOPIC",
+                   help="also check this output topic for open transactions (repeatable)")
+    g.add_argument("--delta", metavar="PATH", help="Delta table path (local file system)")
+    g.add_argument("--delta-ledger-root", metavar="DIR",
+                   help="where the sinks' ledgers are, if not <table>/_connectors (the "
+                   "parent of DeltaSink's ledger_path)")
     p.add_argument("--sink-id", action="append", default=[], dest="sink_ids",
                    help="only this sink (repeatable; default: every sink the target knows)")
     p.add_argument("--json", action="store_true", help="JSON instead of tables")

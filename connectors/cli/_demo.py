@@ -69,14 +69,19 @@ def _drive(cmd: list[str], env: dict[str, str], log: Path, label: str, checkpoin
     start = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-        last = -1
+        first = last = _batches_done(checkpoint)
+        first_at = start
         while proc.poll() is None:
             done = _batches_done(checkpoint)
             if done != last and not quiet:
-                elapsed = time.monotonic() - start
-                rate = done * rows_per_batch / elapsed if elapsed > 0 else 0.0
-                print(f"  [{label}] batches committed: {done:3d}   {rate:10,.0f} rows/s   "
-                      f"({elapsed:5.1f} s)", flush=True)
+                now = time.monotonic()
+                if last == first:
+                    first_at = now  # the rate counts from this run's first batch
+                rate = (done - first - 1) * rows_per_batch / (now - first_at) \
+                    if done - first > 1 and now > first_at else None
+                shown = f"{rate:10,.0f} rows/s" if rate is not None else " " * 17
+                print(f"  [{label}] batches committed: {done:3d}  {shown}  "
+                      f"({now - start:5.1f} s)", flush=True)
                 last = done
             time.sleep(0.25)
     return proc.returncode, time.monotonic() - start
@@ -93,16 +98,19 @@ def run(args: argparse.Namespace) -> int:
     if args.workdir and root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-    tag = f"{int(time.time())}_{os.getpid()}"
+    tag = f"{int(time.time())}-{os.getpid()}"
     inp, ckpt = root / "input", root / "checkpoint"
-    target = {"delta": str(root / "delta-table"), "postgres": f"public.connectors_demo_{tag}",
+    target = {"delta": str(root / "delta-table"),
+              "postgres": f"public.connectors_demo_{tag.replace('-', '_')}",
               "kafka": f"connectors-demo-{tag}"}[args.sink]
     rows_in = make_input_files(inp, args.files, args.rows_per_file)
     quiet = bool(args.json)
     if not quiet:
         print(f"connectors demo: {rows_in:,} rows in {args.files} files (one micro-batch each) "
               f"-> {args.sink} {target}\n  work dir {root}")
-    base = [sys.executable, "-m", "connectors.cli._job", "--sink", args.sink, "--target", target]
+    sink_id = f"demo-{tag}"[:40]
+    base = [sys.executable, "-m", "connectors.cli._job", "--sink", args.sink, "--target", target,
+            "--sink-id", sink_id]
     if args.conninfo:
         base += ["--conninfo", args.conninfo]
     if args.bootstrap:
@@ -137,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     missing = sum(1 for i in range(rows_in) if counts[i] == 0)
     ok = killed and code2 == 0 and bool(lines) and not duplicates and not missing
     verdict = {
-        "sink": args.sink, "target": target, "rows in": rows_in, "rows out": len(ids),
+        "sink": args.sink, "target": target, "sink id": sink_id, "work dir": str(root),
+        "rows in": rows_in, "rows out": len(ids),
         "duplicates": duplicates, "missing": missing, "batches": _batches_done(ckpt),
         "restarts": 1, "driver SIGKILLed": killed,
         "time s": round(time.monotonic() - started, 1),

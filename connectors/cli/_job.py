@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 INPUT_SCHEMA = "id LONG, name STRING, amount DOUBLE, ts TIMESTAMP"
-SINK_ID = "connectors-demo"
 
 
 def make_input_files(directory: Path, files: int, rows_per_file: int) -> int:
@@ -54,14 +53,14 @@ def make_sink(args: argparse.Namespace) -> Any:
     if args.sink == "delta":
         from connectors.delta import DeltaSink
 
-        return DeltaSink(args.target, sink_id=SINK_ID)
+        return DeltaSink(args.target, sink_id=args.sink_id, create_table=True)
     if args.sink == "postgres":
         from connectors.postgres import PostgresSink
 
-        return PostgresSink(args.conninfo, args.target, sink_id=SINK_ID, create_table=True)
+        return PostgresSink(args.conninfo, args.target, sink_id=args.sink_id, create_table=True)
     from connectors.kafka import KafkaSink
 
-    return KafkaSink(args.target, {"bootstrap.servers": args.bootstrap}, sink_id=SINK_ID)
+    return KafkaSink(args.target, {"bootstrap.servers": args.bootstrap}, sink_id=args.sink_id)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("mode", choices=["run", "ids"])
     p.add_argument("--sink", choices=["delta", "postgres", "kafka"], required=True)
     p.add_argument("--target", required=True, help="Delta path, table, or topic")
+    p.add_argument("--sink-id", default="connectors-demo")
     p.add_argument("--input")
     p.add_argument("--checkpoint")
     p.add_argument("--conninfo", default=os.environ.get("EOS_POSTGRES_CONNINFO"))

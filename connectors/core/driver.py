@@ -7,6 +7,7 @@ changes durable state is numbered in the docstrings and marked ``# Step N`` in t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -335,6 +336,7 @@ def run_driver_batch(
       2. a batch the target already holds (crash after its commit) is recorded, not
          rewritten;
       3. commit the whole batch to the target, idempotently keyed by batch id (retried);
+         a sink with ``fingerprint_in_commit`` returns the fingerprint its write observed;
       4. record the batch COMMITTED with its fingerprint.
     """
     ledger = state.ledger
@@ -346,7 +348,8 @@ def run_driver_batch(
         metrics.outcome = "replayed"
         return
     sink.validate_input(batch.schema)
-    fp = sink.fingerprint_input(batch)
+    # A sink that observes the fingerprint inside its write skips the separate job.
+    fp = None if sink.fingerprint_in_commit else sink.fingerprint_input(batch)
     record = LedgerEntry(
         sink.sink_id, batch_id, state.run_id, BatchState.COMMITTED, (), fp, state.query_id
     )
@@ -363,11 +366,14 @@ def run_driver_batch(
     _crash(sink, CrashPoint.BEFORE_DECISION, batch_id)
     # Step 3
     start = time.monotonic()
-    _retrying(sink, metrics)(
+    observed = _retrying(sink, metrics)(
         partial(sink.commit_batch, batch, ctx),
         description=f"commit of batch {batch_id}",
         batch_id=batch_id,
     )
+    if observed is not None:
+        fp = observed
+        record = dataclasses.replace(record, fingerprint=fp)
     metrics.commit_ms = _ms(start)
     protocol.advance(BatchState.DECIDED)
     _crash(sink, CrashPoint.AFTER_DECISION, batch_id)

@@ -373,18 +373,24 @@ class DriverCommitSink(TwoPhaseCommitSink):
     """
 
     family: ClassVar[Family] = Family.COMMIT_ON_DRIVER
+    #: ``True`` when :meth:`commit_batch` observes the batch's fingerprint inside its own
+    #: write and returns it: then no separate fingerprint job runs before a fresh write
+    #: (:meth:`fingerprint_input` is still used to check replays).
+    fingerprint_in_commit: ClassVar[bool] = False
 
     @abstractmethod
     def is_committed(self, ctx: BatchContext) -> bool:
         """Driver: does the target itself record ``(ctx.app_id, ctx.batch_id)`` committed?"""
 
     @abstractmethod
-    def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> None:
+    def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> Fingerprint | None:
         """Driver: write and commit the whole batch atomically, idempotently keyed by
         ``(ctx.app_id, ctx.batch_id)``.
 
         Called again after a crash; if the target already has the key it must do
         nothing. Raise :class:`~connectors.core.errors.TransientError` to be retried.
+        Returns the batch's fingerprint if the write observed it
+        (:attr:`fingerprint_in_commit`), else ``None``.
         """
 
     def fingerprint_input(self, batch: BatchInput) -> Fingerprint | None:

@@ -1,0 +1,187 @@
+"""DeltaSink vs a plain Delta append of the same micro-batches: the wall-time ratio.
+
+Run from the repository root::
+
+    python -m benchmarks.delta_bench               # 6 batches x 500,000 rows, 3 rounds
+    python -m benchmarks.delta_bench --quick       # 3 batches x 100,000 rows, 3 rounds
+
+Every contender writes the same cached micro-batches (``--rows`` rows each of ``id bigint,
+name string, amount double, ts timestamp``, ``--partitions`` partitions, materialised
+before any timing) into its own fresh Delta table, batch by batch:
+
+``plain``       ``df.write.format("delta").mode("append").save(path)``: at-least-once
+``plain-txn``   the same with Delta's ``txnAppId``/``txnVersion`` options: Delta's own
+                idempotent write as Delta 4.4 does it alone (it looks the version up in
+                the snapshot's reconstructed state: one more Spark job per commit)
+``delta-sink``  ``DeltaSink(path, sink_id=..., create_table=True)(df, batch_id)``:
+                exactly-once (txn id, userMetadata tag, observed fingerprint, ledger);
+                it answers Delta's next lookup from the commit's checksum instead
+                (``seed_txn_lookup``; ``--no-seed`` turns that off for comparison)
+
+Each table first gets one small untimed write (batch 0: table creation; for the sink also
+the start of its driver run: binding, the one read of the log), as a long-running stream
+has it behind it; the timed batches are 1..N, the steady state. Interleaved: within a
+round, batch ``i`` is written by every contender back to back, the order rotating with
+``i`` and the round, so that load changes hit all alike. A round's time per contender is
+the sum over its batches; ratios are per round, and the reported ratio is the median over
+``--rounds`` (>= 3) rounds. Every table is checked after its round (row count and sum of
+ids), so a contender that loses or duplicates rows fails the benchmark. The target
+(DeltaSink / plain <= 1.03) is printed next to the measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmarks._common import format_table, median
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+TARGET_RATIO = 1.03
+
+
+def make_batches(spark: SparkSession, batches: int, rows: int, partitions: int) -> list[DataFrame]:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F  # noqa: N812
+
+    out = []
+    for b in range(batches):
+        idc = F.col("id")
+        df = spark.range(b * rows, (b + 1) * rows, 1, partitions).select(
+            idc.alias("id"),
+            F.concat(F.lit("customer-"), F.lpad((idc % 1_000_003).cast("string"), 7, "0"))
+            .alias("name"),
+            ((idc % 100_000) / F.lit(100.0)).alias("amount"),
+            F.timestamp_micros(F.lit(1_700_000_000_000_000) + idc * 1001).alias("ts"),
+        ).persist(StorageLevel.MEMORY_ONLY)
+        df.count()
+        out.append(df)
+    return out
+
+
+def check(spark: SparkSession, path: Path, rows: int) -> None:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    got = spark.read.format("delta").load(str(path)).agg(F.count("*"), F.sum("id")).first()
+    assert got is not None
+    ids = rows - 1000  # the warm-up batch 0 repeats ids 0..999
+    expected = (rows, ids * (ids - 1) // 2 + 999 * 1000 // 2)
+    if (got[0], got[1]) != expected:
+        raise SystemExit(f"{path}: table holds {got[0]} rows, sum {got[1]}; expected {expected}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=500_000, help="rows per micro-batch")
+    parser.add_argument("--batches", type=int, default=6, help="micro-batches per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="3 batches of 100,000 rows")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="DeltaSink(verify_replay=False): no observed fingerprint")
+    parser.add_argument("--no-seed", action="store_true",
+                        help="DeltaSink.seed_txn_lookup = False: let Delta reconstruct the "
+                        "state for every txnVersion lookup (as plain-txn does)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rows, args.batches = 100_000, 3
+    if args.rounds < 3:
+        parser.error("--rounds must be >= 3 (the ratio is a median)")
+    logging.basicConfig(level=logging.WARNING)
+
+    from connectors.delta import DeltaSink
+    from connectors.spark import get_session
+
+    if args.no_seed:
+        DeltaSink.seed_txn_lookup = False
+
+    spark = get_session("delta-bench", components=["delta"],
+                        conf={"spark.sql.session.timeZone": "UTC"})
+    spark.sparkContext.setLogLevel("ERROR")
+    root = Path(tempfile.mkdtemp(prefix="delta-bench-"))
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    try:
+        batches = make_batches(spark, args.batches, args.rows, args.partitions)
+        # Warm-up (JIT, Delta's classes, Python workers): one small write of each kind.
+        warmup = batches[0].limit(1000)
+        warmup.write.format("delta").mode("append").save(str(root / "warm-plain"))
+        DeltaSink(str(root / "warm-sink"), sink_id="warm", create_table=True)(warmup, 0)
+        kinds = ["plain", "plain-txn", "delta-sink"]
+        per_round: list[dict[str, float]] = []
+        warm = batches[0].limit(1000)
+        for r in range(args.rounds):
+            paths = {k: root / f"{k}-{r}" for k in kinds}
+            sink = DeltaSink(str(paths["delta-sink"]), sink_id="bench", create_table=True,
+                             verify_replay=not args.no_verify)
+            # Batch 0, untimed: the table exists and the sink's run has started.
+            warm.write.format("delta").mode("append").save(str(paths["plain"]))
+            (warm.write.format("delta").mode("append").option("txnAppId", "bench")
+             .option("txnVersion", 0).save(str(paths["plain-txn"])))
+            sink(warm, 0)
+            times = dict.fromkeys(kinds, 0.0)
+            for i, df in enumerate(batches, start=1):
+                shift = (i + r) % len(kinds)
+                for who in kinds[shift:] + kinds[:shift]:
+                    t0 = time.perf_counter()
+                    if who == "plain":
+                        df.write.format("delta").mode("append").save(str(paths[who]))
+                    elif who == "plain-txn":
+                        (df.write.format("delta").mode("append").option("txnAppId", "bench")
+                         .option("txnVersion", i).save(str(paths[who])))
+                    else:
+                        sink(df, i)
+                    times[who] += time.perf_counter() - t0
+            sink.close()
+            for k in kinds:
+                check(spark, paths[k], args.rows * args.batches + 1000)
+                shutil.rmtree(paths[k], ignore_errors=True)
+            per_round.append(times)
+            print(f"round {r}: " + ", ".join(f"{k} {times[k]:.2f} s" for k in kinds)
+                  + f"; sink/plain {times['delta-sink'] / times['plain']:.3f}, "
+                  f"sink/plain-txn {times['delta-sink'] / times['plain-txn']:.3f}", flush=True)
+        for df in batches:
+            df.unpersist()
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    vs_plain = [t["delta-sink"] / t["plain"] for t in per_round]
+    vs_txn = [t["delta-sink"] / t["plain-txn"] for t in per_round]
+    txn_cost = [t["plain-txn"] / t["plain"] for t in per_round]
+    print()
+    print(f"# {args.batches} micro-batches x {args.rows:,} rows, {args.partitions} partitions, "
+          f"{args.rounds} interleaved rounds"
+          + (" (verify_replay=False)" if args.no_verify else "")
+          + (" (seed_txn_lookup=False)" if args.no_seed else ""))
+    print()
+    rows = [
+        [f"round {i}", *(f"{t[k]:.2f}" for k in kinds), f"{a:.3f}", f"{b:.3f}"]
+        for i, (t, a, b) in enumerate(zip(per_round, vs_plain, vs_txn, strict=True))
+    ]
+    rows.append(["median", *(f"{median([t[k] for t in per_round]):.2f}" for k in kinds),
+                 f"{median(vs_plain):.3f}", f"{median(vs_txn):.3f}"])
+    print(format_table(["", "plain (s)", "plain + txn (s)", "DeltaSink (s)",
+                        "sink / plain", "sink / plain+txn"], rows))
+    print()
+    verdict = "met" if median(vs_plain) <= TARGET_RATIO else "NOT met"
+    print(f"* DeltaSink / plain Delta append: {median(vs_plain):.3f} (median of {args.rounds} "
+          f"rounds; target <= {TARGET_RATIO}: {verdict})")
+    print(f"* Delta's own txnAppId/txnVersion write / plain: {median(txn_cost):.3f}; "
+          f"DeltaSink / that: {median(vs_txn):.3f} (the sink's own overhead)")
+    load_after = os.getloadavg()
+    print(f"* wall time {time.monotonic() - started:.0f} s; 1-min load average "
+          f"{load_before[0]:.1f} before, {load_after[0]:.1f} after, on {os.cpu_count()} CPUs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Configuration of the Kafka sink: validated once, secrets kept out of every string.
+
+The user's ``config`` is a librdkafka configuration dict. The sink owns three keys
+(``transactional.id``, ``enable.idempotence``, ``acks``): a transactional producer per slot
+needs exactly these values, so passing them is refused rather than silently overridden.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from connectors.core.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_TRANSACTION_TIMEOUT_MS",
+    "OWNED_KEYS",
+    "KafkaConfig",
+    "KafkaOptions",
+    "is_secret_key",
+    "redact_text",
+]
+
+#: Keys the sink sets on every producer it creates; refused in the user's config.
+OWNED_KEYS = ("transactional.id", "enable.idempotence", "acks", "request.required.acks")
+#: librdkafka's default. A slot's transaction lives from its task's first record to its
+#: commit (plus, in barrier mode, the wait for the slowest slot): the sink warns when a
+#: measured transaction reaches 80% of it, and refuses a value above the broker's
+#: ``transaction.max.timeout.ms``.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+#: Fraction of ``transaction.timeout.ms`` at which a transaction's duration is warned about.
+TIMEOUT_WARN_RATIO = 0.8
+_SECRET = re.compile(
+    r"(password|secret|jaas|token|credential|key\.pem|certificate\.pem|keystore|\.key$)",
+    re.IGNORECASE,
+)
+#: Producer-only librdkafka properties, left out of the consumer and admin configs that
+#: the sink derives from the same dict (librdkafka warns about them there).
+_PRODUCER_ONLY = re.compile(
+    r"^(linger\.ms|queue\.buffering\..*|batch\.size|batch\.num\.messages|compression\..*|"
+    r"message\.timeout\.ms|delivery\.timeout\.ms|transaction\.timeout\.ms|retries|"
+    r"message\.send\.max\.retries|partitioner|sticky\..*|queuing\.strategy|"
+    r"enable\.gapless\.guarantee|message\.copy\.max\.bytes|request\.timeout\.ms|"
+    r"produce\.offset\.report|dr_cb|dr_msg_cb|on_delivery|delivery\.report\.only\.error)$"
+)
+#: Sensible throughput defaults for a slot's producer (the user's config wins).
+_PRODUCER_DEFAULTS: dict[str, Any] = {
+    "linger.ms": 20,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.messages": 500_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+}
+
+
+def is_secret_key(key: str) -> bool:
+    """True for librdkafka keys whose values must never be shown (passwords, JAAS, keys)."""
+    return bool(_SECRET.search(key))
+
+
+def redact_text(text: str, secrets: list[str]) -> str:
+    """``text`` with every secret value (of at least 4 characters) replaced by ``***``."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+class KafkaConfig(Mapping[str, Any]):
+    """A librdkafka config dict whose secret values never show in ``str``/``repr``.
+
+    Example::
+
+        >>> KafkaConfig({"bootstrap.servers": "b:9092", "sasl.password": "s3cret"})
+        KafkaConfig({'bootstrap.servers': 'b:9092', 'sasl.password': '***'})
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        if not isinstance(config, Mapping):
+            raise ConfigurationError(
+                "config must be a dict of librdkafka properties, e.g. "
+                "{'bootstrap.servers': 'localhost:9092'}"
+            )
+        data: dict[str, Any] = {}
+        for key, value in config.items():
+            if not isinstance(key, str):
+                raise ConfigurationError(f"config keys must be strings, got {type(key).__name__}")
+            if callable(value):
+                raise ConfigurationError(
+                    f"config[{key!r}] is a callable: callbacks cannot travel to Spark "
+                    "executors; the sink handles delivery reports and errors itself"
+                )
+            data[key] = value
+        owned = [k for k in OWNED_KEYS if k in data]
+        if owned:
+            raise ConfigurationError(
+                f"config sets {', '.join(owned)}, which the sink owns: every slot's producer "
+                "is transactional (transactional.id derived from sink_id and slot, "
+                "enable.idempotence=true, acks=all). Remove these keys"
+            )
+        if not str(data.get("bootstrap.servers", "")).strip():
+            raise ConfigurationError(
+                "config needs 'bootstrap.servers', e.g. {'bootstrap.servers': 'host:9092'}"
+            )
+        self._data = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    @property
+    def secrets(self) -> list[str]:
+        """The secret values (for masking them in error texts)."""
+        return [str(v) for k, v in self._data.items() if is_secret_key(k) and v]
+
+    def redacted(self) -> dict[str, Any]:
+        return {k: ("***" if is_secret_key(k) else v) for k, v in self._data.items()}
+
+    def __repr__(self) -> str:
+        return f"KafkaConfig({self.redacted()!r})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KafkaConfig) and other._data == self._data
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((k, str(v)) for k, v in self._data.items())))
+
+    # ---- derived configs (they hold the secrets: only for the client constructors) ----
+    def producer(self, transactional_id: str, transaction_timeout_ms: int) -> dict[str, Any]:
+        conf = {**_PRODUCER_DEFAULTS, **self._data}
+        conf.update({
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "acks": "all",
+            "transaction.timeout.ms": transaction_timeout_ms,
+        })
+        # librdkafka requires message.timeout.ms <= transaction.timeout.ms.
+        if int(conf.get("message.timeout.ms", 300_000)) > transaction_timeout_ms:
+            conf["message.timeout.ms"] = transaction_timeout_ms
+        return conf
+
+    def consumer(self) -> dict[str, Any]:
+        conf = {k: v for k, v in self._data.items() if not _PRODUCER_ONLY.match(k)}
+        conf.update({
+            "group.id": "connectors-reader",  # never joins: partitions are assigned
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10,  # the reads are short: do not wait for more data
+        })
+        return conf
+
+    def admin(self) -> dict[str, Any]:
+        drop = re.compile(r"^(group\.id|isolation\.level|auto\.offset\.reset|enable\..*)$")
+        return {
+            k: v for k, v in self._data.items()
+            if not _PRODUCER_ONLY.match(k) and not drop.match(k)
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self._data["bootstrap.servers"])
+
+
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def validate_topic(topic: object, what: str = "topic") -> str:
+    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise ConfigurationError(
+            f"{what} {topic!r} is not a valid Kafka topic name: 1-249 characters of "
+            "A-Z, a-z, 0-9, '.', '_' and '-'"
+        )
+    return topic
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """Validated options of :class:`~connectors.kafka.KafkaSink`."""
+
+    topic: str | None
+    marker_topic: str
+    ledger_topic: str
+    create_topic: bool = False
+    topic_partitions: int = 1
+    replication_factor: int = -1
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    operation_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.topic is not None:
+            validate_topic(self.topic)
+        validate_topic(self.marker_topic, "marker_topic")
+        validate_topic(self.ledger_topic, "ledger_topic")
+        if self.marker_topic == self.ledger_topic or self.topic in (
+            self.marker_topic, self.ledger_topic
+        ):
+            raise ConfigurationError(
+                "topic, marker_topic and ledger_topic must be three different topics"
+            )
+        t = self.transaction_timeout_ms
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1000:
+            raise ConfigurationError(
+                "transaction.timeout.ms must be an int >= 1000 (milliseconds)"
+            )
+        if not isinstance(self.topic_partitions, int) or self.topic_partitions < 1:
+            raise ConfigurationError("topic_partitions must be an int >= 1")
+        if not isinstance(self.replication_factor, int) or self.replication_factor == 0:
+            raise ConfigurationError("replication_factor must be -1 (broker default) or >= 1")
+        if self.operation_timeout_s <= 0:
+            raise ConfigurationError("operation_timeout_s must be > 0")

@@ -1,0 +1,201 @@
+"""Client plumbing shared by the driver and the tasks: admin calls and committed reads.
+
+Every call has a bounded timeout; every client error is translated through
+:func:`connectors.kafka._errors.translate`, so secrets never reach a message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from connectors.core.errors import ConnectorError, TransientError
+from connectors.kafka._config import KafkaConfig
+from connectors.kafka._errors import AUTH_CODES, translate
+
+__all__ = ["Admin", "Record", "TopicInfo", "read_committed"]
+
+logger = logging.getLogger("connectors.kafka")
+
+
+@dataclass(frozen=True)
+class Record:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+
+
+def _err(exc: BaseException, doing: str, config: KafkaConfig, **ids: Any) -> ConnectorError:
+    return translate(exc, doing=doing, secrets=config.secrets, bootstrap=config.bootstrap, **ids)
+
+
+def read_committed(
+    config: KafkaConfig, topic: str, partition: int, *, tail: int | None = None,
+    timeout: float = 30.0, **ids: Any,
+) -> list[Record]:
+    """The committed records of one partition (``read_committed``), up to its end.
+
+    ``tail``: read only the last ``tail`` offsets (records and control records).
+    The end is the partition's last stable offset. Callers read partitions that only one
+    transactional id writes, right after ``init_transactions`` of that id, which returns
+    once the id's previous transaction is completed (its markers written): the last stable
+    offset then equals the high watermark, and every committed record is read.
+    Raises (never returns "nothing") when the partition cannot be read.
+    """
+    doing = f"reading {topic}[{partition}]"
+    deadline = time.monotonic() + timeout
+    tp = TopicPartition(topic, partition)
+    try:
+        consumer = Consumer(config.consumer())
+    except KafkaException as exc:
+        raise _err(exc, doing, config, **ids) from None
+    try:
+        try:
+            low, stable = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        except KafkaException as exc:
+            raise _err(exc, doing, config, **ids) from None
+        start = low if tail is None else max(low, stable - tail)
+        if stable <= start:
+            return []
+        consumer.assign([TopicPartition(topic, partition, start)])
+        records: list[Record] = []
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TransientError(
+                    f"{doing}: did not reach offset {stable} in {timeout:.0f} s", **ids)
+            msg = consumer.poll(min(remaining, 1.0))
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    break
+                raise _err(KafkaException(error), doing, config, **ids)
+            records.append(Record(int(msg.offset() or 0), msg.key(), msg.value()))
+            if int(msg.offset() or 0) >= stable - 1:
+                break
+        return records
+    finally:
+        consumer.close()
+
+
+def auth_failure(client: Any, errors: list[KafkaError]) -> KafkaException | None:
+    """The authentication error a client reported through ``error_cb``, if any."""
+    with contextlib.suppress(Exception):  # best effort: the caller has the original error
+        client.poll(0.2)  # serves error_cb
+    for err in errors:
+        if err.code() in AUTH_CODES:
+            return KafkaException(err)
+    return None
+
+
+class Admin:
+    """The driver's AdminClient, created lazily (sinks are pickled: no clients in ``__init__``)."""
+
+    def __init__(self, config: KafkaConfig, timeout: float, sink_id: str) -> None:
+        self.config = config
+        self.timeout = timeout
+        self.sink_id = sink_id
+        self._client: AdminClient | None = None
+        self._errors: list[KafkaError] = []
+
+    @property
+    def client(self) -> AdminClient:
+        if self._client is None:
+            # error_cb: a refused authentication shows there, while the failing call only
+            # says "transport failure".
+            conf: dict[str, Any] = {**self.config.admin(), "error_cb": self._errors.append}
+            self._client = AdminClient(conf)
+        return self._client
+
+    def error(self, exc: BaseException, doing: str, **ids: Any) -> ConnectorError:
+        return _err(auth_failure(self.client, self._errors) or exc, doing, self.config,
+                    sink_id=self.sink_id, **ids)
+
+    def topic(self, name: str) -> TopicInfo | None:
+        """Partition count of ``name``, or ``None`` if the topic does not exist.
+
+        Raises for an unreachable cluster or a refused authentication (list_topics is the
+        first request of a driver run: it is where those show up).
+        """
+        doing = f"reading the metadata of topic {name!r}"
+        try:
+            meta = self.client.list_topics(topic=name, timeout=self.timeout)
+        except KafkaException as exc:
+            raise self.error(exc, doing) from None
+        found = meta.topics.get(name)
+        if found is None or found.error is not None:
+            code = found.error.code() if found is not None and found.error else None
+            if found is None or code in (KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                         KafkaError._UNKNOWN_TOPIC):
+                return None
+            raise self.error(KafkaException(found.error), doing)
+        return TopicInfo(name, len(found.partitions))
+
+    def create_topic(
+        self, name: str, partitions: int, replication: int, config: dict[str, str]
+    ) -> None:
+        doing = f"creating topic {name!r}"
+        new = NewTopic(name, num_partitions=partitions, replication_factor=replication,
+                       config=config)
+        try:
+            self.client.create_topics([new], operation_timeout=self.timeout,
+                                      request_timeout=self.timeout)[name].result()
+        except KafkaException as exc:
+            if exc.args and isinstance(exc.args[0], KafkaError) and (
+                exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+            ):
+                return  # another driver created it meanwhile
+            raise self.error(exc, doing) from None
+        logger.info("sink %s: created topic %s (%d partitions, %s)", self.sink_id, name,
+                    partitions, config)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        try:
+            self.client.create_partitions(
+                [NewPartitions(name, total)], operation_timeout=self.timeout,
+                request_timeout=self.timeout)[name].result()
+        except KafkaException as exc:
+            raise self.error(exc, f"adding partitions to {name!r}") from None
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        return self._configs(ConfigResource(ConfigResource.Type.TOPIC, name),
+                             f"reading the config of topic {name!r}")
+
+    def broker_config(self) -> dict[str, str]:
+        try:
+            meta = self.client.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self.error(exc, "reading the cluster metadata") from None
+        broker = str(next(iter(meta.brokers)))
+        return self._configs(ConfigResource(ConfigResource.Type.BROKER, broker),
+                             "reading the broker config")
+
+    def _configs(self, resource: ConfigResource, doing: str) -> dict[str, str]:
+        try:
+            result = self.client.describe_configs(
+                [resource], request_timeout=self.timeout)[resource].result()
+        except KafkaException as exc:
+            raise self.error(exc, doing) from None
+        return {k: str(v.value) for k, v in result.items() if v.value is not None}
+
+    def close(self) -> None:
+        self._client = None

@@ -1,0 +1,783 @@
+"""``KafkaSink``: exactly-once into Kafka with one transactional producer per slot.
+
+librdkafka has no KIP-939 (no prepared transaction that outlives its producer) and exposes
+no producer id/epoch, so a Kafka transaction is committed in the task that wrote it
+(protocol family ``COMMIT_IN_TASK``). A replay is made idempotent by a **marker**: every
+slot's transaction also writes ``(sink, generation, batch, slot, fingerprint)`` to the
+slot's own partition of a compacted marker topic; a retried task or a replayed batch reads
+that partition after fencing and writes nothing for a slot already committed.
+
+Executor side, once per slot (see :func:`connectors.core.tasks.slot_task`):
+  1. ``open_slot``: a producer with ``transactional.id = eos1|<sink_id>|slot|<n>``;
+     ``init_transactions`` fences any earlier owner and aborts its open transaction;
+  2. ``read_marker``: the slot's marker partition, ``read_committed``, to its end; a marker
+     for this batch means "already committed"; a failed read fails the task;
+  3. ``write``: check every record (size, topic, partition) before producing it;
+  4. ``commit_slot``: produce the marker, flush; in barrier mode ``allGather`` every slot's
+     outcome and commit only if every slot flushed and validated; then commit.
+
+Driver side: the ledger (:class:`~connectors.kafka._ledger.KafkaLedger`) records each
+batch COMMITTED after all its slots committed; ``fence_all`` fences every slot id the sink
+ever used at (re)start and after a failed batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from connectors.core import driver
+from connectors.core.batch import BatchInput, TaskInfo, TaskOutcome
+from connectors.core.errors import (
+    BadInputError,
+    ConfigurationError,
+    ConnectorError,
+    FatalError,
+    TransientError,
+)
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledger import Ledger, TaskCommit
+from connectors.core.metrics import BatchMetrics
+from connectors.core.naming import slot_name
+from connectors.core.tasks import DETERMINISTIC_ERRORS, SlotMarker, SlotTransaction
+from connectors.core.template import TaskCommitSink
+from connectors.kafka._config import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    TIMEOUT_WARN_RATIO,
+    KafkaConfig,
+    KafkaOptions,
+)
+from connectors.kafka._errors import FENCED_CODES, kafka_error, translate
+from connectors.kafka._io import Admin, auth_failure, read_committed
+from connectors.kafka._ledger import KafkaLedger
+from connectors.kafka._records import (
+    RecordLimits,
+    check_schema,
+    merge_topics,
+    produce_batch,
+    scan_batch,
+)
+from connectors.kafka._spark import RetryableBarrierBatch
+
+__all__ = ["KafkaSink", "marker_key"]
+
+logger = logging.getLogger("connectors.kafka")
+
+#: Offsets read back from the end of a marker partition before reading all of it: each
+#: batch adds one marker and one commit control record, each aborted attempt two more.
+MARKER_TAIL = 64
+#: librdkafka defaults (used when the config does not set them).
+_CLIENT_MAX_MESSAGE_BYTES = 1_000_000
+_TOPIC_MAX_MESSAGE_BYTES = 1_048_588
+#: Attempts at a slot's transaction within one task (abort-and-redo, new producer).
+_TXN_ATTEMPTS = 3
+_OK, _FAILED, _REPLAYED = "ok", "failed", "replayed"
+
+
+def marker_key(slot: int) -> bytes:
+    """The key of a slot's markers: compaction keeps each slot's last marker forever."""
+    return f"slot/{slot}".encode()
+
+
+@dataclass
+class _Slot:
+    """One slot's open transaction inside a task."""
+
+    ctx: SlotTransaction
+    producer: Producer
+    started: float
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    rows: int = 0
+    errors: list[KafkaError] = field(default_factory=list)
+    topics: dict[str, int] = field(default_factory=dict)  # checked topic -> partitions
+    gathered: bool = False
+    wait_ms: float = 0.0
+    failure: str = ""
+    open: bool = True
+
+
+class KafkaSink(TaskCommitSink[_Slot]):
+    """Exactly-once sink into Kafka topics, for ``foreachBatch`` and batch jobs.
+
+    Columns as Spark's own Kafka sink: ``value`` (string or binary, required), optional
+    ``key``, ``headers`` (``array<struct<key: string, value: binary>>``), ``partition`` and
+    ``topic``. Other columns are ignored (but take part in the replay fingerprint).
+
+    Args:
+        topic: the topic to write, or ``None`` to take each record's topic from a ``topic``
+            column (a given topic wins over the column, as in Spark's sink).
+        config: librdkafka producer config (``bootstrap.servers``, security settings,
+            ``transaction.timeout.ms``, ``linger.ms``, ...). The sink owns
+            ``transactional.id``, ``enable.idempotence`` and ``acks``. Secret values never
+            appear in logs, reprs or errors.
+        sink_id: the sink's stable name (1-40 characters of ``A-Za-z0-9_-``): root of the
+            transactional ids ``eos1|<sink_id>|slot|<n>`` and of the internal topics.
+        slots: number of slots = transactional ids = tasks per batch. Default: Spark's
+            default parallelism at the first batch. Stored; it cannot change while a batch
+            is unfinished.
+        barrier: run the slots as one Spark barrier stage (default): no slot commits before
+            every slot has written, flushed and validated its records, so a bad batch
+            commits nothing. Needs ``slots`` free task slots and no dynamic allocation.
+            ``barrier=False`` instead validates the whole batch in a separate Spark job
+            before any slot runs.
+        slot_columns: the columns hashed to place rows into slots (default: all).
+        create_topic: create ``topic`` when it is missing (``topic_partitions`` partitions).
+        marker_topic: default ``_connectors.<sink_id>.markers`` (compacted, one partition
+            per slot, created by the sink).
+        ledger_topic: default ``_connectors.<sink_id>.ledger`` (compacted, created).
+        replication_factor: of the topics the sink creates (-1: the broker default).
+        operation_timeout: seconds for one client operation (metadata, init, commit).
+        **options: the template's options (``retry``, ``reset_binding``,
+            ``on_replay_mismatch``, ``keep_batches``).
+
+    Example::
+
+        from connectors.kafka import KafkaSink
+        sink = KafkaSink("events", {"bootstrap.servers": "localhost:9092"},
+                         sink_id="events-kafka")
+        query = (df.selectExpr("CAST(id AS STRING) AS key", "to_json(struct(*)) AS value")
+                 .writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", "/chk/events").start())
+
+    Consumers must read with ``isolation.level=read_committed``. Transaction markers take
+    offsets, so a consumer's lag never quite reaches 0.
+    """
+
+    def __init__(
+        self,
+        topic: str | None,
+        config: dict[str, Any],
+        *,
+        sink_id: str,
+        slots: int | None = None,
+        barrier: bool = True,
+        slot_columns: list[str] | None = None,
+        create_topic: bool = False,
+        topic_partitions: int = 1,
+        marker_topic: str | None = None,
+        ledger_topic: str | None = None,
+        replication_factor: int = -1,
+        operation_timeout: float = 30.0,
+        **options: Any,
+    ) -> None:
+        super().__init__(
+            sink_id=sink_id, slots=slots if slots is not None else 1,
+            slot_columns=slot_columns, barrier=barrier, **options,
+        )
+        self.config = KafkaConfig(config)
+        timeout_ms = self.config.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        try:
+            timeout_ms = int(timeout_ms)
+        except (TypeError, ValueError):
+            raise ConfigurationError("transaction.timeout.ms must be an int (milliseconds)",
+                                     sink_id=sink_id) from None
+        try:
+            self.options = KafkaOptions(
+                topic=topic,
+                marker_topic=marker_topic or f"_connectors.{self.sink_id}.markers",
+                ledger_topic=ledger_topic or f"_connectors.{self.sink_id}.ledger",
+                create_topic=bool(create_topic),
+                topic_partitions=topic_partitions,
+                replication_factor=replication_factor,
+                transaction_timeout_ms=timeout_ms,
+                operation_timeout_s=float(operation_timeout),
+            )
+        except ConfigurationError as exc:
+            exc.sink_id = self.sink_id
+            raise
+        self._auto_slots = slots is None
+        self.limits = RecordLimits(
+            int(self.config.get("message.max.bytes", _CLIENT_MAX_MESSAGE_BYTES))
+        )
+        #: Partition counts of topics the driver checked (shipped to the tasks).
+        self.known_topics: dict[str, int] = {}
+        self._admin: Admin | None = None
+        self._ledger: KafkaLedger | None = None
+        self._slots_ever = 0
+        self._checked_broker = False
+        self._validated: set[str] = set()
+        self._marker_ready = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"KafkaSink({self.options.topic!r}, {self.config!r}, sink_id={self.sink_id!r}, "
+            f"slots={self.slots if not self._auto_slots else 'auto'}, barrier={self.barrier})"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_admin"] = None  # driver clients never travel to executors
+        state["_ledger"] = None
+        return state
+
+    # ------------------------------------------------------------------ helpers
+    def _error(self, exc: BaseException, doing: str, **ids: Any) -> ConnectorError:
+        return translate(exc, doing=doing, secrets=self.config.secrets,
+                         bootstrap=self.config.bootstrap, sink_id=self.sink_id, **ids)
+
+    @property
+    def _timeout(self) -> float:
+        return self.options.operation_timeout_s
+
+    def _admin_client(self) -> Admin:
+        if self._admin is None:
+            self._admin = Admin(self.config, self._timeout, self.sink_id)
+        return self._admin
+
+    def _producer(self, transactional_id: str, **extra: Any) -> Producer:
+        conf = self.config.producer(transactional_id, self.options.transaction_timeout_ms)
+        conf.update(extra)
+        return Producer(conf)
+
+    # ------------------------------------------------------------------ driver side
+    def create_ledger(self) -> Ledger:
+        self._ledger = KafkaLedger(
+            self.config, self.options.ledger_topic, sink_id=self.sink_id,
+            admin=self._admin_client(), replication_factor=self.options.replication_factor,
+            transaction_timeout_ms=self.options.transaction_timeout_ms, timeout=self._timeout,
+            preflight=self._check_broker,
+        )
+        return self._ledger
+
+    def _check_broker(self) -> None:
+        """``transaction.timeout.ms`` must not exceed the broker's maximum."""
+        if self._checked_broker:
+            return
+        broker = self._admin_client().broker_config()
+        limit = int(broker.get("transaction.max.timeout.ms", 900_000))
+        mine = self.options.transaction_timeout_ms
+        if mine > limit:
+            raise ConfigurationError(
+                f"transaction.timeout.ms={mine} is above the broker's transaction.max.timeout.ms"
+                f"={limit}: every slot's producer would fail to start. Lower "
+                f"transaction.timeout.ms to at most {limit}, or raise the broker maximum",
+                sink_id=self.sink_id)
+        self._checked_broker = True
+
+    def fence_all(self) -> int:
+        """Driver: ``init_transactions`` on every slot id the sink ever used.
+
+        Each aborts the open transaction a dead task or driver left on that id, so no
+        ``read_committed`` consumer stays stalled. The ids are bounded: one per slot ever
+        configured (the marker topic's partition count).
+        """
+        self._check_broker()
+        self._validated.clear()  # a (re)start or a failed batch checks the topics again
+        self._marker_ready = 0
+        info = self._admin_client().topic(self.options.marker_topic)
+        ledger_slots = self._ledger.slots if self._ledger is not None else None
+        count = max(info.partitions if info else 0, ledger_slots or 0, self._slots_ever)
+        self._slots_ever = count
+        if count == 0:
+            return 0
+        started = time.monotonic()
+
+        def fence(slot: int) -> None:
+            tid = slot_name(self.sink_id, slot)
+            try:
+                self._producer(tid).init_transactions(self._timeout)
+            except KafkaException as exc:
+                raise self._error(exc, f"fencing slot {slot} (init_transactions)",
+                                  transaction_id=tid) from None
+
+        with ThreadPoolExecutor(min(8, count)) as pool:
+            list(pool.map(fence, range(count)))
+        logger.info("sink %s: fenced %d slot(s) in %.0f ms", self.sink_id, count,
+                    (time.monotonic() - started) * 1000)
+        return count
+
+    def _last_markers(self) -> dict[int, SlotMarker | None]:
+        info = self._admin_client().topic(self.options.marker_topic)
+        found: dict[int, SlotMarker | None] = {}
+        for slot in range(info.partitions if info else 0):
+            found[slot] = _last_marker(self, slot)
+        return found
+
+    def _resolve_slots(self, batch: BatchInput, state: driver.DriverState) -> None:
+        """Driver, every batch: the slot count (stored, fixed while a batch is unfinished),
+        the marker topic with one partition per slot, and the barrier prerequisites."""
+        assert self._ledger is not None
+        admin = self._admin_client()
+        stored = self._ledger.slots
+        wanted = self.slots
+        if self._auto_slots:
+            wanted = stored or _default_parallelism(batch) or 1
+        if stored is not None and stored != wanted:
+            unfinished = self._unfinished(state)
+            if unfinished is not None:
+                raise ConfigurationError(
+                    f"the sink's slot count is {stored}; it cannot change to {wanted} while "
+                    f"batch {unfinished} is unfinished (some slots committed it, the ledger "
+                    "does not record it complete). Restart with the old slot count until that "
+                    "batch is complete, then change it", sink_id=self.sink_id)
+            logger.warning("sink %s: slot count changes from %d to %d", self.sink_id,
+                           stored, wanted)
+        if stored == wanted and self._marker_ready == wanted:
+            self.slots = wanted  # checked in this driver run
+            if self.barrier:
+                _check_barrier(self, batch)
+            return
+        info = admin.topic(self.options.marker_topic)
+        if info is None:
+            admin.create_topic(self.options.marker_topic, wanted,
+                               self.options.replication_factor,
+                               {"cleanup.policy": "compact"})
+        elif info.partitions < wanted:
+            admin.add_partitions(self.options.marker_topic, wanted)
+        if stored != wanted:
+            self._ledger.record_slots(wanted)
+        self.slots = wanted
+        self._marker_ready = wanted
+        self._slots_ever = max(self._slots_ever, wanted, info.partitions if info else 0)
+        if self.barrier:
+            _check_barrier(self, batch)
+
+    def _unfinished(self, state: driver.DriverState) -> int | None:
+        """A batch some slot committed (its marker) but the ledger does not record."""
+        assert self._ledger is not None
+        for marker in self._last_markers().values():
+            if marker is None or marker.generation != state.generation:
+                continue
+            if self._ledger.get(marker.batch_id) is None:
+                return marker.batch_id
+        return None
+
+    def validate_input(self, schema: pa.Schema) -> None:
+        """Driver, before any task: columns and types; the topic exists (or is created)."""
+        check_schema(schema, fixed_topic=self.options.topic is not None)
+        topic = self.options.topic
+        if topic is None or topic in self._validated:
+            return  # checked in this driver run (a failed batch starts a new check)
+        admin = self._admin_client()
+        info = admin.topic(topic)
+        if info is None:
+            if not self.options.create_topic:
+                raise BadInputError(
+                    f"topic {topic!r} does not exist: create it, or pass create_topic=True "
+                    "(with topic_partitions=N)", sink_id=self.sink_id)
+            admin.create_topic(topic, self.options.topic_partitions,
+                               self.options.replication_factor, {})
+            info = admin.topic(topic)
+            if info is None:
+                raise TransientError(f"topic {topic!r} was created but is not visible yet",
+                                     sink_id=self.sink_id)
+        self.known_topics[topic] = info.partitions
+        topic_max = int(admin.topic_config(topic).get("max.message.bytes",
+                                                       _TOPIC_MAX_MESSAGE_BYTES))
+        client_max = int(self.config.get("message.max.bytes", _CLIENT_MAX_MESSAGE_BYTES))
+        self.limits = RecordLimits(min(client_max, topic_max))
+        self._validated.add(topic)
+
+    def _prescan(self, batch: BatchInput, batch_id: int) -> None:
+        """``barrier=False``: validate every record in a separate job before any slot runs,
+        so that a bad batch commits nothing."""
+        check_schema(batch.schema, fixed_topic=self.options.topic is not None)
+        self.validate_input(batch.schema)
+        outcomes = batch.run_tasks(partial(_scan_task, self, batch_id))
+        topics: dict[str, int] = {}
+        for outcome in outcomes:
+            if outcome.error is not None:
+                raise outcome.error
+            assert outcome.commit is not None
+            merge_topics(topics, json.loads(outcome.commit.payload))
+        admin = self._admin_client()
+        for topic, top in sorted(topics.items()):
+            partitions = self.known_topics.get(topic)
+            if partitions is None:
+                info = admin.topic(topic)
+                if info is None:
+                    raise BadInputError(
+                        f"topic {topic!r} (from the 'topic' column) does not exist: create it",
+                        sink_id=self.sink_id, batch_id=batch_id)
+                partitions = self.known_topics[topic] = info.partitions
+            if top >= partitions:
+                raise BadInputError(
+                    f"the 'partition' column holds {top}, but topic {topic!r} has "
+                    f"{partitions} partitions", sink_id=self.sink_id, batch_id=batch_id)
+
+    def _run_batch(
+        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
+    ) -> None:
+        started = time.monotonic()
+        if state.ledger.get(batch_id) is None:
+            self._resolve_slots(batch, state)
+            if not self.barrier:
+                self._prescan(batch, batch_id)
+        metrics.extra["slots"] = self.slots
+        metrics.extra["barrier"] = self.barrier
+        if self.barrier and batch.spark_df is not None:
+            batch = RetryableBarrierBatch(batch)
+        driver.run_slot_batch(self, state, batch, batch_id, metrics)
+        self._check_durations(state, batch_id, metrics)
+        metrics.extra["sink_ms"] = (time.monotonic() - started) * 1000
+
+    def _check_durations(
+        self, state: driver.DriverState, batch_id: int, metrics: BatchMetrics
+    ) -> None:
+        """Warn when a slot's transaction reached 80% of ``transaction.timeout.ms``."""
+        entry = state.ledger.get(batch_id)
+        if entry is None:
+            return
+        longest, waited = 0.0, 0.0
+        for commit in entry.commits:
+            if commit.payload:
+                info = json.loads(commit.payload)
+                longest = max(longest, float(info.get("txn_ms", 0)))
+                waited = max(waited, float(info.get("wait_ms", 0)))
+        metrics.extra["txn_ms"] = round(longest, 1)
+        metrics.extra["barrier_wait_ms"] = round(waited, 1)
+        limit = self.options.transaction_timeout_ms
+        if longest >= TIMEOUT_WARN_RATIO * limit:
+            logger.warning(
+                "sink %s batch %d: a slot's transaction took %.0f ms (barrier wait %.0f ms), "
+                "%.0f%% of transaction.timeout.ms=%d: raise transaction.timeout.ms (at most "
+                "the broker's transaction.max.timeout.ms), use more slots or smaller batches",
+                self.sink_id, batch_id, longest, waited, 100 * longest / limit, limit)
+
+    def close(self) -> None:
+        super().close()
+        self._ledger = None
+        if self._admin is not None:
+            self._admin.close()
+            self._admin = None
+
+    # ------------------------------------------------------------------ executor side
+    def _gather(self, handle: _Slot | None, status: str) -> list[str]:
+        """Barrier mode: exchange every slot's status (exactly once per task)."""
+        if handle is not None:
+            if handle.gathered:
+                return [status]
+            handle.gathered = True
+        if not self.barrier:
+            return [status]
+        context = _barrier_context()
+        if context is None:
+            return [status]
+        started = time.monotonic()
+        statuses: list[str] = list(context.allGather(status))
+        if handle is not None:
+            handle.wait_ms = (time.monotonic() - started) * 1000
+        return statuses
+
+    def _fail(self, handle: _Slot | None, exc: ConnectorError) -> ConnectorError:
+        """A deterministic failure of this slot: tell the other slots before raising."""
+        if handle is not None:
+            handle.failure = str(exc)
+        self._gather(handle, f"{_FAILED}|{exc}")
+        return exc
+
+    def open_slot(self, slot: SlotTransaction) -> _Slot:
+        """Task: a producer for the slot's transactional id; fence the previous owner."""
+        errors: list[KafkaError] = []
+        reported: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+
+        producer: Producer | None = None
+        try:
+            producer = self._producer(slot.name, on_delivery=on_delivery, error_cb=reported.append,
+                                      **{"delivery.report.only.error": True})
+            _retrying(lambda: producer.init_transactions(self._timeout))
+            producer.begin_transaction()
+        except KafkaException as exc:
+            cause = (auth_failure(producer, reported) if producer is not None else None) or exc
+            err = self._error(cause, f"starting slot {slot.slot}'s transaction",
+                              batch_id=slot.batch_id, transaction_id=slot.name)
+            if isinstance(err, DETERMINISTIC_ERRORS):
+                raise self._fail(None, err) from None
+            raise err from None
+        handle = _Slot(slot, producer, time.monotonic(), errors=errors)
+        handle.topics.update(self.known_topics)
+        return handle
+
+    def read_marker(self, handle: _Slot) -> SlotMarker | None:
+        """Task, after fencing: this slot's marker for this batch, if it is committed."""
+        ctx = handle.ctx
+        marker = _last_marker(self, ctx.slot, batch_id=ctx.batch_id)
+        if marker is None or (marker.generation, marker.batch_id) < (
+            ctx.generation, ctx.batch_id
+        ):
+            return None
+        if (marker.generation, marker.batch_id) > (ctx.generation, ctx.batch_id):
+            raise self._fail(handle, FatalError(
+                f"slot {ctx.slot} already committed batch {marker.batch_id} (generation "
+                f"{marker.generation}), after this batch {ctx.batch_id}: Spark is running "
+                "an older batch than the sink wrote (another checkpoint?). Use the original "
+                "checkpoint, or a new sink_id", sink_id=self.sink_id, batch_id=ctx.batch_id,
+                transaction_id=ctx.name))
+        handle.failure = _REPLAYED
+        return marker
+
+    def _check(self, handle: _Slot, batch: pa.RecordBatch) -> None:
+        ctx = handle.ctx
+
+        def error(message: str) -> BadInputError:
+            return BadInputError(message, sink_id=self.sink_id, batch_id=ctx.batch_id,
+                                 transaction_id=ctx.name)
+
+        scan = scan_batch(batch, self.limits, self.options.topic, error)
+        for topic, top in scan.topics.items():
+            partitions = handle.topics.get(topic)
+            if partitions is None:
+                try:
+                    meta = handle.producer.list_topics(topic, timeout=self._timeout)
+                except KafkaException as exc:
+                    raise self._error(exc, f"reading the metadata of {topic!r}",
+                                      batch_id=ctx.batch_id) from None
+                found = meta.topics.get(topic)
+                if found is None or found.error is not None or not found.partitions:
+                    raise error(f"topic {topic!r} does not exist: create it first")
+                partitions = handle.topics[topic] = len(found.partitions)
+            if top >= partitions:
+                raise error(f"the 'partition' column holds {top}, but topic {topic!r} has "
+                            f"{partitions} partitions")
+
+    def write(self, handle: _Slot, batch: pa.RecordBatch) -> None:
+        """Task: check the records of ``batch``, then produce them into the transaction."""
+        try:
+            self._check(handle, batch)
+        except ConnectorError as exc:
+            if isinstance(exc, DETERMINISTIC_ERRORS):
+                raise self._fail(handle, exc) from None
+            raise
+        handle.batches.append(batch)
+        try:
+            handle.rows += produce_batch(handle.producer.produce, handle.producer.poll, batch,
+                                         self.options.topic)
+            handle.producer.poll(0)
+        except KafkaException as exc:
+            err = self._error(exc, f"producing slot {handle.ctx.slot}'s records",
+                              batch_id=handle.ctx.batch_id, transaction_id=handle.ctx.name)
+            if isinstance(err, DETERMINISTIC_ERRORS):
+                raise self._fail(handle, err) from None
+            raise err from None
+
+    def _marker_value(self, handle: _Slot, marker: SlotMarker) -> bytes:
+        return json.dumps(marker.to_json()).encode()
+
+    def _flush(self, handle: _Slot, marker: SlotMarker) -> None:
+        """Produce the marker, flush, and turn delivery errors into the library's errors."""
+        producer = handle.producer
+        producer.produce(self.options.marker_topic, self._marker_value(handle, marker),
+                         marker_key(marker.slot), partition=marker.slot)
+        left = producer.flush(self.options.transaction_timeout_ms / 1000)
+        if left:
+            raise TransientError(
+                f"{left} record(s) of slot {marker.slot} not delivered within "
+                "transaction.timeout.ms", sink_id=self.sink_id, batch_id=marker.batch_id,
+                transaction_id=handle.ctx.name)
+        if handle.errors:
+            first = handle.errors[0]
+            raise KafkaException(first)
+
+    def _redo(self, handle: _Slot, marker: SlotMarker, new_producer: bool) -> None:
+        """Abort (or drop the producer) and write the slot's transaction again."""
+        if new_producer:
+            errors = handle.errors
+            errors.clear()
+
+            def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+                if err is not None:
+                    errors.append(err)
+
+            handle.producer = self._producer(handle.ctx.name, on_delivery=on_delivery,
+                                             **{"delivery.report.only.error": True})
+            _retrying(lambda: handle.producer.init_transactions(self._timeout))
+        else:
+            handle.producer.abort_transaction(self._timeout)
+            handle.errors.clear()
+        handle.producer.begin_transaction()
+        for batch in handle.batches:
+            produce_batch(handle.producer.produce, handle.producer.poll, batch,
+                          self.options.topic)
+
+    def commit_slot(self, handle: _Slot, marker: SlotMarker) -> bytes | None:
+        """Task: write the marker with the rows, align with the other slots, commit.
+
+        Steps:
+          1. produce the marker into the slot's partition of the marker topic; flush;
+          2. barrier mode: ``allGather`` every slot's status; if any slot failed, abort;
+          3. ``commit_transaction``; ``retriable()`` errors retry the commit,
+             ``txn_requires_abort()`` aborts and redoes the transaction, ``fatal()`` takes
+             a new producer (which fences the old one) and redoes it; fenced: another
+             attempt owns the slot, this one fails (Spark keeps the other).
+        """
+        ctx = handle.ctx
+        ids: dict[str, Any] = {"batch_id": ctx.batch_id, "transaction_id": ctx.name}
+        # Step 1
+        try:
+            self._flush(handle, marker)
+        except KafkaException as exc:
+            failure = self._error(exc, f"writing slot {ctx.slot}", **ids)
+            if isinstance(failure, DETERMINISTIC_ERRORS):
+                raise self._fail(handle, failure) from None
+            raise failure from None
+        # Step 2
+        statuses = self._gather(handle, _OK)
+        failed = [s.split("|", 1)[1] for s in statuses if s.startswith(_FAILED + "|")]
+        if failed:
+            handle.failure = "another slot failed"
+            raise BadInputError(
+                f"slot {ctx.slot} wrote its records but did not commit, because "
+                f"{len(failed)} other slot(s) failed: {failed[0]}. Nothing of this batch was "
+                "committed", sink_id=self.sink_id, **ids)
+        elapsed_ms = (time.monotonic() - handle.started) * 1000
+        limit = self.options.transaction_timeout_ms
+        if elapsed_ms >= TIMEOUT_WARN_RATIO * limit:
+            logger.warning(
+                "sink %s batch %d slot %d: the transaction is %.0f ms old (barrier wait %.0f ms)"
+                ", %.0f%% of transaction.timeout.ms=%d", self.sink_id, ctx.batch_id, ctx.slot,
+                elapsed_ms, handle.wait_ms, 100 * elapsed_ms / limit, limit)
+        # Step 3
+        for attempt in range(_TXN_ATTEMPTS):
+            try:
+                _retrying(lambda: handle.producer.commit_transaction(self._timeout))
+                handle.open = False
+                break
+            except KafkaException as exc:
+                err = kafka_error(exc)
+                if err is not None and (err.code() in FENCED_CODES):
+                    handle.open = False
+                    raise TransientError(
+                        f"slot {ctx.slot} was taken over by another attempt (a retried or "
+                        "speculative task, or a newer driver) before it committed; that "
+                        "attempt writes the slot", sink_id=self.sink_id, **ids) from None
+                if err is None or attempt == _TXN_ATTEMPTS - 1 or not (
+                    err.txn_requires_abort() or err.fatal()
+                ):
+                    raise self._error(exc, f"committing slot {ctx.slot}", **ids) from None
+                logger.warning("sink %s batch %d slot %d: %s; redoing the transaction",
+                               self.sink_id, ctx.batch_id, ctx.slot, err.name())
+                try:
+                    self._redo(handle, marker, new_producer=err.fatal())
+                    self._flush(handle, marker)
+                except KafkaException as again:
+                    raise self._error(again, f"redoing slot {ctx.slot}", **ids) from None
+        txn_ms = (time.monotonic() - handle.started) * 1000
+        return json.dumps({"txn_ms": round(txn_ms, 1), "wait_ms": round(handle.wait_ms, 1),
+                           "rows": handle.rows}).encode()
+
+    def abort_slot(self, handle: _Slot) -> None:
+        """Task: abort the slot's open transaction (after telling the other slots)."""
+        status = _REPLAYED if handle.failure == _REPLAYED else (
+            f"{_FAILED}|{handle.failure or 'slot ' + str(handle.ctx.slot) + ' failed'}")
+        try:
+            self._gather(handle, status)
+        finally:
+            if handle.open:
+                handle.open = False
+                try:
+                    handle.producer.abort_transaction(self._timeout)
+                except KafkaException as exc:
+                    # The next init_transactions of this slot id (a retry, fence_all)
+                    # aborts it.
+                    logger.warning("sink %s: abort of slot %d failed (%s)", self.sink_id,
+                                   handle.ctx.slot, type(exc).__name__)
+
+
+# ---------------------------------------------------------------------- helpers
+
+def _retrying(call: Any, attempts: int = 5) -> Any:
+    """Call a transactional API; retry it while librdkafka says the error is retriable."""
+    delay = 0.1
+    for attempt in range(attempts):
+        try:
+            return call()
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is None or not err.retriable() or attempt == attempts - 1:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    return None
+
+
+def _last_marker(sink: KafkaSink, slot: int, batch_id: int | None = None) -> SlotMarker | None:
+    """The newest committed marker of ``slot`` (its partition of the marker topic)."""
+    tail: int | None = MARKER_TAIL
+    while True:
+        records = read_committed(sink.config, sink.options.marker_topic, slot, tail=tail,
+                                 timeout=sink.options.operation_timeout_s,
+                                 sink_id=sink.sink_id, batch_id=batch_id)
+        for record in reversed(records):
+            if record.key != marker_key(slot) or record.value is None:
+                continue
+            marker = SlotMarker.from_json(json.loads(record.value))
+            if marker.sink_id == sink.sink_id and marker.slot == slot:
+                return marker
+        if tail is None:
+            return None
+        tail = None  # nothing in the tail: read the whole (compacted) partition
+
+
+def _default_parallelism(batch: BatchInput) -> int | None:
+    df = batch.spark_df
+    if df is None:
+        return None
+    try:
+        return int(df.sparkSession.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect: no SparkContext
+        return None
+
+
+def _check_barrier(sink: KafkaSink, batch: BatchInput) -> None:
+    """Barrier mode needs ``slots`` concurrent task slots and no dynamic allocation."""
+    df = batch.spark_df
+    if df is None:
+        return
+    conf = df.sparkSession.sparkContext.getConf()
+    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+        raise ConfigurationError(
+            "barrier=True (the default) cannot run with spark.dynamicAllocation.enabled=true "
+            "(Spark refuses barrier stages then): pass barrier=False, or turn dynamic "
+            "allocation off", sink_id=sink.sink_id)
+    cores = _default_parallelism(batch)
+    if cores is not None and sink.slots > cores:
+        raise ConfigurationError(
+            f"barrier=True needs one free task slot per sink slot: slots={sink.slots}, but "
+            f"the cluster offers {cores} (spark default parallelism). Use slots<={cores}, "
+            "more executor cores, or barrier=False", sink_id=sink.sink_id)
+
+
+def _barrier_context() -> Any:
+    try:
+        from pyspark import BarrierTaskContext, TaskContext
+    except ImportError:  # pragma: no cover - pyspark is always there in a task
+        return None
+    if not isinstance(TaskContext.get(), BarrierTaskContext):
+        return None
+    return BarrierTaskContext.get()
+
+
+def _scan_task(
+    sink: KafkaSink, batch_id: int, info: TaskInfo, batches: Iterator[pa.RecordBatch]
+) -> TaskOutcome:
+    """``barrier=False``: one partition's records checked, nothing written."""
+    topics: dict[str, int] = {}
+
+    def error(message: str) -> BadInputError:
+        return BadInputError(message, sink_id=sink.sink_id, batch_id=batch_id)
+
+    rows = 0
+    try:
+        for batch in batches:
+            scan = scan_batch(batch, sink.limits, sink.options.topic, error)
+            rows += scan.rows
+            merge_topics(topics, scan.topics)
+    except BadInputError as exc:
+        return TaskOutcome(error=exc)
+    payload = json.dumps(topics).encode()
+    return TaskOutcome(commit=TaskCommit("scan", info.partition, info.task_attempt_id,
+                                         Fingerprint(rows, 0), payload))
+

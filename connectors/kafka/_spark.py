@@ -1,0 +1,65 @@
+"""Barrier mode that Spark can retry: the slots' barrier stage as a shuffle-map stage.
+
+Spark never retries a failed barrier *result* stage ("Could not recover from a failed
+barrier ResultStage": its tasks may have committed output). ``mapInArrow(...,
+barrier=True).collect()`` is such a result stage, so one lost executor would fail the whole
+streaming query. Followed by a one-partition exchange, the barrier stage becomes a
+shuffle-map stage, which Spark retries as a whole (``spark.stage.maxConsecutiveAttempts``):
+every slot fences its previous attempt, committed slots find their markers, the others
+write again. Only the collected results change their path; nothing else differs from
+:class:`connectors.core.spark_batch.SparkBatch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
+from connectors.core.fingerprint import Fingerprint
+
+__all__ = ["RetryableBarrierBatch"]
+
+_OUTCOME_SCHEMA = pa.schema([("outcome", pa.binary())])
+
+
+class RetryableBarrierBatch(BatchInput):
+    """Wraps a Spark :class:`BatchInput`; barrier task runs become retryable stages."""
+
+    def __init__(self, inner: BatchInput) -> None:
+        self._inner = inner
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._inner.schema
+
+    @property
+    def spark_df(self) -> Any:
+        return self._inner.spark_df
+
+    def estimated_partitions(self) -> int | None:
+        return self._inner.estimated_partitions()
+
+    def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
+        df = self._inner.spark_df
+        if not barrier or df is None:
+            return self._inner.run_tasks(fn, barrier=barrier)
+        from connectors.core.spark_batch import _task_info
+
+        def spark_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            outcome = fn(_task_info(), batches)
+            yield pa.record_batch([pa.array([outcome.to_bytes()], pa.binary())], _OUTCOME_SCHEMA)
+
+        rows = df.mapInArrow(spark_task, "outcome binary", barrier=True).repartition(1).collect()
+        return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
+
+    def slotted(self, slots: int, columns: list[str] | None = None) -> BatchInput:
+        return RetryableBarrierBatch(self._inner.slotted(slots, columns))
+
+    def fingerprint(self) -> Fingerprint:
+        return self._inner.fingerprint()
+
+    def to_arrow(self) -> pa.Table:
+        return self._inner.to_arrow()

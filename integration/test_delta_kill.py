@@ -1,0 +1,213 @@
+"""DeltaSink on real Spark and real Delta: drivers SIGKILLed at every crash point of the
+COMMIT_ON_DRIVER family and at random moments, restarted from the same checkpoint.
+
+Each driver (``examples/stream_to_delta.py``) feeds two sinks from one ``foreachBatch``
+(``DeltaSinks``): ``events-delta`` appends every row to table ``a``; ``events-merge``
+MERGEs on ``key = id % KEY_MOD`` into table ``b`` (several rows per key in every batch, so
+the sink's deterministic dedup is needed). Every kill first proves its crash point was
+reached (the crash log names point, sink and batch; Spark's offset log holds the batch and
+its commit log does not) and that the table and the ledger hold what that point stands for.
+After the last restart the tables are compared row by row with the input (``a``: every
+input row exactly once; ``b``: per key the row with the greatest id), and the Delta log
+shows exactly one commit per batch for each sink (read with the pure-Python log reader,
+independent of the sink's own).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors import CrashPoint
+from examples.stream_to_files import make_input_files
+from integration._delta import (
+    file_batches,
+    input_rows,
+    latest_per_key,
+    ledger_batches,
+    ledger_fingerprint,
+    operations,
+    rate_rows,
+    table_rows,
+    tagged_commits,
+    txn_version,
+)
+from integration._driver import DriverRun, reached, run_driver, spark_batches
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MODULE = "examples.stream_to_delta"
+APPEND, MERGE = "events-delta", "events-merge"
+KEY_MOD = 40
+COLUMNS = ["id", "name", "amount", "unix_micros(ts)"]
+
+
+class DeltaJob:
+    """One streaming job into two Delta tables: directories, arguments, expectations."""
+
+    def __init__(self, root: Path, source: str = "files", files: int = 4, rows: int = 150,
+                 batches: int = 6) -> None:
+        self.root = root
+        self.source = source
+        self.input = root / "in"
+        self.checkpoint = root / "ckpt"
+        self.crash_log = root / "crash.log"
+        self.a, self.b = root / "a", root / "b"
+        if source == "files":
+            self.total = make_input_files(self.input, files, rows)
+            self.batches = files
+        else:
+            self.batches, self.rows_per_batch = batches, rows
+            self.total = batches * rows
+
+    def args(self) -> list[str]:
+        common = ["--checkpoint", str(self.checkpoint), "--path", str(self.a),
+                  "--sink-id", APPEND, "--key-mod", str(KEY_MOD),
+                  "--merge-path", str(self.b), "--merge-sink-id", MERGE]
+        if self.source == "files":
+            return ["--source", "files", "--input", str(self.input), *common]
+        return ["--source", "rate", "--batches", str(self.batches),
+                "--rows-per-batch", str(self.rows_per_batch), *common]
+
+    def run(self, **kwargs: Any) -> DriverRun:
+        return run_driver(self.args(), crash_log=self.crash_log, module=MODULE, **kwargs)
+
+    def reached(self, point: CrashPoint, sink: str, batch: int) -> bool:
+        want = f"{point.value} sink={sink} batch={batch} "
+        return any(line.startswith(want) for line in reached(self.crash_log))
+
+    def expected(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        if self.source == "files":
+            rows, files = input_rows(self.total), file_batches(self.checkpoint)
+            assert len(files) == self.batches, files
+            per_file = self.total // self.batches
+
+            def batch_of(i: int) -> int:
+                return files[f"part-{i // per_file:05d}.json"]
+        else:
+            rows = rate_rows(self.total)
+
+            def batch_of(i: int) -> int:
+                return i // self.rows_per_batch
+        return rows, latest_per_key(rows, KEY_MOD, batch_of)
+
+    def assert_exact(self, spark: SparkSession) -> None:
+        rows, latest = self.expected()
+        cols = COLUMNS if self.source == "files" else COLUMNS[:3]
+        got_a = table_rows(spark, self.a, cols)
+        assert len(got_a) == len(rows), (len(got_a), len(rows))
+        assert got_a == rows, "table a differs from the input row by row"
+        got_b = table_rows(spark, self.b, [*cols, "key"])
+        assert got_b == latest, "table b differs from the latest row per key"
+        # One Delta commit per batch for each sink, and nothing else of theirs.
+        for path, app in ((self.a, APPEND), (self.b, MERGE)):
+            commits = tagged_commits(path, app)
+            assert sorted(commits) == list(range(self.batches)), (app, commits)
+            assert all(len(v) == 1 for v in commits.values()), (app, commits)
+            assert txn_version(path, app) == self.batches - 1
+            assert sorted(ledger_batches(path, app)) == list(range(self.batches))
+            assert all(ledger_batches(path, app).values())
+        assert operations(self.a) == ["WRITE"] * self.batches
+        # table b: the empty table the sink created, then one MERGE per batch
+        assert operations(self.b) == ["WRITE"] + ["MERGE"] * self.batches
+        _offsets, commits_log = spark_batches(self.checkpoint)
+        assert set(range(self.batches)) <= commits_log
+
+
+def _metrics(run: DriverRun, sink: str, batch: int) -> dict[str, str]:
+    for line in run.output.splitlines():
+        if "connectors.metrics batch " in line and f"sink_id={sink} batch_id={batch} " in line:
+            return dict(re.findall(r"(\w+)=(\S+)", line.split("connectors.metrics batch ")[1]))
+    raise AssertionError(f"no metrics of {sink} batch {batch}:\n{run.tail()}")
+
+
+# (point, sink, batch), in the order a restarted driver meets them: each run dies at the
+# next one (``once`` files spend each crash), so 6 kills + 1 clean run cover every crash
+# point of the family for the append sink and for the MERGE sink.
+PLAN = [
+    (CrashPoint.BEFORE_DECISION, APPEND, 1),
+    (CrashPoint.AFTER_DECISION, MERGE, 1),
+    (CrashPoint.AFTER_COMMIT, APPEND, 2),
+    (CrashPoint.BEFORE_DECISION, MERGE, 2),
+    (CrashPoint.AFTER_DECISION, APPEND, 3),
+    (CrashPoint.AFTER_COMMIT, MERGE, 3),
+]
+
+
+def test_sigkill_at_every_crash_point_of_both_sinks_then_restart_is_exact(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    job = DeltaJob(tmp_path)
+    spec = ";".join(
+        f"{p.value}:batch={b}:sink={s}:once={tmp_path / f'once-{i}'}"
+        for i, (p, s, b) in enumerate(PLAN)
+    )
+    previous: DriverRun | None = None
+    for point, sink, batch in PLAN:
+        run = job.run(crash=spec)
+        assert run.returncode == -9, f"driver was not SIGKILLed at {point.value}:\n{run.tail()}"
+        # The crash point was really reached, for that sink and batch ...
+        assert job.reached(point, sink, batch), reached(job.crash_log)
+        # ... Spark had started the batch and not recorded it, so it will replay it ...
+        offsets, commits = spark_batches(job.checkpoint)
+        assert batch in offsets and batch not in commits, (offsets, commits)
+        # ... and the table and the ledger hold what that point stands for.
+        path = job.a if sink == APPEND else job.b
+        ledger, tags = ledger_batches(path, sink), tagged_commits(path, sink)
+        assert all(ledger.get(b) for b in range(batch)), ledger
+        if point is CrashPoint.BEFORE_DECISION:
+            assert txn_version(path, sink) == batch - 1
+            assert batch not in tags and batch not in ledger
+        elif point is CrashPoint.AFTER_DECISION:
+            assert txn_version(path, sink) == batch and len(tags[batch]) == 1
+            assert batch not in ledger, "recorded before the crash point"
+        else:
+            assert txn_version(path, sink) == batch and len(tags[batch]) == 1
+            assert ledger.get(batch) is True
+            fp = ledger_fingerprint(path, sink, batch)
+            assert fp is not None and fp["rows"] == 150, fp
+        if previous is not None:
+            # What the previous kill left was settled the way its crash point requires.
+            p_point, p_sink, p_batch = PLAN[PLAN.index((point, sink, batch)) - 1]
+            m = _metrics(run, p_sink, p_batch)
+            if p_point is CrashPoint.BEFORE_DECISION:
+                assert m["outcome"] == "committed", m
+            elif p_point is CrashPoint.AFTER_DECISION:
+                assert m["outcome"] == "replayed" and m["reconciled"] == "1", m
+            else:
+                assert m["outcome"] == "replayed" and m["reconciled"] == "0", m
+        previous = run
+    final = job.run(crash=spec)
+    assert final.returncode == 0, final.tail()
+    assert _metrics(final, MERGE, 3)["outcome"] == "replayed"
+    assert len(reached(job.crash_log)) == len(PLAN)
+    job.assert_exact(spark)
+
+
+def test_sigkill_at_random_moments_then_restart_is_exact(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    job = DeltaJob(tmp_path, source="rate", batches=4, rows=150)
+    rng = random.Random(int(os.environ.get("EOS_SEED", "20261122")))
+    kills = 0
+    for _ in range(2):
+        # A random moment once the driver is writing: after its next batch is recorded.
+        before = len(ledger_batches(job.a, APPEND))
+        run = job.run(
+            kill_after=rng.uniform(0.0, 4.0),
+            kill_when=lambda before=before: len(ledger_batches(job.a, APPEND)) > before,
+        )
+        if run.returncode == -9:
+            kills += 1
+        else:
+            assert run.returncode == 0, run.tail()
+    final = job.run()
+    assert final.returncode == 0, final.tail()
+    assert kills >= 1, "no run was killed: the delays were too long for this machine"
+    job.assert_exact(spark)

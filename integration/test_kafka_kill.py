@@ -1,0 +1,353 @@
+"""KafkaSink on real Spark and a real Kafka broker (KRaft): killed drivers, killed tasks,
+retried and speculative tasks, a restarted broker.
+
+Every test runs real Structured Streaming drivers (``examples/stream_to_kafka.py``) as child
+processes, kills them, restarts them from the same checkpoint and then reads the output
+topic with a ``read_committed`` consumer, record by record: every input id exactly once,
+and at the end no open transaction (last stable offset == high watermark) on the output
+and marker topics. Each kill first proves its crash point was reached (the crash log names
+it; Spark's offset log holds the batch without a commit entry) and that Kafka holds the
+state the crash point stands for (slot markers, ledger records).
+
+Each test has its own output topic and sink id (so its own marker and ledger topics).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connectors import CrashPoint
+from connectors.core.protocol import CRASH_POINTS, Family
+from examples.stream_to_files import make_input_files
+from integration._driver import DriverRun, reached, run_driver, spark_batches, task_attempts
+from integration._kafka import KafkaTarget, ledger_batches, markers
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MODULE = "examples.stream_to_kafka"
+ROWS_PER_FILE = 300
+SLOTS = 2
+
+
+class KafkaJob:
+    """One streaming job into Kafka: its directories, target and expected output."""
+
+    def __init__(self, root: Path, target: KafkaTarget, source: str = "files",
+                 files: int = 4, barrier: bool = True) -> None:
+        self.root = root
+        self.target = target
+        self.source = source
+        self.barrier = barrier
+        self.input = root / "in"
+        self.checkpoint = root / "ckpt"
+        self.crash_log = root / "crash.log"
+        self.files = files
+        self.input_topic = ""
+        if source == "files":
+            self.total = make_input_files(self.input, files, ROWS_PER_FILE)
+        elif source == "rate":
+            self.batches, self.rows_per_batch = 4, 400
+            self.total = self.batches * self.rows_per_batch
+        else:
+            self.total = 1200
+            self.input_topic = target.create(f"{target.topic}-in", partitions=2)
+            target.produce_input(self.input_topic, self.total)
+
+    def args(self, *extra: str) -> list[str]:
+        t = self.target
+        common = ["--checkpoint", str(self.checkpoint), "--topic", t.topic,
+                  "--sink-id", t.sink_id, "--bootstrap", t.bootstrap, "--slots", str(SLOTS),
+                  *(["--no-barrier"] if not self.barrier else []), *extra]
+        if self.source == "files":
+            return ["--source", "files", "--input", str(self.input), *common]
+        if self.source == "kafka":
+            return ["--source", "kafka", "--input-topic", self.input_topic,
+                    "--max-offsets-per-trigger", "400", *common]
+        return ["--source", "rate", "--batches", str(self.batches),
+                "--rows-per-batch", str(self.rows_per_batch), *common]
+
+    def run(self, *extra: str, **kwargs: Any) -> DriverRun:
+        return run_driver(self.args(*extra), crash_log=self.crash_log, module=MODULE, **kwargs)
+
+    def reached(self, point: CrashPoint, batch: int | None = None, **fields: Any) -> bool:
+        for line in reached(self.crash_log):
+            if not line.startswith(f"{point.value} "):
+                continue
+            words = dict(w.split("=", 1) for w in line.split()[1:])
+            want = {"sink": self.target.sink_id, **{k: str(v) for k, v in fields.items()}}
+            if batch is not None:
+                want["batch"] = str(batch)
+            if all(words.get(k) == v for k, v in want.items()):
+                return True
+        return False
+
+    def markers(self) -> dict[int, list[dict[str, Any]]]:
+        return markers(self.target.bootstrap, self.target.marker_topic)
+
+    def marked(self, batch: int) -> set[int]:
+        """Slots whose committed markers include ``batch``."""
+        return {slot for slot, ms in self.markers().items()
+                if any(m["batch_id"] == batch for m in ms)}
+
+    def ledger(self) -> dict[int, str]:
+        return ledger_batches(self.target.bootstrap, self.target.ledger_topic)
+
+    def assert_exact(self) -> None:
+        self.target.assert_exact(self.total)
+        states = self.ledger()
+        assert states and set(states.values()) == {"COMMITTED"}, states
+
+
+@pytest.fixture
+def kafka(kafka_bootstrap: str) -> Iterator[KafkaTarget]:
+    target = KafkaTarget(kafka_bootstrap, prefix="kill", partitions=3)
+    target.create()
+    yield target
+    target.cleanup()
+
+
+def _metrics(run: DriverRun) -> list[dict[str, str]]:
+    found = []
+    for line in run.output.splitlines():
+        if "connectors.metrics batch " in line:
+            fields = line.split("connectors.metrics batch ")[1]
+            found.append(dict(re.findall(r"(\w+)=(\S+)", fields)))
+    return found
+
+
+def _ok(run: DriverRun) -> None:
+    assert run.returncode == 0, run.tail()
+
+
+def _crashed_in_batch(job: KafkaJob, batch: int) -> None:
+    offsets, commits = spark_batches(job.checkpoint)
+    assert batch in offsets and batch not in commits, (offsets, commits)
+
+
+# ------------------------------------------------- every COMMIT_IN_TASK crash point
+
+#: Driver crash points: one driver run each (SIGKILL ends it), each in its own batch.
+DRIVER_SEQUENCE = [(CrashPoint.BEFORE_DECISION, 0), (CrashPoint.AFTER_COMMIT, 1)]
+#: Task crash points: the Python worker of slot 0 is SIGKILLed. In barrier mode the slots
+#: run as one barrier shuffle-map stage, which Spark retries as a whole even on local[2]:
+#: both fire in one driver run, which then finishes by itself.
+TASK_SEQUENCE = [(CrashPoint.BEFORE_PRECOMMIT, 2), (CrashPoint.AFTER_PRECOMMIT, 3)]
+
+
+def test_sequences_cover_every_crash_point_of_the_family() -> None:
+    points = {p for p, _ in DRIVER_SEQUENCE + TASK_SEQUENCE}
+    assert points == set(CRASH_POINTS[Family.COMMIT_IN_TASK])
+
+
+def test_sigkill_at_every_crash_point_then_restarts_are_exact(
+    tmp_path: Path, kafka: KafkaTarget
+) -> None:
+    """Every crash point of the COMMIT_IN_TASK family (barrier mode): the driver killed
+    twice (each restart first repairs the previous crash), then two task kills in one run.
+    ``barrier=False`` is killed in the rate, retry and speculation tests."""
+    job = KafkaJob(tmp_path, kafka, files=5)
+    history = []
+    for point, batch in DRIVER_SEQUENCE:
+        run = job.run(crash=f"{point.value}:batch={batch}")
+        history.append(run)
+        assert run.returncode == -9, f"driver was not SIGKILLed:\n{run.tail()}"
+        assert job.reached(point, batch), reached(job.crash_log)
+        _crashed_in_batch(job, batch)
+        ledger = job.ledger()
+        assert all(ledger.get(b) == "COMMITTED" for b in range(batch)), ledger
+        marked = job.marked(batch)
+        if point is CrashPoint.BEFORE_DECISION:
+            # Every slot committed with its marker; the ledger does not know yet.
+            assert marked == set(range(SLOTS)) and batch not in ledger, (marked, ledger)
+        else:
+            assert marked == set(range(SLOTS)) and ledger.get(batch) == "COMMITTED", ledger
+
+    spec = ";".join(f"{p.value}:batch={b}:partition=0:once={tmp_path / p.value}"
+                    for p, b in TASK_SEQUENCE)
+    final = job.run(crash=spec)
+    history.append(final)
+    _ok(final)
+    for point, batch in TASK_SEQUENCE:
+        assert job.reached(point, batch, partition=0), reached(job.crash_log)
+    assert "Python worker exited unexpectedly" in final.output  # the kills really happened
+    job.assert_exact()
+    outcomes = {int(m["batch_id"]): m["outcome"] for r in history for m in _metrics(r)}
+    assert outcomes.get(0) == "replayed", outcomes  # before_decision: every slot marked
+    assert outcomes.get(1) == "replayed", outcomes  # after_commit: in the ledger
+    # before_precommit: slot 0 never committed batch 2, so the retried stage wrote it.
+    assert outcomes.get(2) == "committed", outcomes
+    # A slot written twice would show as a duplicate above; a marker twice too:
+    for slot, ms in job.markers().items():
+        batches = [m["batch_id"] for m in ms]
+        assert len(batches) == len(set(batches)), (slot, batches)
+
+
+def test_driver_killed_at_random_moments_then_restart_is_exact(
+    tmp_path: Path, kafka: KafkaTarget
+) -> None:
+    job = KafkaJob(tmp_path, kafka, files=8)
+    rng = random.Random(int(os.environ.get("EOS_SEED", "20261122")))
+    kills = 0
+    for _ in range(int(os.environ.get("EOS_RANDOM_KILLS", "1"))):
+        before = _ledger_len(job)
+        run = job.run(
+            kill_after=rng.uniform(0.0, 2.0),
+            kill_when=lambda before=before: _ledger_len(job) > before,
+        )
+        if run.returncode == -9:
+            kills += 1
+        else:
+            _ok(run)
+    final = job.run()
+    _ok(final)
+    assert kills >= 1, "no run was killed: the delays were too long for this machine"
+    job.assert_exact()
+
+
+def _ledger_len(job: KafkaJob) -> int:
+    try:
+        return len(job.ledger())
+    except Exception:  # the ledger topic does not exist yet
+        return 0
+
+
+# --------------------------------------------------------------- the other sources
+
+
+def test_rate_micro_batch_source_without_barrier_with_crash_is_exact(
+    tmp_path: Path, kafka: KafkaTarget
+) -> None:
+    """``barrier=False`` (records validated in a separate job, slots as ordinary tasks),
+    the driver killed with every slot committed and nothing recorded."""
+    job = KafkaJob(tmp_path, kafka, source="rate", barrier=False)
+    first = job.run(crash="before_decision:batch=1")
+    assert first.returncode == -9, first.tail()
+    assert job.reached(CrashPoint.BEFORE_DECISION, 1)
+    _crashed_in_batch(job, 1)
+    assert job.marked(1) == set(range(SLOTS)) and 1 not in job.ledger()
+    second = job.run()
+    _ok(second)
+    job.assert_exact()
+    names = {m.json()["id"]: m.json()["name"] for m in kafka.messages()}
+    assert all(name == f"rate-{i}" for i, name in names.items())
+
+
+def test_kafka_source_to_kafka_sink_with_task_killed_after_its_commit_is_exact(
+    tmp_path: Path, kafka: KafkaTarget
+) -> None:
+    """Spark's Kafka source -> KafkaSink (``barrier=False``); slot 0's task is killed
+    between its commit and the end of the batch (after_precommit); the restart replays the
+    batch: slot 0 finds its marker and writes nothing, the other slot writes. Keys and
+    headers are copied."""
+    job = KafkaJob(tmp_path, kafka, source="kafka", barrier=False)
+    first = job.run(crash="after_precommit:batch=1:partition=0")
+    # barrier=False on local[2]: a lost task is not retried, the query fails.
+    assert first.returncode not in (0, -9), first.tail()
+    assert job.reached(CrashPoint.AFTER_PRECOMMIT, 1, partition=0)
+    _crashed_in_batch(job, 1)
+    assert 0 in job.marked(1) and 1 not in job.ledger()
+    second = job.run()
+    _ok(second)
+    job.assert_exact()
+    # Slot 0 committed batch 1 once, though two drivers ran it; slot 1 may have committed
+    # it before the kill too (barrier=False: slots commit independently).
+    batch1 = [m for m in _metrics(second) if m["batch_id"] == "1"]
+    assert batch1 and batch1[0]["outcome"] in ("committed", "replayed"), batch1
+    for slot in range(SLOTS):
+        assert [m["batch_id"] for m in job.markers()[slot]].count(1) == 1
+    for m in kafka.messages():
+        i = m.json()["id"]
+        assert m.key == str(i).encode() and m.headers == (("n", str(i).encode()),), m
+
+
+# ------------------------------------------------------------------ Spark task retries
+
+
+def test_failed_task_is_retried_on_local_n_f_and_the_retry_finds_the_marker(
+    tmp_path: Path, kafka: KafkaTarget
+) -> None:
+    """``local[2,3]`` retries a failed task. Slot 0's first attempt commits, then its
+    process dies (after_precommit): the retry fences the slot, finds the committed marker,
+    compares fingerprints and writes nothing. The event log proves the retry ran."""
+    job = KafkaJob(tmp_path, kafka, barrier=False)
+    events = tmp_path / "events"
+    events.mkdir()
+    once = tmp_path / "crash-once"
+    run = job.run(
+        "--master", "local[2,3]",
+        "--conf", "spark.eventLog.enabled=true",
+        "--conf", f"spark.eventLog.dir=file://{events}",
+        "--conf", "spark.eventLog.compress=false",
+        crash=f"after_precommit:batch=1:partition=0:action=exit:once={once}",
+    )
+    _ok(run)
+    assert once.exists() and job.reached(CrashPoint.AFTER_PRECOMMIT, 1, partition=0)
+    attempts = task_attempts(events)
+    failed = [a for a in attempts if a["failed"]]
+    retried = [a for a in attempts if a["attempt"] >= 1 and not a["failed"]]
+    assert failed and retried, json.dumps(attempts, indent=1)
+    job.assert_exact()
+    assert len([m for m in job.markers()[0] if m["batch_id"] == 1]) == 1
+
+
+def test_failed_barrier_task_retries_the_whole_stage_and_is_exact(
+    tmp_path: Path, kafka: KafkaTarget
+) -> None:
+    """Barrier mode on ``local[2,3]``: a task dies before its commit; Spark retries the
+    whole barrier stage (every slot fences its previous attempt) and the batch is exact."""
+    job = KafkaJob(tmp_path, kafka, files=3)
+    events = tmp_path / "events"
+    events.mkdir()
+    once = tmp_path / "crash-once"
+    run = job.run(
+        "--master", "local[2,3]",
+        "--conf", "spark.eventLog.enabled=true",
+        "--conf", f"spark.eventLog.dir=file://{events}",
+        "--conf", "spark.eventLog.compress=false",
+        crash=f"before_precommit:batch=1:partition=1:action=exit:once={once}",
+    )
+    _ok(run)
+    assert once.exists() and job.reached(CrashPoint.BEFORE_PRECOMMIT, 1, partition=1)
+    attempts = task_attempts(events)
+    assert any(a["failed"] for a in attempts), json.dumps(attempts, indent=1)
+    job.assert_exact()
+
+
+# ----------------------------------------------------------------- broker restarted
+
+
+def test_broker_killed_and_restarted_mid_transaction_then_exact(
+    tmp_path: Path, kafka: KafkaTarget, native_kafka: Any
+) -> None:
+    """Slot 0 stalls with its transaction open (records produced, not committed); the
+    broker is SIGKILLed and restarted meanwhile. The slot's commit then succeeds after the
+    restart, or fails and the restarted driver redoes the batch; either way a
+    read_committed consumer sees every record once and no transaction stays open."""
+    stall = 15.0
+    job = KafkaJob(tmp_path, kafka, files=3)
+    spec = f"before_precommit:batch=1:partition=0:action=stall:seconds={stall:g}"
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(job.run, crash=spec)
+        deadline = time.monotonic() + 300
+        while not (job.reached(CrashPoint.BEFORE_PRECOMMIT, 1) or future.done()):
+            assert time.monotonic() < deadline, "the stall was never reached"
+            time.sleep(0.1)
+        assert job.reached(CrashPoint.BEFORE_PRECOMMIT, 1), future.result().tail()
+        native_kafka.restart(kill=True, downtime=1.0)
+        run = future.result()
+    runs = [run]
+    if run.returncode != 0:
+        runs.append(job.run())
+        _ok(runs[-1])
+    print("exit codes:", [r.returncode for r in runs])
+    job.assert_exact()

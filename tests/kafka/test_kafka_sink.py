@@ -1,0 +1,166 @@
+"""KafkaSink's task-side decisions with a fake producer: align, then commit or abort."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import time
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from connectors.core.driver import DriverState
+from connectors.core.errors import BadInputError, TransientError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledger import LedgerEntry, TaskCommit
+from connectors.core.metrics import BatchMetrics
+from connectors.core.protocol import BatchState
+from connectors.core.tasks import SlotMarker, SlotTransaction
+from connectors.kafka import KafkaSink
+from connectors.kafka._sink import _Slot, marker_key
+
+
+class FakeProducer:
+    def __init__(self, commit_errors: list[KafkaError] | None = None) -> None:
+        self.calls: list[str] = []
+        self.produced: list[tuple[Any, ...]] = []
+        self.commit_errors = list(commit_errors or [])
+
+    def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
+        self.produced.append((topic, args, kwargs))
+
+    def poll(self, _t: float) -> int:
+        return 0
+
+    def flush(self, _t: float) -> int:
+        self.calls.append("flush")
+        return 0
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def commit_transaction(self, _t: float) -> None:
+        if self.commit_errors:
+            self.calls.append("commit-failed")
+            raise KafkaException(self.commit_errors.pop(0))
+        self.calls.append("commit")
+
+    def abort_transaction(self, _t: float) -> None:
+        self.calls.append("abort")
+
+
+def _sink(**kwargs: Any) -> KafkaSink:
+    return KafkaSink("out", {"bootstrap.servers": "b:9092", **kwargs.pop("config", {})},
+                     sink_id="unit", slots=2, **kwargs)
+
+
+def _handle(sink: KafkaSink, producer: FakeProducer) -> _Slot:
+    ctx = SlotTransaction("unit", 0, 5, "abcd1234", 0, 77, pa.schema([("value", pa.binary())]))
+    handle = _Slot(ctx, producer, time.monotonic())  # type: ignore[arg-type]
+    handle.topics["out"] = 3  # the driver checked the topic
+    return handle
+
+
+def _marker() -> SlotMarker:
+    return SlotMarker("unit", 0, 5, 0, "abcd1234", Fingerprint(1, 2))
+
+
+def test_commit_writes_the_marker_into_the_slots_partition_then_commits() -> None:
+    sink, producer = _sink(), FakeProducer()
+    handle = _handle(sink, producer)
+    sink.write(handle, pa.record_batch({"value": pa.array([b"a", b"b"])}))
+    payload = sink.commit_slot(handle, _marker())
+    topic, args, kwargs = producer.produced[-1]
+    assert topic == "_connectors.unit.markers" and kwargs == {"partition": 0}
+    assert args[1] == marker_key(0) and json.loads(args[0])["batch_id"] == 5
+    assert producer.calls == ["flush", "commit"]
+    assert json.loads(payload or b"{}")["rows"] == 2
+
+
+def test_no_slot_commits_when_another_slot_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    sink, producer = _sink(), FakeProducer()
+    handle = _handle(sink, producer)
+    monkeypatch.setattr(sink, "_gather", lambda h, status: [status, "failed|record too big"])
+    with pytest.raises(BadInputError, match="did not commit, because 1 other slot"):
+        sink.commit_slot(handle, _marker())
+    sink.abort_slot(handle)
+    assert "commit" not in producer.calls and producer.calls[-1] == "abort"
+
+
+def test_a_bad_record_tells_the_other_slots_before_failing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sink, producer = _sink(), FakeProducer()
+    sink.limits = type(sink.limits)(100)
+    handle = _handle(sink, producer)
+    sent: list[str] = []
+
+    def gather(h: _Slot, status: str) -> list[str]:
+        sent.append(status)
+        h.gathered = True
+        return [status]
+
+    monkeypatch.setattr(sink, "_gather", gather)
+    with pytest.raises(BadInputError, match="larger than the 100 bytes"):
+        sink.write(handle, pa.record_batch({"value": pa.array([b"x" * 500])}))
+    assert len(sent) == 1 and sent[0].startswith("failed|record 0")
+    assert producer.produced == []  # checked before anything was produced
+
+
+def test_txn_requires_abort_aborts_and_redoes_the_transaction() -> None:
+    abortable = KafkaError(KafkaError._STATE, txn_requires_abort=True)
+    sink, producer = _sink(), FakeProducer(commit_errors=[abortable])
+    handle = _handle(sink, producer)
+    sink.write(handle, pa.record_batch({"value": pa.array([b"a"])}))
+    sink.commit_slot(handle, _marker())
+    assert producer.calls == ["flush", "commit-failed", "abort", "begin", "flush", "commit"]
+    values = [p[1][0] for p in producer.produced if p[0] == "out"]
+    assert values == [b"a", b"a"]  # the aborted copy is invisible to read_committed
+
+
+def test_fenced_commit_fails_the_attempt_so_spark_keeps_the_other() -> None:
+    sink = _sink()
+    producer = FakeProducer(commit_errors=[KafkaError(KafkaError._FENCED, fatal=True)])
+    with pytest.raises(TransientError, match="taken over by another attempt"):
+        sink.commit_slot(_handle(sink, producer), _marker())
+
+
+def test_driver_warns_at_80_percent_of_the_transaction_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = _sink(config={"transaction.timeout.ms": 10_000})
+
+    class Ledger:
+        def __init__(self, txn_ms: float) -> None:
+            payload = json.dumps({"txn_ms": txn_ms, "wait_ms": 1000.0}).encode()
+            commit = TaskCommit("eos1|unit|slot|0", 0, 1, Fingerprint(), payload)
+            self.entry = LedgerEntry("unit", 3, "abcd1234", BatchState.COMMITTED, (commit,))
+
+        def get(self, _b: int) -> LedgerEntry:
+            return self.entry
+
+    caplog.set_level(logging.WARNING, "connectors.kafka")
+    for txn_ms, warned in ((7_000.0, False), (8_500.0, True)):
+        caplog.clear()
+        metrics = BatchMetrics("unit", 3, "commit_in_task")
+        sink._check_durations(DriverState(Ledger(txn_ms)), 3, metrics)  # type: ignore[arg-type]
+        assert ("85% of transaction.timeout.ms=10000" in caplog.text) is warned
+        assert metrics.extra["txn_ms"] == txn_ms
+
+
+def test_driver_clients_never_travel_to_executors() -> None:
+    sink = _sink()
+    sink._admin_client()
+    clone = pickle.loads(pickle.dumps(sink))
+    assert clone._admin is None and clone._ledger is None
+
+
+def test_a_slot_without_rows_still_commits_its_marker() -> None:
+    sink, producer = _sink(), FakeProducer()
+    payload = sink.commit_slot(_handle(sink, producer), _marker())
+    assert [p[0] for p in producer.produced] == ["_connectors.unit.markers"]
+    assert producer.calls == ["flush", "commit"]
+    assert json.loads(payload or b"{}")["rows"] == 0
