@@ -709,8 +709,10 @@ class DeltaSink(DriverCommitSink):
           1. attach the fingerprint aggregates to the batch (observed by the write job);
           2. append/overwrite with the ``txnAppId``/``txnVersion`` writer options, or MERGE
              with the txn session confs set on the query's own session (and unset after);
-          3. keep the committed version locally; return the observed fingerprint (the
-             template records it in the ledger).
+          3. keep the committed version locally; fill the post-commit snapshot's txn ids
+             from its checksum so that the next batch's write skips Delta's state
+             reconstruction (:func:`_seed_txn_lookup`); return the observed fingerprint
+             (the template records it in the ledger).
 
         Delta skips the write if the log already holds the pair (a retry after an
         ambiguous failure), so calling it again is harmless.
