@@ -47,7 +47,7 @@ def make_sink(args: argparse.Namespace) -> KafkaSink:
         config,
         sink_id=args.sink_id,
         slots=args.slots,
-        barrier=not args.no_barrier,
+        barrier=args.barrier,
         create_topic=args.create_topic,
         topic_partitions=args.topic_partitions,
     )
@@ -154,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra librdkafka producer property k=v")
     parser.add_argument("--sink-id", default="events-kafka")
     parser.add_argument("--slots", type=int, default=None)
-    parser.add_argument("--no-barrier", action="store_true",
-                        help="run slots as ordinary tasks (validation in a separate job)")
+    parser.add_argument("--barrier", action=argparse.BooleanOptionalAction, default=False,
+                        help="run the slots as one barrier stage (default: ordinary tasks, "
+                        "records validated in a separate job first)")
     parser.add_argument("--create-topic", action="store_true")
     parser.add_argument("--topic-partitions", type=int, default=1)
     parser.add_argument("--master", default="local[2]")

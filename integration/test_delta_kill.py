@@ -171,7 +171,10 @@ def test_sigkill_at_every_crash_point_of_both_sinks_then_restart_is_exact(
             assert txn_version(path, sink) == batch and len(tags[batch]) == 1
             assert ledger.get(batch) is True
             fp = ledger_fingerprint(path, sink, batch)
-            assert fp is not None and fp["rows"] == 150, fp
+            if sink == APPEND:  # an append hashes nothing while writing (see committed_fingerprint)
+                assert fp is None, fp
+            else:
+                assert fp is not None and fp["rows"] == 150, fp
         if previous is not None:
             # What the previous kill left was settled the way its crash point requires.
             p_point, p_sink, p_batch = PLAN[PLAN.index((point, sink, batch)) - 1]

@@ -204,7 +204,7 @@ def test_transaction_timeout_above_the_broker_maximum_is_refused(
 def test_barrier_needs_a_task_slot_per_sink_slot(spark: Any, kafka: KafkaTarget) -> None:
     kafka.create()
     with pytest.raises(ConfigurationError, match="barrier=True needs one free task slot"):
-        _sink(kafka, slots=4)(_rows(spark, 5), 0)
+        _sink(kafka, slots=4, barrier=True)(_rows(spark, 5), 0)
     _nothing_visible(kafka)
 
 

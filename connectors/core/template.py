@@ -393,6 +393,15 @@ class DriverCommitSink(TwoPhaseCommitSink):
         (:attr:`fingerprint_in_commit`), else ``None``.
         """
 
+    def committed_fingerprint(self, ctx: BatchContext) -> Fingerprint | None:
+        """Driver, on the replay of a batch the ledger recorded *without* a fingerprint
+        (:meth:`commit_batch` returned ``None``): the fingerprint of what the target holds
+        for ``(ctx.app_id, ctx.batch_id)``, recomputed from the target, or ``None`` to skip
+        the check. A sink whose commit keeps the rows as written (Delta appends) can verify
+        replays this way at no cost on the normal path. Default: ``None``.
+        """
+        return None
+
     def fingerprint_input(self, batch: BatchInput) -> Fingerprint | None:
         """Driver: the batch's fingerprint for the replay check (``None`` skips the check).
 

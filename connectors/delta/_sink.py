@@ -7,15 +7,18 @@ version is at or below the recorded one, so a replayed batch can never be writte
 
 Driver side, per batch (the template's ``run_driver_batch`` calls the hooks in this order):
   1. the ledger already records the batch (crash after the commit was recorded): a replay;
-     its fingerprint is recomputed (one Spark job, replays only) and compared;
+     its fingerprint is recomputed (one Spark job, replays only) and compared with the
+     recorded one (MERGE) or with that of the rows its commit added, read back from the
+     commit's files (append/overwrite: :meth:`committed_fingerprint`);
   2. :meth:`validate_input`: the table exists (or is created), the batch's columns fit;
   3. :meth:`is_committed`: the Delta log (read once per driver run, then kept up to date
      locally) already holds ``(app id, batch id)``: crash between the Delta commit and the
-     ledger record; the batch's row count is checked against that commit's
-     ``operationMetrics`` and the batch is recorded, not rewritten;
+     ledger record; the batch is compared with that commit in the same way (a MERGE by
+     its row count, from the commit's ``operationMetrics``) and recorded, not rewritten;
   4. :meth:`commit_batch`: one Delta commit tagged with the txn id and a ``userMetadata``
-     tag; the fingerprint is observed inside the write job (no extra job);
-  5. the template records the batch in the ledger with that fingerprint.
+     tag; a MERGE's fingerprint is observed inside its job (no extra job); an append
+     hashes nothing;
+  5. the template records the batch in the ledger (with that fingerprint, if any).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from connectors.delta._fingerprint import fingerprint_now, observe
 from connectors.delta._ledger import DeltaLedger
 from connectors.delta._log import LocalDeltaLog, LogState, jvm_log_state
 from connectors.delta._meta import CommitTag, parse_user_metadata
+from connectors.delta._replay import Unreadable, committed_fingerprint
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -263,8 +267,10 @@ class DeltaSink(DriverCommitSink):
         ledger_path: directory of the sink's ledger (binding, recorded batches and their
             fingerprints). Default ``<table location>/_connectors/<sink_id>``; required
             when the table is not on a local (POSIX) file system.
-        verify_replay: fingerprint each batch while it is written and compare replays
-            (default true; see ``docs/delta.md`` for what is checked).
+        verify_replay: compare a replayed batch with what its commit wrote (default true):
+            an append's replay with the rows of the files its commit added (read back only
+            on a replay, so nothing is hashed while writing), a MERGE's with the fingerprint
+            observed while it ran. See ``docs/delta.md``.
         **options: the template's options (``retry``, ``reset_binding``,
             ``on_replay_mismatch``, ``keep_batches``).
 
@@ -283,7 +289,9 @@ class DeltaSink(DriverCommitSink):
     a batch it can no longer prove uncommitted, rather than write it twice.
     """
 
-    #: The fingerprint is observed inside the write job (``DataFrame.observe``).
+    #: No separate fingerprint job before a write: a MERGE's fingerprint is observed inside
+    #: its own job (``DataFrame.observe``); an append's is recomputed from its commit's files
+    #: only when the batch is replayed (:meth:`committed_fingerprint`).
     fingerprint_in_commit: ClassVar[bool] = True
     #: After each commit, answer the next write's ``txnVersion`` lookup from the commit's
     #: checksum instead of a state reconstruction (Delta 4.4.0 only; see ``docs/delta.md``).
@@ -674,13 +682,57 @@ class DeltaSink(DriverCommitSink):
             batch_id=ctx.batch_id,
         )
 
+    def committed_fingerprint(self, ctx: BatchContext) -> Fingerprint | None:
+        """Driver, on the replay of an append/overwrite batch the ledger recorded: the
+        fingerprint of the rows its Delta commit added, read back from that commit's files
+        (:mod:`connectors.delta._replay`). Where they cannot be read, the replay's row
+        count is compared with the commit's instead, and ``None`` is returned."""
+        if self.merge_on or not self.verify_replay or self._df is None:
+            return None
+        found = self._tags(ctx.app_id).get(ctx.batch_id)
+        if found is None:
+            logger.warning(
+                "sink %s batch %d: the table's history no longer shows the commit of this "
+                "batch (log retention?), so its replay is not compared",
+                self.sink_id, ctx.batch_id,
+            )
+            return None
+        fp = self._content_of(ctx, found[0])
+        if fp is None:
+            self._check_count(ctx, found)
+        return fp
+
+    def _content_of(self, ctx: BatchContext, version: int) -> Fingerprint | None:
+        assert self._df is not None
+        try:
+            return committed_fingerprint(self._session, self.location(), version,
+                                         self._df, _local_path(self.location()))
+        except Unreadable as exc:
+            logger.warning(
+                "sink %s batch %d: %s; the replay is compared by its row count only",
+                self.sink_id, ctx.batch_id, exc,
+            )
+            return None
+
     def _check_reconciled(self, ctx: BatchContext) -> None:
-        """A batch committed to Delta but not recorded: its row count must match the commit."""
+        """A batch committed to Delta but not recorded: an append's replay must hold the rows
+        its commit wrote (a MERGE's: as many source rows)."""
         if not self.verify_replay or self._df is None:
             return
         found = self._tags(ctx.app_id).get(ctx.batch_id)
         if found is None:
             return
+        if not self.merge_on:
+            committed = self._content_of(ctx, found[0])
+            if committed is not None:
+                from connectors.core.driver import check_replay
+
+                check_replay(self, ctx.batch_id, committed, fingerprint_now(self._df))
+                return
+        self._check_count(ctx, found)
+
+    def _check_count(self, ctx: BatchContext, found: tuple[int, dict[str, str]]) -> None:
+        assert self._df is not None
         version, metrics = found
         key = "numSourceRows" if self.merge_on else "numOutputRows"
         if key not in metrics:
@@ -706,13 +758,15 @@ class DeltaSink(DriverCommitSink):
         """Driver: the batch as one Delta commit with txn id ``(ctx.app_id, ctx.batch_id)``.
 
         Steps:
-          1. attach the fingerprint aggregates to the batch (observed by the write job);
+          1. MERGE only: attach the fingerprint aggregates to the batch (observed by the
+             write job); an append records none (a replay is compared with the files its
+             commit added: :meth:`committed_fingerprint`);
           2. append/overwrite with the ``txnAppId``/``txnVersion`` writer options, or MERGE
              with the txn session confs set on the query's own session (and unset after);
           3. keep the committed version locally; fill the post-commit snapshot's txn ids
              from its checksum so that the next batch's write skips Delta's state
              reconstruction (:func:`_seed_txn_lookup`); return the observed fingerprint
-             (the template records it in the ledger).
+             (the template records it in the ledger), or ``None``.
 
         Delta skips the write if the log already holds the pair (a retry after an
         ambiguous failure), so calling it again is harmless.
@@ -722,10 +776,11 @@ class DeltaSink(DriverCommitSink):
         tag = CommitTag(self.sink_id, ctx.app_id, ctx.batch_id, ctx.query_id, ctx.run_id)
         if self.merge_on and self._schema is None:
             self._create_empty(df)
-        # Step 1
+        # Step 1: only a MERGE is fingerprinted while it runs (its commit holds merged rows,
+        # not the batch's); an append's replay is compared with its commit's files instead.
         observed = (
             observe(df, f"connectors_{self.sink_id}_{ctx.batch_id}_{uuid.uuid4().hex[:8]}")
-            if self.verify_replay else None
+            if self.verify_replay and self.merge_on else None
         )
         source = observed.df if observed is not None else df
         # Step 2
@@ -741,6 +796,7 @@ class DeltaSink(DriverCommitSink):
             ) from exc
         # Step 3
         self._versions[ctx.app_id] = max(ctx.batch_id, self._versions.get(ctx.app_id, -1))
+        self._history = None  # read again if a replay of this batch must find its commit
         if self.seed_txn_lookup:
             # Spare the next batch's write Delta's state reconstruction (see _seed_txn_lookup).
             _seed_txn_lookup(df.sparkSession, self.location(), ctx.app_id, ctx.batch_id)

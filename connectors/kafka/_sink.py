@@ -124,11 +124,14 @@ class KafkaSink(TaskCommitSink[_Slot]):
         slots: number of slots = transactional ids = tasks per batch. Default: Spark's
             default parallelism at the first batch. Stored; it cannot change while a batch
             is unfinished.
-        barrier: run the slots as one Spark barrier stage (default): no slot commits before
-            every slot has written, flushed and validated its records, so a bad batch
-            commits nothing. Needs ``slots`` free task slots and no dynamic allocation.
-            ``barrier=False`` instead validates the whole batch in a separate Spark job
-            before any slot runs.
+        barrier: ``False`` (default): every record is validated (size, topic, partition)
+            in a separate Spark job before any slot runs, so a bad batch commits nothing;
+            then each slot commits as soon as it has flushed. ``True``: the slots run as one
+            Spark barrier stage and none commits before every slot has written, flushed
+            and validated its records, so a slot that fails on the broker's side (not
+            only on bad input) aborts every slot of that attempt. It needs ``slots`` free
+            task slots, no dynamic allocation, and costs about 1 s per batch: Spark's
+            ``BarrierTaskContext`` polls its coordinator once a second (see docs/kafka.md).
         slot_columns: the columns hashed to place rows into slots (default: all).
         create_topic: create ``topic`` when it is missing (``topic_partitions`` partitions).
         marker_topic: default ``_connectors.<sink_id>.markers`` (compacted, one partition
@@ -159,7 +162,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         *,
         sink_id: str,
         slots: int | None = None,
-        barrier: bool = True,
+        barrier: bool = False,
         slot_columns: list[str] | None = None,
         create_topic: bool = False,
         topic_partitions: int = 1,
