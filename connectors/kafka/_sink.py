@@ -66,6 +66,7 @@ from connectors.kafka._records import (
     produce_batch,
     scan_batch,
 )
+from connectors.kafka._scan import scan_dataframe
 from connectors.kafka._spark import RetryableBarrierBatch
 
 __all__ = ["KafkaSink", "marker_key"]
@@ -382,16 +383,22 @@ class KafkaSink(TaskCommitSink[_Slot]):
 
     def _prescan(self, batch: BatchInput, batch_id: int) -> None:
         """``barrier=False``: validate every record in a separate job before any slot runs,
-        so that a bad batch commits nothing."""
+        so that a bad batch commits nothing (on Spark, one JVM aggregation:
+        :mod:`connectors.kafka._scan`)."""
         check_schema(batch.schema, fixed_topic=self.options.topic is not None)
         self.validate_input(batch.schema)
-        outcomes = batch.run_tasks(partial(_scan_task, self, batch_id))
         topics: dict[str, int] = {}
-        for outcome in outcomes:
-            if outcome.error is not None:
-                raise outcome.error
-            assert outcome.commit is not None
-            merge_topics(topics, json.loads(outcome.commit.payload))
+        if batch.spark_df is not None:  # one JVM aggregation, no Python workers
+            topics = scan_dataframe(
+                batch.spark_df, self.limits, self.options.topic,
+                lambda message: BadInputError(message, sink_id=self.sink_id, batch_id=batch_id),
+            )
+        else:
+            for outcome in batch.run_tasks(partial(_scan_task, self, batch_id)):
+                if outcome.error is not None:
+                    raise outcome.error
+                assert outcome.commit is not None
+                merge_topics(topics, json.loads(outcome.commit.payload))
         admin = self._admin_client()
         for topic, top in sorted(topics.items()):
             partitions = self.known_topics.get(topic)

@@ -1,0 +1,99 @@
+"""The JVM check job of ``KafkaSink(barrier=False)`` agrees with the slots' Python checks.
+
+A batch the driver's check passes must pass every slot's check (else a slot could fail
+after another committed), and a record the slots would refuse must stop the batch before
+any slot runs. Real Spark; no broker needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow.compute as pc
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from connectors.core.errors import BadInputError
+from connectors.kafka._records import RecordLimits, record_sizes, scan_batch
+from connectors.kafka._scan import scan_dataframe
+
+HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+SCHEMA = StructType([
+    StructField("key", StringType()),
+    StructField("value", BinaryType()),
+    StructField("headers", ArrayType(HEADER)),
+    StructField("partition", IntegerType()),
+    StructField("topic", StringType()),
+])
+ROWS: list[tuple[Any, ...]] = [
+    ("k", b"v" * 10, None, None, "a"),
+    (None, b"x" * 300, [], 1, "a"),
+    ("\u00e9t\u00e9-\u4e2d", None, [("h", b"12345"), ("\u00fc", None), None], 2, "b"),
+    ("key-4", b"", [("only", b"")], None, "b"),
+    ("big", b"y" * 120, [("h1", b"z" * 40), ("h2", b"w" * 41)], 0, "c"),
+]
+
+
+def _error(message: str) -> BadInputError:
+    return BadInputError(message)
+
+
+def _df(spark: SparkSession, rows: list[tuple[Any, ...]] = ROWS) -> DataFrame:
+    return spark.createDataFrame(rows, SCHEMA).repartition(2)
+
+
+def _python_max(df: DataFrame) -> int:
+    """The largest record as the slots compute it (Arrow, as mapInArrow hands it over)."""
+    batch = df.toArrow().combine_chunks().to_batches()[0]
+    return int(pc.max(record_sizes(batch)).as_py())
+
+
+@pytest.mark.parametrize("fixed", [None, "out"])
+def test_sizes_limits_and_topics_agree_with_the_slot_checks(
+    spark: SparkSession, fixed: str | None
+) -> None:
+    df = _df(spark)
+    largest = _python_max(df)
+    # Exactly at the limit: both pass; one byte below: both refuse.
+    found = scan_dataframe(df, RecordLimits(largest), fixed, _error)
+    table = df.toArrow()
+    for batch in table.to_batches():
+        scan_batch(batch, RecordLimits(largest), fixed, _error)
+    if fixed is None:
+        assert found == {"a": 1, "b": 2, "c": 0}
+    else:
+        assert found == {"out": 2}
+    with pytest.raises(BadInputError, match=f"about {largest} bytes, larger than the "
+                                            f"{largest - 1} bytes"):
+        scan_dataframe(df, RecordLimits(largest - 1), fixed, _error)
+    with pytest.raises(BadInputError, match="larger than"):
+        scan_batch(table.combine_chunks().to_batches()[0], RecordLimits(largest - 1), fixed,
+                   _error)
+
+
+def test_negative_partition_and_null_topic_are_refused(spark: SparkSession) -> None:
+    negative = [*ROWS, ("n", b"v", None, -3, "a")]
+    with pytest.raises(BadInputError, match="holds -3: partitions are >= 0"):
+        scan_dataframe(_df(spark, negative), RecordLimits(10_000), None, _error)
+    no_topic = [*ROWS, ("n", b"v", None, None, None)]
+    with pytest.raises(BadInputError, match="'topic' column holds null"):
+        scan_dataframe(_df(spark, no_topic), RecordLimits(10_000), None, _error)
+    # A given topic wins over the column: a null there does not matter.
+    assert scan_dataframe(_df(spark, no_topic), RecordLimits(10_000), "t", _error) == {"t": 2}
+
+
+def test_value_and_key_only_and_an_empty_batch(spark: SparkSession) -> None:
+    df = _df(spark).select("key", "value")
+    assert scan_dataframe(df, RecordLimits(10_000), "t", _error) == {"t": -1}
+    largest = _python_max(df)
+    with pytest.raises(BadInputError):
+        scan_dataframe(df, RecordLimits(largest - 1), "t", _error)
+    assert scan_dataframe(df.limit(0), RecordLimits(1), "t", _error) == {}
