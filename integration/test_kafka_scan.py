@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 
 from connectors.core.errors import BadInputError
 from connectors.kafka._records import RecordLimits, record_sizes, scan_batch
-from connectors.kafka._scan import scan_dataframe
+from connectors.kafka._scan import bad_input_message, checked_dataframe, scan_dataframe
 
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 SCHEMA = StructType([
@@ -97,3 +97,29 @@ def test_value_and_key_only_and_an_empty_batch(spark: SparkSession) -> None:
     with pytest.raises(BadInputError):
         scan_dataframe(df, RecordLimits(largest - 1), "t", _error)
     assert scan_dataframe(df.limit(0), RecordLimits(1), "t", _error) == {}
+
+
+def test_the_filter_in_the_map_stage_raises_a_clear_message(spark: SparkSession) -> None:
+    """``checked_dataframe``: bad records fail the job that computes the batch (before the
+    slotting shuffle's reduce side, where the slots write); good ones all pass through."""
+    df = _df(spark).select("key", "value", "headers", "partition")
+    largest = _python_max(df)
+    def rows(d: DataFrame) -> list[str]:
+        return sorted(repr(r) for r in d.collect())
+
+    assert rows(checked_dataframe(df, RecordLimits(largest), "t", 3)) == rows(df)
+    with pytest.raises(Exception) as info:
+        checked_dataframe(df, RecordLimits(largest - 1), "t", 3).repartition(2).collect()
+    assert bad_input_message(info.value) == (
+        f"a record is about {largest} bytes, larger than the {largest - 1} bytes the "
+        "producer/topic accept (message.max.bytes in the config, max.message.bytes of the "
+        "topic): raise those limits or write smaller values")
+    with pytest.raises(Exception) as info:
+        checked_dataframe(df, RecordLimits(largest), "t", 2).collect()
+    assert bad_input_message(info.value) == (
+        "the 'partition' column holds 2, but topic 't' has 2 partitions")
+    negative = _df(spark, [*ROWS, ("n", b"v", None, -1, "a")]).drop("topic")
+    with pytest.raises(Exception) as info:
+        checked_dataframe(negative, RecordLimits(largest), "t", None).collect()
+    assert bad_input_message(info.value) == "the 'partition' column holds -1: partitions are >= 0"
+    assert bad_input_message(RuntimeError("something else")) is None

@@ -25,7 +25,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Fingerprint", "fingerprint_batch", "fingerprint_batches"]
+__all__ = [
+    "ROW_HASH_COLUMN",
+    "Fingerprint",
+    "fingerprint_batch",
+    "fingerprint_batches",
+    "split_row_hash",
+]
+
+#: An engine may append this column to the batches it hands to tasks: each row's 64-bit
+#: hash, computed by the engine itself (on Spark: ``xxhash64`` of the row, in the JVM, see
+#: :mod:`connectors.core.spark_batch`). A batch that carries it is fingerprinted by summing
+#: that column instead of hashing its rows in Python, and sinks never see the column
+#: (:func:`split_row_hash`). Both sides of every comparison come from the same engine.
+ROW_HASH_COLUMN = "__connectors_row_hash"
 
 _MASK = (1 << 64) - 1
 _U64 = np.uint64
@@ -183,10 +196,37 @@ def _hash_column(arr: pa.Array) -> np.ndarray:
     return h
 
 
+def _has_row_hash(batch: pa.RecordBatch) -> bool:
+    names = batch.schema.names
+    return bool(names) and names[-1] == ROW_HASH_COLUMN
+
+
+def _sum_row_hash(batch: pa.RecordBatch) -> Fingerprint:
+    n = batch.num_rows
+    if n == 0:
+        return Fingerprint()
+    hashes = batch.column(batch.num_columns - 1).to_numpy(zero_copy_only=False)
+    return Fingerprint(n, int(hashes.astype(np.int64).view(_U64).sum(dtype=_U64)))
+
+
+def split_row_hash(batch: pa.RecordBatch) -> tuple[Fingerprint, pa.RecordBatch]:
+    """The fingerprint of ``batch`` and its rows as the sink must see them: without the
+    engine's :data:`ROW_HASH_COLUMN` if it carries one (then the fingerprint is the sum of
+    that column), else unchanged (then the rows are hashed here)."""
+    if not _has_row_hash(batch):
+        return fingerprint_batch(batch), batch
+    index = batch.num_columns - 1
+    data = pa.RecordBatch.from_arrays(batch.columns[:index], schema=batch.schema.remove(index))
+    return _sum_row_hash(batch), data
+
+
 def fingerprint_batch(batch: pa.RecordBatch | pa.Table) -> Fingerprint:
-    """Fingerprint one record batch (or table)."""
+    """Fingerprint one record batch (or table); a batch carrying the engine's
+    :data:`ROW_HASH_COLUMN` sums that column instead."""
     if isinstance(batch, pa.Table):
         return fingerprint_batches(batch.to_batches())
+    if _has_row_hash(batch):
+        return _sum_row_hash(batch)
     n = batch.num_rows
     if n == 0:
         return Fingerprint()

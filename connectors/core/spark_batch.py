@@ -4,25 +4,104 @@ Each task receives its partition as Arrow record batches (no Python ``Row`` obje
 order of magnitude faster), runs the protocol's task function and yields one row holding
 its pickled :class:`~connectors.core.batch.TaskOutcome`. The driver collects those rows:
 Spark returns exactly one result per partition, from the attempt it accepted.
+
+Fingerprints are computed by the JVM: every row's ``xxhash64`` (seeded by the column
+count; maps as JSON, which ``xxhash64`` refuses) travels to the tasks as the last column
+:data:`~connectors.core.fingerprint.ROW_HASH_COLUMN`, which the tasks sum instead of hashing
+in Python (a few ns per row instead of ~0.3 us per 100 bytes), and
+:meth:`SparkBatch.fingerprint` sums the same hashes in one aggregation job. The digest is
+the sum of the row hashes modulo 2**64, computed as two 32-bit halves so that the ``long``
+sums cannot overflow under ANSI mode below 2**31 rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from connectors.core.batch import BatchInput, TaskFunction, TaskInfo, TaskOutcome
-from connectors.core.fingerprint import Fingerprint, fingerprint_batch
+from connectors.core.errors import BadInputError
+from connectors.core.fingerprint import ROW_HASH_COLUMN, Fingerprint
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
-__all__ = ["SparkBatch", "current_query_id"]
+__all__ = ["SparkBatch", "combine_fingerprint", "current_query_id", "fingerprint_aggregates",
+           "row_hash", "spark_fingerprint", "with_row_hash"]
 
 _OUTCOME_SCHEMA = pa.schema([("outcome", pa.binary())])
-_FP_SCHEMA = pa.schema([("rows", pa.int64()), ("digest", pa.string())])
+_MASK = (1 << 64) - 1
+
+
+def row_hash(df: DataFrame) -> Column:
+    """Every row's 64-bit hash: ``xxhash64`` of its columns in order, seeded by their count
+    (so that an added all-null column changes it); maps as JSON (deterministic for the same
+    map; ``xxhash64`` refuses maps)."""
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+
+    def has_map(t: DataType) -> bool:
+        if isinstance(t, MapType):
+            return True
+        if isinstance(t, ArrayType):
+            return has_map(t.elementType)
+        if isinstance(t, StructType):
+            return any(has_map(f.dataType) for f in t.fields)
+        return False
+
+    fields = df.schema.fields
+    if any(f.name == ROW_HASH_COLUMN for f in fields):
+        raise BadInputError(f"the column name {ROW_HASH_COLUMN!r} is reserved: rename it")
+    cols = [F.to_json(F.col(f"`{f.name}`")) if has_map(f.dataType) else F.col(f"`{f.name}`")
+            for f in fields]
+    return F.xxhash64(F.lit(len(cols)), *cols)
+
+
+#: Built row-hash columns by schema (unresolved expressions, valid for any DataFrame with
+#: that schema): building one takes some 15 py4j calls, ~13 ms per micro-batch.
+_ROW_HASHES: dict[tuple[int, str], Column] = {}
+_ROW_HASHES_MAX = 64
+
+
+def with_row_hash(df: DataFrame) -> DataFrame:
+    """``df`` with :func:`row_hash` as its last column, named ``ROW_HASH_COLUMN``."""
+    key = (id(df.sparkSession), df.schema.json())
+    column = _ROW_HASHES.get(key)
+    if column is None:
+        column = row_hash(df)
+        if len(_ROW_HASHES) >= _ROW_HASHES_MAX:
+            _ROW_HASHES.clear()
+        _ROW_HASHES[key] = column
+    return df.withColumn(ROW_HASH_COLUMN, column)
+
+
+def fingerprint_aggregates(df: DataFrame) -> list[Column]:
+    """``rows``, ``hi`` and ``lo``: the aggregates :func:`spark_fingerprint` combines."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    h = row_hash(df)
+    return [
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.shiftright(h, 32)).alias("hi"),
+        F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+    ]
+
+
+def combine_fingerprint(rows: Any, hi: Any, lo: Any) -> Fingerprint:
+    """The fingerprint from the aggregates: ``(hi << 32) + lo`` is the sum of the hashes."""
+    digest = ((int(hi or 0) << 32) + int(lo or 0)) & _MASK
+    return Fingerprint(int(rows or 0), digest)
+
+
+def spark_fingerprint(df: DataFrame) -> Fingerprint:
+    """The fingerprint of ``df`` as one aggregation job; equal to the sum of what the tasks
+    compute from :data:`ROW_HASH_COLUMN` for the same rows."""
+    row = df.agg(*fingerprint_aggregates(df)).first()
+    if row is None:  # pragma: no cover - a global aggregate always has one row
+        return Fingerprint()
+    return combine_fingerprint(row["rows"], row["hi"], row["lo"])
 
 
 def _task_info() -> TaskInfo:
@@ -87,7 +166,8 @@ class SparkBatch(BatchInput):
             outcome = fn(_task_info(), batches)
             yield pa.record_batch([pa.array([outcome.to_bytes()], pa.binary())], _OUTCOME_SCHEMA)
 
-        rows = self._df.mapInArrow(spark_task, "outcome binary", barrier=barrier).collect()
+        hashed = with_row_hash(self._df)
+        rows = hashed.mapInArrow(spark_task, "outcome binary", barrier=barrier).collect()
         return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
     def slotted(self, slots: int, columns: list[str] | None = None) -> SparkBatch:
@@ -95,18 +175,7 @@ class SparkBatch(BatchInput):
         return SparkBatch(self._df.repartition(slots, *cols))
 
     def fingerprint(self) -> Fingerprint:
-        def spark_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            fp = Fingerprint()
-            for batch in batches:
-                fp = fp + fingerprint_batch(batch)
-            yield pa.record_batch(
-                [pa.array([fp.rows], pa.int64()), pa.array([fp.hex], pa.string())], _FP_SCHEMA
-            )
-
-        total = Fingerprint()
-        for row in self._df.mapInArrow(spark_task, "rows long, digest string").collect():
-            total = total + Fingerprint(int(row[0]), int(row[1], 16))
-        return total
+        return spark_fingerprint(self._df)
 
     def to_arrow(self) -> pa.Table:
         table: pa.Table = self._df.toArrow()

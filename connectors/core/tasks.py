@@ -25,7 +25,7 @@ from connectors.core.errors import (
     FatalError,
     NonDeterministicReplayError,
 )
-from connectors.core.fingerprint import Fingerprint, fingerprint_batch
+from connectors.core.fingerprint import Fingerprint, fingerprint_batch, split_row_hash
 from connectors.core.ledger import TaskCommit
 from connectors.core.naming import TransactionId, slot_name
 from connectors.core.protocol import CrashPoint
@@ -172,9 +172,10 @@ def prepare_task(
     try:
         # Step 2
         for batch in batches:
-            fp = fp + fingerprint_batch(batch)
-            nbytes += batch.nbytes
-            sink.write(handle, batch)
+            batch_fp, data = split_row_hash(batch)
+            fp = fp + batch_fp
+            nbytes += data.nbytes
+            sink.write(handle, data)
         crash_point(
             CrashPoint.BEFORE_PRECOMMIT, sink_id=sink.sink_id, batch_id=batch_id,
             partition=info.partition,
@@ -242,9 +243,10 @@ def slot_task(
             return TaskOutcome(commit=commit)
         # Step 3
         for batch in batches:
-            fp = fp + fingerprint_batch(batch)
-            nbytes += batch.nbytes
-            sink.write(handle, batch)
+            batch_fp, data = split_row_hash(batch)
+            fp = fp + batch_fp
+            nbytes += data.nbytes
+            sink.write(handle, data)
         crash_point(
             CrashPoint.BEFORE_PRECOMMIT, sink_id=sink.sink_id, batch_id=batch_id, partition=slot
         )

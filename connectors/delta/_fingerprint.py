@@ -10,8 +10,9 @@ below 2**31 rows per batch). The digest is ``(hi << 32) + lo`` modulo 2**64, i.e
 of the row hashes. On a replay, :func:`fingerprint_now` runs the same aggregation as one
 job and the results compare exactly.
 
-The digest is not the one of :mod:`connectors.core.fingerprint` (Python side, Arrow
-hashes): both sides of every comparison here are computed by this module.
+The hash and the aggregation are those of :mod:`connectors.core.spark_batch`, so the
+digest equals what :meth:`~connectors.core.spark_batch.SparkBatch.fingerprint` and the
+tasks of the other sinks compute for the same rows.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.fingerprint import Fingerprint
+from connectors.core.spark_batch import (
+    combine_fingerprint,
+    fingerprint_aggregates,
+    spark_fingerprint,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -29,49 +35,18 @@ __all__ = ["Observed", "fingerprint_now", "observe"]
 
 logger = logging.getLogger("connectors.delta")
 
-_MASK = (1 << 64) - 1
 #: How long to wait, after the write returned, for Spark to deliver the observed metrics
 #: (they arrive as the write's query execution ends; normally already there). If Delta
 #: skipped the write (the txn version was already committed), they never come.
 OBSERVATION_WAIT_S = 5.0
 
 
-def _row_hash(df: DataFrame) -> Column:
-    from pyspark.sql import functions as F  # noqa: N812
-    from pyspark.sql.types import ArrayType, DataType, MapType, StructType
-
-    def has_map(t: DataType) -> bool:
-        if isinstance(t, MapType):
-            return True
-        if isinstance(t, ArrayType):
-            return has_map(t.elementType)
-        if isinstance(t, StructType):
-            return any(has_map(f.dataType) for f in t.fields)
-        return False
-
-    # xxhash64 refuses maps; their JSON form is deterministic for the same map.
-    cols = [
-        F.to_json(F.col(f"`{f.name}`")) if has_map(f.dataType) else F.col(f"`{f.name}`")
-        for f in df.schema.fields
-    ]
-    # Seeded by the column count, so that adding an all-null column changes the digest.
-    return F.xxhash64(F.lit(len(cols)), *cols)
-
-
 def _aggregates(df: DataFrame) -> list[Column]:
-    from pyspark.sql import functions as F  # noqa: N812
-
-    h = _row_hash(df)
-    return [
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.shiftright(h, 32)).alias("hi"),
-        F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
-    ]
+    return fingerprint_aggregates(df)
 
 
 def _combine(rows: Any, hi: Any, lo: Any) -> Fingerprint:
-    digest = ((int(hi or 0) << 32) + int(lo or 0)) & _MASK
-    return Fingerprint(int(rows or 0), digest)
+    return combine_fingerprint(rows, hi, lo)
 
 
 class Observed:
@@ -113,7 +88,4 @@ def observe(df: DataFrame, name: str) -> Observed:
 
 def fingerprint_now(df: DataFrame) -> Fingerprint:
     """The same fingerprint as :class:`Observed`, as one job (used on replays only)."""
-    row = df.agg(*_aggregates(df)).first()
-    if row is None:  # pragma: no cover - a global aggregate always has one row
-        return Fingerprint()
-    return _combine(row["rows"], row["hi"], row["lo"])
+    return spark_fingerprint(df)

@@ -10,6 +10,7 @@ overhead), so a batch this check passes also passes every slot's check.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from connectors.kafka._records import RECORD_OVERHEAD, RecordLimits
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["scan_dataframe"]
+__all__ = ["bad_input_message", "check_condition", "checked_dataframe", "scan_dataframe"]
 
 
 def _size(names: list[str]) -> Column:
@@ -83,3 +84,59 @@ def scan_dataframe(
         top = -1 if r["top"] is None else int(r["top"])
         topics[str(topic)] = max(topics.get(str(topic), -1), top)
     return topics
+
+
+#: Prefix of the messages that :func:`checked_dataframe` raises inside Spark tasks.
+MARK = "[connectors.kafka check] "
+_MARKED = re.compile(re.escape(MARK) + r"(.*?)(?:\s+SQLSTATE: \w+)?\s*$", re.MULTILINE)
+
+
+def checked_dataframe(
+    df: DataFrame, limits: RecordLimits, topic: str, partitions: int | None
+) -> DataFrame:
+    """``df`` with every record checked where it is computed: a filter that raises (Spark's
+    ``raise_error``) on a record larger than the limit or with a partition out of
+    ``0..partitions-1``, and keeps every other record.
+
+    Put before the slotting shuffle, it runs in the shuffle's map stage, which must finish
+    before any slot task starts: a bad record fails the job before anything is written,
+    without a job of its own. :func:`bad_input_message` finds the message in the failure.
+    """
+    return df.where(check_condition(df.columns, limits, topic, partitions))
+
+
+def check_condition(
+    columns: list[str], limits: RecordLimits, topic: str, partitions: int | None
+) -> Column:
+    """The filter of :func:`checked_dataframe` (unresolved: reusable for every batch with
+    these columns and limits)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    size = _size(columns)
+    check = F.when(
+        size > F.lit(limits.max_record_bytes),
+        F.raise_error(F.concat(
+            F.lit(f"{MARK}a record is about "), size.cast("string"),
+            F.lit(f" bytes, larger than the {limits.max_record_bytes} bytes the producer/topic "
+                  "accept (message.max.bytes in the config, max.message.bytes of the topic): "
+                  "raise those limits or write smaller values"))),
+    )
+    if "partition" in columns:
+        part = F.col("partition")
+        check = check.when(part < 0, F.raise_error(F.concat(
+            F.lit(f"{MARK}the 'partition' column holds "), part.cast("string"),
+            F.lit(": partitions are >= 0"))))
+        if partitions is not None:
+            check = check.when(part >= F.lit(partitions), F.raise_error(F.concat(
+                F.lit(f"{MARK}the 'partition' column holds "), part.cast("string"),
+                F.lit(f", but topic {topic!r} has {partitions} partitions"))))
+    return check.otherwise(F.lit(True))
+
+
+def bad_input_message(exc: BaseException) -> str | None:
+    """The message :func:`checked_dataframe` raised, if ``exc`` is that failure."""
+    text = str(exc)
+    if MARK not in text:
+        return None
+    match = _MARKED.search(text)
+    return match.group(1).strip() if match else None

@@ -44,10 +44,11 @@ from connectors.core.errors import (
     FatalError,
     TransientError,
 )
-from connectors.core.fingerprint import Fingerprint
+from connectors.core.fingerprint import Fingerprint, split_row_hash
 from connectors.core.ledger import Ledger, TaskCommit
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import slot_name
+from connectors.core.spark_batch import SparkBatch
 from connectors.core.tasks import DETERMINISTIC_ERRORS, SlotMarker, SlotTransaction
 from connectors.core.template import TaskCommitSink
 from connectors.kafka._config import (
@@ -66,7 +67,7 @@ from connectors.kafka._records import (
     produce_batch,
     scan_batch,
 )
-from connectors.kafka._scan import scan_dataframe
+from connectors.kafka._scan import bad_input_message, check_condition, scan_dataframe
 from connectors.kafka._spark import RetryableBarrierBatch
 
 __all__ = ["KafkaSink", "marker_key"]
@@ -210,6 +211,8 @@ class KafkaSink(TaskCommitSink[_Slot]):
         self._checked_broker = False
         self._validated: set[str] = set()
         self._marker_ready = 0
+        #: The record check of ``barrier=False`` (a Spark Column) and what it was built for.
+        self._record_check: tuple[tuple[Any, ...], Any] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -221,6 +224,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         state = super().__getstate__()
         state["_admin"] = None  # driver clients never travel to executors
         state["_ledger"] = None
+        state["_record_check"] = None  # holds JVM references
         return state
 
     # ------------------------------------------------------------------ helpers
@@ -381,16 +385,29 @@ class KafkaSink(TaskCommitSink[_Slot]):
         self.limits = RecordLimits(min(client_max, topic_max))
         self._validated.add(topic)
 
-    def _prescan(self, batch: BatchInput, batch_id: int) -> None:
-        """``barrier=False``: validate every record in a separate job before any slot runs,
-        so that a bad batch commits nothing (on Spark, one JVM aggregation:
-        :mod:`connectors.kafka._scan`)."""
+    def _prescan(self, batch: BatchInput, batch_id: int) -> BatchInput:
+        """``barrier=False``: check every record before any slot runs, so that a bad batch
+        commits nothing. Returns the batch to write.
+
+        On Spark with a given topic, the checks become a filter that raises, placed before
+        the slotting shuffle, so they run in its map stage (no job of their own:
+        :func:`~connectors.kafka._scan.checked_dataframe`); with a ``topic`` column, one
+        JVM aggregation first finds the topics and partitions to check against the cluster.
+        """
         check_schema(batch.schema, fixed_topic=self.options.topic is not None)
         self.validate_input(batch.schema)
         topics: dict[str, int] = {}
-        if batch.spark_df is not None:  # one JVM aggregation, no Python workers
+        df = batch.spark_df
+        if df is not None and self.options.topic is not None:
+            topic = self.options.topic
+            key = (tuple(df.columns), self.limits, topic, self.known_topics.get(topic))
+            if self._record_check is None or self._record_check[0] != key:
+                # Built once (some 30 py4j calls), reused for every batch of this shape.
+                self._record_check = (key, check_condition(list(key[0]), *key[1:]))
+            return SparkBatch(df.where(self._record_check[1]))
+        if df is not None:  # one JVM aggregation, no Python workers
             topics = scan_dataframe(
-                batch.spark_df, self.limits, self.options.topic,
+                df, self.limits, self.options.topic,
                 lambda message: BadInputError(message, sink_id=self.sink_id, batch_id=batch_id),
             )
         else:
@@ -413,6 +430,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 raise BadInputError(
                     f"the 'partition' column holds {top}, but topic {topic!r} has "
                     f"{partitions} partitions", sink_id=self.sink_id, batch_id=batch_id)
+        return batch
 
     def _run_batch(
         self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
@@ -421,12 +439,21 @@ class KafkaSink(TaskCommitSink[_Slot]):
         if state.ledger.get(batch_id) is None:
             self._resolve_slots(batch, state)
             if not self.barrier:
-                self._prescan(batch, batch_id)
+                batch = self._prescan(batch, batch_id)
         metrics.extra["slots"] = self.slots
         metrics.extra["barrier"] = self.barrier
         if self.barrier and batch.spark_df is not None:
             batch = RetryableBarrierBatch(batch)
-        driver.run_slot_batch(self, state, batch, batch_id, metrics)
+        try:
+            driver.run_slot_batch(self, state, batch, batch_id, metrics)
+        except ConnectorError:
+            raise
+        except Exception as exc:
+            message = bad_input_message(exc)
+            if message is None:
+                raise
+            # A record refused by the check in the shuffle's map stage: no slot ran.
+            raise BadInputError(message, sink_id=self.sink_id, batch_id=batch_id) from None
         self._check_durations(state, batch_id, metrics)
         metrics.extra["sink_ms"] = (time.monotonic() - started) * 1000
 
@@ -782,7 +809,7 @@ def _scan_task(
     rows = 0
     try:
         for batch in batches:
-            scan = scan_batch(batch, sink.limits, sink.options.topic, error)
+            scan = scan_batch(split_row_hash(batch)[1], sink.limits, sink.options.topic, error)
             rows += scan.rows
             merge_topics(topics, scan.topics)
     except BadInputError as exc:

@@ -46,13 +46,14 @@ class RetryableBarrierBatch(BatchInput):
         df = self._inner.spark_df
         if not barrier or df is None:
             return self._inner.run_tasks(fn, barrier=barrier)
-        from connectors.core.spark_batch import _task_info
+        from connectors.core.spark_batch import _task_info, with_row_hash
 
         def spark_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             outcome = fn(_task_info(), batches)
             yield pa.record_batch([pa.array([outcome.to_bytes()], pa.binary())], _OUTCOME_SCHEMA)
 
-        rows = df.mapInArrow(spark_task, "outcome binary", barrier=True).repartition(1).collect()
+        rows = (with_row_hash(df).mapInArrow(spark_task, "outcome binary", barrier=True)
+                .repartition(1).collect())
         return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
     def slotted(self, slots: int, columns: list[str] | None = None) -> BatchInput:

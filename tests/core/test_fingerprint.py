@@ -14,7 +14,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from connectors.core.fingerprint import Fingerprint, fingerprint_batch, fingerprint_batches
+from connectors.core.fingerprint import (
+    ROW_HASH_COLUMN,
+    Fingerprint,
+    fingerprint_batch,
+    fingerprint_batches,
+    split_row_hash,
+)
 
 MASK = (1 << 64) - 1
 UTC = dt.timezone.utc
@@ -350,3 +356,37 @@ def test_fingerprint_is_immutable_and_hashable() -> None:
     with pytest.raises(AttributeError):
         fp.rows = 3  # type: ignore[misc]
     assert {fp, Fingerprint(1, 2)} == {fp}
+
+
+# ----------------------------------------------------------- the engine's row-hash column
+
+
+def _with_hashes(batch: pa.RecordBatch, hashes: list[int]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, pa.array(hashes, pa.int64())],
+        schema=batch.schema.append(pa.field(ROW_HASH_COLUMN, pa.int64())),
+    )
+
+
+def test_a_batch_with_the_row_hash_column_sums_it_modulo_2_64() -> None:
+    data = pa.record_batch({"a": [1, 2, 3]})
+    hashes = [-1, 2**63 - 1, 5]  # signed longs, as the JVM's xxhash64 gives them
+    fp = fingerprint_batch(_with_hashes(data, hashes))
+    assert fp == Fingerprint(3, sum(h % 2**64 for h in hashes) % 2**64)
+
+
+def test_split_row_hash_strips_the_column_and_keeps_everything_else() -> None:
+    data = pa.record_batch({"a": [1, 2], "b": ["x", None]})
+    data = data.replace_schema_metadata({b"k": b"v"})
+    fp, stripped = split_row_hash(_with_hashes(data, [7, 8]))
+    assert fp == Fingerprint(2, 15)
+    assert stripped.equals(data) and stripped.schema.metadata == {b"k": b"v"}
+    # Without the column: hashed here, returned unchanged.
+    fp2, same = split_row_hash(data)
+    assert same is data and fp2 == fingerprint_batch(data)
+
+
+def test_the_row_hash_column_counts_only_as_the_last_column() -> None:
+    data = pa.record_batch({ROW_HASH_COLUMN: [1, 2], "a": [1, 2]})
+    fp, same = split_row_hash(data)
+    assert same is data and fp == fingerprint_batch(data) and fp.digest != 3
