@@ -3,9 +3,10 @@
 The Delta log is the source of truth for "batch N is committed" (the ``txn`` action of the
 commit, which Delta itself uses to skip a repeated write). The ledger adds what the log
 cannot hold: the binding sink -> streaming query (and its generation), the last batch
-recorded, and each batch's fingerprint, which is known only once the write ran (it is
-observed during the write, see :mod:`connectors.delta._fingerprint`) and so cannot be in
-that commit's own ``userMetadata``.
+recorded, and a MERGE batch's fingerprint, which is known only once the MERGE ran (it is
+observed during its job, see :mod:`connectors.delta._fingerprint`) and so cannot be in
+that commit's own ``userMetadata``. An append records none: its replay is compared with the
+files its commit added (:mod:`connectors.delta._replay`).
 
 Default location ``<table location>/_connectors/<sink_id>/``: Delta ignores ``_``-prefixed
 directories when it reads, and VACUUM leaves them alone (tested). ``ledger_path=`` puts it

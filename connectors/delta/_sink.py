@@ -24,6 +24,7 @@ Driver side, per batch (the template's ``run_driver_batch`` calls the hooks in t
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import uuid
@@ -198,6 +199,23 @@ def _seed_txn_lookup(session: SparkSession, location: str, app_id: str, batch_id
     except Exception as exc:  # an optimisation only: Delta falls back to its own lookup
         logger.debug("DeltaSink: txn lookup not seeded: %s", exc)
         return False
+
+
+def _snapshot_schema(session: SparkSession, location: str) -> StructType | None:
+    """The schema of the table's latest snapshot the driver JVM holds (after a commit of
+    this driver: that commit's), or ``None`` (Spark Connect, any error): then the sink
+    reads the table when it next needs the schema."""
+    jvm = getattr(session, "_jvm", None)
+    if jvm is None:
+        return None
+    try:
+        from pyspark.sql.types import StructType
+
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(session._jsparkSession, location)
+        return StructType.fromJson(json.loads(log.unsafeVolatileSnapshot().schema().json()))
+    except Exception as exc:
+        logger.debug("DeltaSink: no snapshot schema (%s); the table is read instead", exc)
+        return None
 
 
 def _local_path(location: str) -> Path | None:
@@ -801,7 +819,9 @@ class DeltaSink(DriverCommitSink):
             # Spare the next batch's write Delta's state reconstruction (see _seed_txn_lookup).
             _seed_txn_lookup(df.sparkSession, self.location(), ctx.app_id, ctx.batch_id)
         if self.merge_schema or self._schema is None:
-            self._schema = None  # the table may have new columns (or just been created)
+            # The table may have new columns (or was just created): its schema as of this
+            # commit, from the JVM's snapshot (a read of the table costs a job, ~0.3 s).
+            self._schema = _snapshot_schema(df.sparkSession, self.location())
         if observed is None:
             return None
         fp = observed.result()
