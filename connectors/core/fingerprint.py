@@ -31,6 +31,7 @@ __all__ = [
     "fingerprint_batch",
     "fingerprint_batches",
     "split_row_hash",
+    "without_row_hash",
 ]
 
 #: An engine may append this column to the batches it hands to tasks: each row's 64-bit
@@ -209,15 +210,21 @@ def _sum_row_hash(batch: pa.RecordBatch) -> Fingerprint:
     return Fingerprint(n, int(hashes.astype(np.int64).view(_U64).sum(dtype=_U64)))
 
 
+def without_row_hash(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` without the engine's :data:`ROW_HASH_COLUMN` (unchanged if it has none)."""
+    if not _has_row_hash(batch):
+        return batch
+    index = batch.num_columns - 1
+    return pa.RecordBatch.from_arrays(batch.columns[:index], schema=batch.schema.remove(index))
+
+
 def split_row_hash(batch: pa.RecordBatch) -> tuple[Fingerprint, pa.RecordBatch]:
     """The fingerprint of ``batch`` and its rows as the sink must see them: without the
     engine's :data:`ROW_HASH_COLUMN` if it carries one (then the fingerprint is the sum of
     that column), else unchanged (then the rows are hashed here)."""
     if not _has_row_hash(batch):
         return fingerprint_batch(batch), batch
-    index = batch.num_columns - 1
-    data = pa.RecordBatch.from_arrays(batch.columns[:index], schema=batch.schema.remove(index))
-    return _sum_row_hash(batch), data
+    return _sum_row_hash(batch), without_row_hash(batch)
 
 
 def fingerprint_batch(batch: pa.RecordBatch | pa.Table) -> Fingerprint:

@@ -54,6 +54,12 @@ def row_hash(df: DataFrame) -> Column:
     fields = df.schema.fields
     if any(f.name == ROW_HASH_COLUMN for f in fields):
         raise BadInputError(f"the column name {ROW_HASH_COLUMN!r} is reserved: rename it")
+    names = [f.name.lower() for f in fields]
+    twice = sorted({f.name for f in fields if names.count(f.name.lower()) > 1})
+    if twice:
+        raise BadInputError(
+            f"the batch has several columns named {', '.join(twice)} (after a join?): give "
+            "every column its own name, e.g. with select(a.id.alias('a_id'), ...)")
     cols = [F.to_json(F.col(f"`{f.name}`")) if has_map(f.dataType) else F.col(f"`{f.name}`")
             for f in fields]
     return F.xxhash64(F.lit(len(cols)), *cols)

@@ -44,7 +44,7 @@ from connectors.core.errors import (
     FatalError,
     TransientError,
 )
-from connectors.core.fingerprint import Fingerprint, split_row_hash
+from connectors.core.fingerprint import Fingerprint, without_row_hash
 from connectors.core.ledger import Ledger, TaskCommit
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import slot_name
@@ -127,11 +127,12 @@ class KafkaSink(TaskCommitSink[_Slot]):
             default parallelism at the first batch. Stored; it cannot change while a batch
             is unfinished.
         barrier: ``False`` (default): every record is validated (size, topic, partition)
-            in a separate Spark job before any slot runs, so a bad batch commits nothing;
-            then each slot commits as soon as it has flushed. ``True``: the slots run as one
-            Spark barrier stage and none commits before every slot has written, flushed
-            and validated its records, so a slot that fails on the broker's side (not
-            only on bad input) aborts every slot of that attempt. It needs ``slots`` free
+            before any slot runs (in the map stage of the slotting shuffle; with a
+            ``topic`` column, in one aggregation job first), so a bad batch commits
+            nothing; then each slot commits as soon as it has flushed. ``True``: the slots
+            run as one Spark barrier stage and none commits before every slot has written,
+            flushed and validated its records, so a slot that fails on the broker's side
+            (not only on bad input) aborts every slot of that attempt. It needs ``slots`` free
             task slots, no dynamic allocation, and costs about 1 s per batch: Spark's
             ``BarrierTaskContext`` polls its coordinator once a second (see docs/kafka.md).
         slot_columns: the columns hashed to place rows into slots (default: all).
@@ -809,7 +810,7 @@ def _scan_task(
     rows = 0
     try:
         for batch in batches:
-            scan = scan_batch(split_row_hash(batch)[1], sink.limits, sink.options.topic, error)
+            scan = scan_batch(without_row_hash(batch), sink.limits, sink.options.topic, error)
             rows += scan.rows
             merge_topics(topics, scan.topics)
     except BadInputError as exc:
