@@ -91,3 +91,9 @@ def test_the_row_hash_column_name_is_reserved(spark: SparkSession) -> None:
     df = spark.range(3).withColumnRenamed("id", ROW_HASH_COLUMN)
     with pytest.raises(BadInputError, match="reserved"):
         SparkBatch(df).fingerprint()
+
+
+def test_two_columns_of_one_name_are_refused_with_the_fix(spark: SparkSession) -> None:
+    df = spark.range(3).select("id", F.col("id").alias("ID"))
+    with pytest.raises(BadInputError, match=r"several columns named ID, id.*own name"):
+        SparkBatch(df).fingerprint()
