@@ -135,6 +135,26 @@ def test_record_larger_than_max_message_bytes_commits_nothing_then_fixed(
     kafka.assert_exact(ROWS)
 
 
+def test_partition_out_of_range_for_the_given_topic_commits_nothing_then_fixed(
+    spark: Any, kafka: KafkaTarget
+) -> None:
+    """The default mode checks records in the slotting shuffle's map stage: one record
+    names partition 5 of a 2-partition topic; the job fails before any slot runs, with the
+    fix in the message; nothing is visible and no transaction stays open. Without the bad
+    partition, the same batch is then exact."""
+    from pyspark.sql import functions as sf
+
+    kafka.create()
+    sink = _sink(kafka)
+    part = sf.when(sf.col("key") == "7", sf.lit(5)).otherwise(sf.lit(None).cast("int"))
+    with pytest.raises(BadInputError, match=r"holds 5, but topic .* has 2 partitions"):
+        sink(_rows(spark).withColumn("partition", part), 0)
+    _nothing_visible(kafka)
+    assert _high_watermark(kafka, kafka.topic) == 0  # no slot produced anything
+    sink(_rows(spark).withColumn("partition", sf.lit(None).cast("int")), 0)
+    kafka.assert_exact(ROWS)
+
+
 def test_unknown_topic_then_create_topic(spark: Any, kafka: KafkaTarget) -> None:
     sink = _sink(kafka)
     with pytest.raises(BadInputError, match="does not exist: create it, or pass create_topic"):

@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 
 from connectors.core.errors import BadInputError
 from connectors.kafka._records import RecordLimits, record_sizes, scan_batch
-from connectors.kafka._scan import bad_input_message, checked_dataframe, scan_dataframe
+from connectors.kafka._scan import bad_input_message, check_condition, scan_dataframe
 
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 SCHEMA = StructType([
@@ -48,6 +48,12 @@ def _error(message: str) -> BadInputError:
 
 def _df(spark: SparkSession, rows: list[tuple[Any, ...]] = ROWS) -> DataFrame:
     return spark.createDataFrame(rows, SCHEMA).repartition(2)
+
+
+def checked_dataframe(
+    df: DataFrame, limits: RecordLimits, topic: str, partitions: int | None
+) -> DataFrame:
+    return df.where(check_condition(df.columns, limits, topic, partitions))
 
 
 def _python_max(df: DataFrame) -> int:
@@ -100,7 +106,7 @@ def test_value_and_key_only_and_an_empty_batch(spark: SparkSession) -> None:
 
 
 def test_the_filter_in_the_map_stage_raises_a_clear_message(spark: SparkSession) -> None:
-    """``checked_dataframe``: bad records fail the job that computes the batch (before the
+    """``check_condition``: bad records fail the job that computes the batch (before the
     slotting shuffle's reduce side, where the slots write); good ones all pass through."""
     df = _df(spark).select("key", "value", "headers", "partition")
     largest = _python_max(df)

@@ -27,12 +27,26 @@ from connectors.core.fingerprint import ROW_HASH_COLUMN, Fingerprint
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
 __all__ = ["SparkBatch", "combine_fingerprint", "current_query_id", "fingerprint_aggregates",
-           "row_hash", "spark_fingerprint", "with_row_hash"]
+           "has_map", "row_hash", "spark_fingerprint", "with_row_hash"]
 
 _OUTCOME_SCHEMA = pa.schema([("outcome", pa.binary())])
 _MASK = (1 << 64) - 1
+
+
+def has_map(t: DataType) -> bool:
+    """Whether a Spark type is or holds a map (which ``xxhash64`` and sorting refuse)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(t, MapType):
+        return True
+    if isinstance(t, ArrayType):
+        return has_map(t.elementType)
+    if isinstance(t, StructType):
+        return any(has_map(f.dataType) for f in t.fields)
+    return False
 
 
 def row_hash(df: DataFrame) -> Column:
@@ -40,16 +54,6 @@ def row_hash(df: DataFrame) -> Column:
     (so that an added all-null column changes it); maps as JSON (deterministic for the same
     map; ``xxhash64`` refuses maps)."""
     from pyspark.sql import functions as F  # noqa: N812
-    from pyspark.sql.types import ArrayType, DataType, MapType, StructType
-
-    def has_map(t: DataType) -> bool:
-        if isinstance(t, MapType):
-            return True
-        if isinstance(t, ArrayType):
-            return has_map(t.elementType)
-        if isinstance(t, StructType):
-            return any(has_map(f.dataType) for f in t.fields)
-        return False
 
     fields = df.schema.fields
     if any(f.name == ROW_HASH_COLUMN for f in fields):

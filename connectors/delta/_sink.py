@@ -42,6 +42,7 @@ from connectors.core.errors import (
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
 from connectors.core.metrics import BatchMetrics
+from connectors.core.spark_batch import has_map
 from connectors.core.template import DriverCommitSink
 from connectors.delta._errors import translate
 from connectors.delta._fingerprint import fingerprint_now, observe
@@ -53,7 +54,7 @@ from connectors.delta._replay import Unreadable, committed_fingerprint
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import StructType
 
 __all__ = ["DeltaSink", "DeltaSinks"]
 
@@ -226,18 +227,6 @@ def _local_path(location: str) -> Path | None:
     return None
 
 
-def _has_map(t: DataType) -> bool:
-    from pyspark.sql.types import ArrayType, MapType, StructType
-
-    if isinstance(t, MapType):
-        return True
-    if isinstance(t, ArrayType):
-        return _has_map(t.elementType)
-    if isinstance(t, StructType):
-        return any(_has_map(f.dataType) for f in t.fields)
-    return False
-
-
 def dedupe_by_key(df: DataFrame, keys: Sequence[str]) -> DataFrame:
     """One row per key, chosen deterministically: the greatest row by value wins.
 
@@ -254,7 +243,7 @@ def dedupe_by_key(df: DataFrame, keys: Sequence[str]) -> DataFrame:
         if f.name in keys:
             continue
         col = F.col(f"`{f.name}`")
-        order.append((F.to_json(F.struct(col)) if _has_map(f.dataType) else col).desc_nulls_last())
+        order.append((F.to_json(F.struct(col)) if has_map(f.dataType) else col).desc_nulls_last())
     if not order:
         return df.dropDuplicates(list(keys))
     window = Window.partitionBy(*[F.col(f"`{k}`") for k in keys]).orderBy(*order)

@@ -20,7 +20,7 @@ from connectors.kafka._records import RECORD_OVERHEAD, RecordLimits
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["bad_input_message", "check_condition", "checked_dataframe", "scan_dataframe"]
+__all__ = ["bad_input_message", "check_condition", "scan_dataframe"]
 
 
 def _size(names: list[str]) -> Column:
@@ -86,30 +86,22 @@ def scan_dataframe(
     return topics
 
 
-#: Prefix of the messages that :func:`checked_dataframe` raises inside Spark tasks.
+#: Prefix of the messages that :func:`check_condition` raises inside Spark tasks.
 MARK = "[connectors.kafka check] "
 _MARKED = re.compile(re.escape(MARK) + r"(.*?)(?:\s+SQLSTATE: \w+)?\s*$", re.MULTILINE)
-
-
-def checked_dataframe(
-    df: DataFrame, limits: RecordLimits, topic: str, partitions: int | None
-) -> DataFrame:
-    """``df`` with every record checked where it is computed: a filter that raises (Spark's
-    ``raise_error``) on a record larger than the limit or with a partition out of
-    ``0..partitions-1``, and keeps every other record.
-
-    Put before the slotting shuffle, it runs in the shuffle's map stage, which must finish
-    before any slot task starts: a bad record fails the job before anything is written,
-    without a job of its own. :func:`bad_input_message` finds the message in the failure.
-    """
-    return df.where(check_condition(df.columns, limits, topic, partitions))
 
 
 def check_condition(
     columns: list[str], limits: RecordLimits, topic: str, partitions: int | None
 ) -> Column:
-    """The filter of :func:`checked_dataframe` (unresolved: reusable for every batch with
-    these columns and limits)."""
+    """A filter that raises (Spark's ``raise_error``) on a record larger than the limit or
+    with a partition out of ``0..partitions-1``, and keeps every other record (unresolved:
+    reusable for every batch with these columns and limits).
+
+    Put before the slotting shuffle, it runs in the shuffle's map stage, which must finish
+    before any slot task starts: a bad record fails the job before anything is written,
+    without a job of its own. :func:`bad_input_message` finds the message in the failure.
+    """
     from pyspark.sql import functions as F  # noqa: N812
 
     size = _size(columns)
@@ -134,7 +126,7 @@ def check_condition(
 
 
 def bad_input_message(exc: BaseException) -> str | None:
-    """The message :func:`checked_dataframe` raised, if ``exc`` is that failure."""
+    """The message :func:`check_condition` raised, if ``exc`` is that failure."""
     text = str(exc)
     if MARK not in text:
         return None

@@ -392,7 +392,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
 
         On Spark with a given topic, the checks become a filter that raises, placed before
         the slotting shuffle, so they run in its map stage (no job of their own:
-        :func:`~connectors.kafka._scan.checked_dataframe`); with a ``topic`` column, one
+        :func:`~connectors.kafka._scan.check_condition`); with a ``topic`` column, one
         JVM aggregation first finds the topics and partitions to check against the cluster.
         """
         check_schema(batch.schema, fixed_topic=self.options.topic is not None)
