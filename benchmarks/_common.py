@@ -106,6 +106,27 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
+def ratio_interval(
+    numerators: Sequence[float], denominators: Sequence[float], *, level: float = 0.95,
+    resamples: int = 4000, seed: int = 1,
+) -> tuple[float, float]:
+    """A bootstrap interval for ``sum(numerators) / sum(denominators)`` over paired samples
+    (e.g. batch ``i`` of two contenders): how far the noise of the machine moves the ratio."""
+    import random
+
+    n = len(numerators)
+    if n == 0 or n != len(denominators):
+        return float("nan"), float("nan")
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        ratios.append(sum(numerators[i] for i in picks) / sum(denominators[i] for i in picks))
+    ratios.sort()
+    tail = (1 - level) / 2
+    return ratios[int(tail * resamples)], ratios[min(resamples - 1, int((1 - tail) * resamples))]
+
+
 @contextmanager
 def stopwatch() -> Iterator[list[float]]:
     """``with stopwatch() as t: ...`` then ``t[0]`` is the block's wall time in seconds."""

@@ -4,12 +4,14 @@ Layout (one directory per sink)::
 
     <root>/binding.json                      sink id -> query id
     <root>/decisions/<batch>.json            the decision (first one wins)
-    <root>/decisions/<batch>.committed       every transaction of it committed
+    <root>/decisions/<batch>.committed       every transaction of it committed (a decision
+                                             recorded COMMITTED says so itself)
     <root>/aborts/<batch>-<run>.json         run <run> may never decide <batch>
     <root>/.lock                             flock: decide / abort / bind are serialized
 
 Every file is written to a temporary name, fsynced, renamed, and the directory fsynced, so
-a reader never sees half a record and a record that was acknowledged survives a crash.
+a reader never sees half a record and a record that was acknowledged survives a crash
+(decisions of a subclass with ``durable_decisions = False`` skip the fsyncs: see there).
 ``flock`` serializes processes on one machine (and on file systems that honour it, such as
 NFSv4); for object stores use a ledger in a database instead.
 """
@@ -19,10 +21,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from connectors.core.errors import FencedError
 from connectors.core.ledger import Ledger, LedgerEntry, check_binding
@@ -30,6 +33,8 @@ from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import BatchState
 
 __all__ = ["FileLedger"]
+
+logger = logging.getLogger("connectors.core")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -40,17 +45,21 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically and durably."""
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically (a reader sees all of it or nothing) and, with
+    ``durable``, so that it survives an operating-system crash once this returns (without:
+    it survives the death of the process, which is all the page cache needs)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 class FileLedger(Ledger):
@@ -60,6 +69,12 @@ class FileLedger(Ledger):
 
         ledger = FileLedger("/data/out/_connectors_ledger", sink_id="files")
     """
+
+    #: Whether decisions are fsynced. A subclass may turn it off only where the target
+    #: itself durably holds what a decision says (the decision is then a cache of it): a
+    #: decision lost or torn by an operating-system crash reads as "no decision", and the
+    #: template's reconcile path asks the target. An fsync costs 1-3 ms while Spark writes.
+    durable_decisions: ClassVar[bool] = True
 
     def __init__(self, root: str | os.PathLike[str], *, sink_id: str) -> None:
         self.sink_id = validate_sink_id(sink_id)
@@ -127,9 +142,17 @@ class FileLedger(Ledger):
             return generation
 
     def get(self, batch_id: int) -> LedgerEntry | None:
+        path = self._decision_path(batch_id)
         try:
-            return self._load(self._decision_path(batch_id))
+            return self._load(path)
         except FileNotFoundError:  # never decided, or pruned by another process
+            return None
+        except ValueError:
+            if self.durable_decisions:
+                raise
+            # Only an operating-system crash can tear a decision that was not fsynced.
+            logger.warning("sink %s: the decision of batch %d at %s is unreadable (torn by a "
+                           "crash?); the target is asked instead", self.sink_id, batch_id, path)
             return None
 
     def decide(self, entry: LedgerEntry) -> LedgerEntry:
@@ -144,10 +167,13 @@ class FileLedger(Ledger):
                     sink_id=self.sink_id,
                     batch_id=entry.batch_id,
                 )
-            path = self._decision_path(entry.batch_id)
-            write_atomic(path, json.dumps(entry.to_json()).encode())
-            if entry.state is BatchState.COMMITTED:
-                write_atomic(path.with_suffix(".committed"), b"")
+            # One file: an entry recorded COMMITTED (a driver-side commit) says so in its
+            # state; only a DECIDED one later gets the ``.committed`` marker.
+            write_atomic(
+                self._decision_path(entry.batch_id),
+                json.dumps(entry.to_json()).encode(),
+                durable=self.durable_decisions,
+            )
             return entry
 
     def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
@@ -162,33 +188,45 @@ class FileLedger(Ledger):
     def mark_committed(self, batch_id: int) -> None:
         path = self._decision_path(batch_id).with_suffix(".committed")
         if not path.exists():
-            write_atomic(path, b"")
+            write_atomic(path, b"", durable=self.durable_decisions)
 
-    def entries(self) -> Sequence[LedgerEntry]:
+    def _decision_files(self) -> list[Path]:
+        """The decision files, in batch order (names only: nothing is read)."""
         if not self._decisions.exists():
             return []
+        return sorted(self._decisions.glob("*.json"))
+
+    def last_batch_id(self) -> int | None:
+        files = self._decision_files()
+        return int(files[-1].stem) if files else None
+
+    def entries(self) -> Sequence[LedgerEntry]:
         entries = []
-        for path in sorted(self._decisions.glob("*.json")):
-            try:
-                entries.append(self._load(path))
-            except FileNotFoundError:  # pruned by another process since the listing
-                continue
+        for path in self._decision_files():
+            entry = self.get(int(path.stem))
+            if entry is not None:  # else pruned by another process since the listing
+                entries.append(entry)
         return entries
 
     def prune(self, keep: int) -> None:
-        entries = self.entries()
-        if len(entries) <= keep:
+        files = self._decision_files()
+        if len(files) <= keep:
             return
-        cutoff = entries[-keep].batch_id if keep > 0 else entries[-1].batch_id + 1
+        cutoff = int(files[-keep].stem) if keep > 0 else int(files[-1].stem) + 1
         with self._locked():
-            for entry in entries:
-                if entry.batch_id < cutoff and entry.state is BatchState.COMMITTED:
+            for path in files:
+                batch_id = int(path.stem)
+                if batch_id >= cutoff:
+                    break
+                entry = self.get(batch_id)
+                if entry is None:  # another process of the sink pruned it already
+                    continue
+                if entry.state is BatchState.COMMITTED:
                     # Decision first: a crash in between leaves a stray marker, never a
                     # decision that looks unfinished.
                     # missing_ok: another process of the sink may have pruned it already.
-                    self._decision_path(entry.batch_id).unlink(missing_ok=True)
-                    marker = self._decision_path(entry.batch_id).with_suffix(".committed")
-                    marker.unlink(missing_ok=True)
+                    path.unlink(missing_ok=True)
+                    path.with_suffix(".committed").unlink(missing_ok=True)
             for path in self._aborts.glob("*.json"):
                 if int(path.name.split("-")[0]) < cutoff:
                     path.unlink(missing_ok=True)

@@ -30,7 +30,18 @@ class DeltaLedger(FileLedger):
     ``probe(app_id)`` returns the table's committed version for an app id (or ``None``);
     a ledger found empty while the table knows the sink's first app id was lost (deleted,
     or ``ledger_path`` changed): the sink refuses rather than guess.
+
+    Decisions are not fsynced (``durable_decisions = False``): each is written after its
+    Delta commit, which holds the txn id durably, so a decision that an operating-system
+    crash loses or tears only sends the batch's replay through the reconcile path (the table
+    has the batch: the replay is checked against it, an append's content or a MERGE's source
+    row count, and the decision recorded again). The death of the process alone loses
+    nothing (the page cache holds the file). The binding and abort records stay durable.
+    Saves 2-6 ms per batch while Spark writes (an fsync on ext4 waits for the journal
+    holding the Parquet files).
     """
+
+    durable_decisions = False
 
     def __init__(
         self,

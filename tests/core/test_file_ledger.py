@@ -136,6 +136,11 @@ def test_deciding_a_committed_entry_records_it_committed(ledger: FileLedger) -> 
     ledger.decide(entry(0, state=BatchState.COMMITTED))
     assert ledger.get(0).state is BatchState.COMMITTED  # type: ignore[union-attr]
     assert ledger.unfinished() == []
+    # One file: the record says COMMITTED itself, no marker is needed.
+    assert sorted(p.name for p in (ledger.root / "decisions").iterdir()) == [
+        f"{0:020d}.json"
+    ]
+    assert reopen(ledger).get(0).state is BatchState.COMMITTED  # type: ignore[union-attr]
 
 
 def test_entries_are_ordered_by_batch_id(ledger: FileLedger) -> None:
@@ -181,6 +186,69 @@ def test_no_temporary_files_are_left_behind(ledger: FileLedger) -> None:
     ledger.abort(3, RUN_B)
     leftovers = [p for p in ledger.root.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
+
+
+class CacheLedger(FileLedger):
+    """A ledger whose decisions only cache what the target holds (like DeltaLedger)."""
+
+    durable_decisions = False
+
+
+def test_a_durable_ledger_fsyncs_every_decision(
+    ledger: FileLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    ledger.decide(entry(0))
+    ledger.mark_committed(0)
+    assert len(calls) == 4  # file and directory, twice
+
+
+def test_a_cache_ledger_skips_the_fsyncs_of_decisions_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    cache = CacheLedger(tmp_path / "ledger", sink_id=SINK)
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    first = cache.decide(entry(0))
+    cache.mark_committed(0)
+    second = cache.decide(entry(1, state=BatchState.COMMITTED))
+    assert calls == []
+    assert CacheLedger(cache.root, sink_id=SINK).entries() == [first.committed(), second]
+    cache.bind_query("q")  # the binding and abort records stay durable
+    cache.abort(2, RUN_B)
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize("torn", [b"", b'{"v": 1, "sink_id": "ev'], ids=["empty", "cut"])
+def test_a_torn_decision_of_a_cache_ledger_reads_as_absent_and_is_rewritten(
+    tmp_path: Path, torn: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = CacheLedger(tmp_path / "ledger", sink_id=SINK)
+    for b in range(3):
+        cache.decide(entry(b, state=BatchState.COMMITTED))
+    (cache.root / "decisions" / f"{1:020d}.json").write_bytes(torn)  # an OS crash's leftover
+    assert cache.get(1) is None
+    assert "unreadable" in caplog.text
+    assert [e.batch_id for e in cache.entries()] == [0, 2]
+    assert cache.last_batch_id() == 2
+    cache.prune(1)  # does not fail on it
+    again = entry(1, RUN_B, state=BatchState.COMMITTED)
+    assert cache.decide(again) == again  # the reconcile path records it again
+    assert cache.get(1) == again
+
+
+def test_a_torn_decision_of_a_durable_ledger_is_an_error(ledger: FileLedger) -> None:
+    ledger.decide(entry(0))
+    (ledger.root / "decisions" / f"{0:020d}.json").write_bytes(b"")
+    with pytest.raises(ValueError):
+        ledger.get(0)
 
 
 # --- prune -------------------------------------------------------------------------------
