@@ -14,10 +14,14 @@ size; ``--partitions`` partitions, materialised before any timing) into its own 
 ``spark-kafka``         ``df.write.format("kafka")``: Spark's built-in writer (Kafka's Java
                         producer, idempotent, acks=all), at-least-once
 ``kafka-sink``          ``connectors.kafka.KafkaSink`` as configured by default
-                        (``barrier=False``: records validated in a separate Spark job
-                        before the slots run): exactly-once; the deterministic slotting
+                        (``barrier=False``: records validated in the slotting shuffle's
+                        map stage before the slots run; slot producers kept by the Python
+                        workers between batches): exactly-once; the deterministic slotting
                         shuffle included
-``kafka-sink-barrier``  the same with ``barrier=True`` (one barrier stage)
+``kafka-sink-fresh``    the default sink with ``reuse_producers=False``: every slot task
+                        starts a new producer (``init_transactions``), as before the
+                        producers were kept
+``kafka-sink-barrier``  the default sink with ``barrier=True`` (one barrier stage)
 ``plain-producer``      no Spark: ``--partitions`` processes, each a confluent-kafka
                         producer loop over pre-built Python bytes (the near-limit)
 
@@ -54,7 +58,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("benchmarks.kafka_bench")
 
 TARGET_VS_SPARK = 1.0
-CONTENDERS = ("spark-kafka", "kafka-sink", "kafka-sink-barrier", "plain-producer")
+CONTENDERS = ("spark-kafka", "kafka-sink", "kafka-sink-fresh", "kafka-sink-barrier",
+              "plain-producer")
+#: Those also timed with tiny batches (the per-batch overhead).
+TINY = ("spark-kafka", "kafka-sink", "kafka-sink-fresh", "kafka-sink-barrier")
 Writer = Callable[["DataFrame", str], None]
 
 
@@ -191,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         if key not in sinks:
             sinks[key] = KafkaSink(topic, {"bootstrap.servers": bootstrap},
                                    sink_id=f"bench-{tag}-{key}"[:40], slots=args.partitions,
-                                   barrier=name.startswith("kafka-sink-barrier"))
+                                   barrier=name.startswith("kafka-sink-barrier"),
+                                   reuse_producers=not name.startswith("kafka-sink-fresh"))
             batch_ids[key] = 0
         return sinks[key]
 
@@ -235,9 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                 order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[:r % len(CONTENDERS)]
                 for name in order:
                     times[name].append(run(name, df, args.rows, size, "big"))
-            tiny_times: dict[str, list[float]] = {n: [] for n in CONTENDERS[:3]}
+            tiny_times: dict[str, list[float]] = {n: [] for n in TINY}
             for _ in range(args.tiny_batches):
-                for name in CONTENDERS[:3]:
+                for name in TINY:
                     tiny_times[name].append(run(name, tiny, args.tiny_rows, size, "tiny"))
             df.unpersist()
             tiny.unpersist()
@@ -261,12 +269,14 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "met" if ratio >= TARGET_VS_SPARK else "NOT met"
             print(f"KafkaSink (default, barrier=False) / Spark's writer: {ratio:.2f}x (target "
                   f">= {TARGET_VS_SPARK}x: {verdict}); barrier=True: "
-                  f"{rates['kafka-sink-barrier'] / rates['spark-kafka']:.2f}x; per-batch "
+                  f"{rates['kafka-sink-barrier'] / rates['spark-kafka']:.2f}x; "
+                  f"reuse_producers=False: {rates['kafka-sink-fresh'] / rates['spark-kafka']:.2f}x"
+                  f" (reuse: {rates['kafka-sink'] / rates['kafka-sink-fresh']:.2f}x); per-batch "
                   f"overhead over Spark's writer: {overhead:.0f} ms (default), "
                   f"{overhead_b:.0f} ms (barrier=True)")
         tiny_metrics = [m for m in results.get("metrics", []) if m["phase"] == "tiny"]
         if tiny_metrics:
-            for name in ("kafka-sink", "kafka-sink-barrier"):
+            for name in ("kafka-sink", "kafka-sink-fresh", "kafka-sink-barrier"):
                 ms = [m for m in tiny_metrics if m["contender"] == name]
                 if ms:
                     txn = median([m["txn_ms"] for m in ms])

@@ -209,6 +209,8 @@ def markers(bootstrap: str, marker_topic: str) -> dict[int, list[dict[str, Any]]
     """Committed slot markers, per slot (partition), oldest first."""
     found: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
     for m in read_all(bootstrap, marker_topic):
+        if (m.key or b"").endswith(b"/probe"):  # a kept producer's proof of ownership
+            continue
         found[m.partition].append(m.json())
     return dict(found)
 

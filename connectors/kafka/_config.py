@@ -198,6 +198,7 @@ class KafkaOptions:
     replication_factor: int = -1
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     operation_timeout_s: float = 30.0
+    reuse_producers: bool = True
 
     def __post_init__(self) -> None:
         if self.topic is not None:

@@ -23,6 +23,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from connectors.core.errors import ConnectorError, TransientError
 from connectors.kafka._config import KafkaConfig
 from connectors.kafka._errors import AUTH_CODES, translate
+from connectors.kafka._pool import MarkerReaders, config_key
 
 __all__ = ["Admin", "Record", "TopicInfo", "read_committed"]
 
@@ -48,7 +49,7 @@ def _err(exc: BaseException, doing: str, config: KafkaConfig, **ids: Any) -> Con
 
 def read_committed(
     config: KafkaConfig, topic: str, partition: int, *, tail: int | None = None,
-    timeout: float = 30.0, **ids: Any,
+    timeout: float = 30.0, reuse: bool = False, **ids: Any,
 ) -> list[Record]:
     """The committed records of one partition (``read_committed``), up to its end.
 
@@ -57,15 +58,21 @@ def read_committed(
     transactional id writes, right after ``init_transactions`` of that id, which returns
     once the id's previous transaction is completed (its markers written): the last stable
     offset then equals the high watermark, and every committed record is read.
-    Raises (never returns "nothing") when the partition cannot be read.
+    Raises (never returns "nothing") when the partition cannot be read. ``reuse``: take the
+    consumer from this process's idle readers and keep it after a clean read.
     """
     doing = f"reading {topic}[{partition}]"
     deadline = time.monotonic() + timeout
     tp = TopicPartition(topic, partition)
-    try:
-        consumer = Consumer(config.consumer())
-    except KafkaException as exc:
-        raise _err(exc, doing, config, **ids) from None
+    conf = config.consumer()
+    key = config_key(conf) if reuse else ""
+    consumer = MarkerReaders.take(key) if reuse else None
+    if consumer is None:
+        try:
+            consumer = Consumer(conf)
+        except KafkaException as exc:
+            raise _err(exc, doing, config, **ids) from None
+    clean = False
     try:
         try:
             low, stable = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
@@ -73,6 +80,7 @@ def read_committed(
             raise _err(exc, doing, config, **ids) from None
         start = low if tail is None else max(low, stable - tail)
         if stable <= start:
+            clean = True
             return []
         consumer.assign([TopicPartition(topic, partition, start)])
         records: list[Record] = []
@@ -92,9 +100,18 @@ def read_committed(
             records.append(Record(int(msg.offset() or 0), msg.key(), msg.value()))
             if int(msg.offset() or 0) >= stable - 1:
                 break
+        clean = True
         return records
     finally:
-        consumer.close()
+        if reuse and clean:
+            try:
+                consumer.unassign()  # nothing fetched for this read reaches the next one
+            except KafkaException:
+                MarkerReaders.close(consumer)
+            else:
+                MarkerReaders.give_back(key, consumer)
+        else:
+            MarkerReaders.close(consumer)
 
 
 def auth_failure(client: Any, errors: list[KafkaError]) -> KafkaException | None:

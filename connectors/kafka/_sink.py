@@ -9,7 +9,10 @@ that partition after fencing and writes nothing for a slot already committed.
 
 Executor side, once per slot (see :func:`connectors.core.tasks.slot_task`):
   1. ``open_slot``: a producer with ``transactional.id = eos1|<sink_id>|slot|<n>``;
-     ``init_transactions`` fences any earlier owner and aborts its open transaction;
+     ``init_transactions`` fences any earlier owner and aborts its open transaction (or
+     the producer this Python worker kept from the slot's previous batch: a fenced one
+     is found out by the commit at the latest, and the slot starts over with a new
+     producer; see :mod:`connectors.kafka._pool`);
   2. ``read_marker``: the slot's marker partition, ``read_committed``, to its end; a marker
      for this batch means "already committed"; a failed read fails the task;
   3. ``write``: check every record (size, topic, partition) before producing it;
@@ -23,6 +26,7 @@ ever used at (re)start and after a failed batch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -42,6 +46,7 @@ from connectors.core.errors import (
     ConfigurationError,
     ConnectorError,
     FatalError,
+    NonDeterministicReplayError,
     TransientError,
 )
 from connectors.core.fingerprint import Fingerprint, without_row_hash
@@ -60,6 +65,7 @@ from connectors.kafka._config import (
 from connectors.kafka._errors import FENCED_CODES, kafka_error, translate
 from connectors.kafka._io import Admin, auth_failure, read_committed
 from connectors.kafka._ledger import KafkaLedger
+from connectors.kafka._pool import PooledProducer, SlotProducers, config_key
 from connectors.kafka._records import (
     RecordLimits,
     check_schema,
@@ -90,6 +96,11 @@ def marker_key(slot: int) -> bytes:
     return f"slot/{slot}".encode()
 
 
+def probe_key(slot: int) -> bytes:
+    """The key of the record that proves a kept producer still owns its slot (not a marker)."""
+    return f"slot/{slot}/probe".encode()
+
+
 @dataclass
 class _Slot:
     """One slot's open transaction inside a task."""
@@ -105,6 +116,13 @@ class _Slot:
     wait_ms: float = 0.0
     failure: str = ""
     open: bool = True
+    #: The producer this worker kept from an earlier task (not fenced by this task).
+    reused: bool = False
+    #: A kept producer failed while producing: the commit starts the slot over.
+    stale: bool = False
+    #: Another attempt had committed the slot (found when starting over): commit nothing.
+    committed_by_other: bool = False
+    pooled: PooledProducer | None = None
 
 
 class KafkaSink(TaskCommitSink[_Slot]):
@@ -142,6 +160,11 @@ class KafkaSink(TaskCommitSink[_Slot]):
         ledger_topic: default ``_connectors.<sink_id>.ledger`` (compacted, created).
         replication_factor: of the topics the sink creates (-1: the broker default).
         operation_timeout: seconds for one client operation (metadata, init, commit).
+        reuse_producers: a Python worker keeps the producer (and the marker reader) of the
+            slot it ran for the slot's next task (default ``True``): no
+            ``init_transactions`` per slot and batch (60-70 ms, spikes of ~500 ms right
+            after the slot's previous commit). A producer fenced meanwhile is found out by
+            its commit at the latest, and the slot starts over with a new one.
         **options: the template's options (``retry``, ``reset_binding``,
             ``on_replay_mismatch``, ``keep_batches``).
 
@@ -173,6 +196,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         ledger_topic: str | None = None,
         replication_factor: int = -1,
         operation_timeout: float = 30.0,
+        reuse_producers: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(
@@ -196,6 +220,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 replication_factor=replication_factor,
                 transaction_timeout_ms=timeout_ms,
                 operation_timeout_s=float(operation_timeout),
+                reuse_producers=bool(reuse_producers),
             )
         except ConfigurationError as exc:
             exc.sink_id = self.sink_id
@@ -513,8 +538,13 @@ class KafkaSink(TaskCommitSink[_Slot]):
         self._gather(handle, f"{_FAILED}|{exc}")
         return exc
 
-    def open_slot(self, slot: SlotTransaction) -> _Slot:
-        """Task: a producer for the slot's transactional id; fence the previous owner."""
+    def _pool_key(self, transactional_id: str) -> str:
+        conf = self.config.producer(transactional_id, self.options.transaction_timeout_ms)
+        return config_key(conf, transactional_id)
+
+    def _new_producer(self, transactional_id: str) -> PooledProducer:
+        """A producer for the slot's transactional id, ``init_transactions`` done: every
+        earlier owner is fenced and its open transaction completed."""
         errors: list[KafkaError] = []
         reported: list[KafkaError] = []
 
@@ -524,23 +554,82 @@ class KafkaSink(TaskCommitSink[_Slot]):
 
         producer: Producer | None = None
         try:
-            producer = self._producer(slot.name, on_delivery=on_delivery, error_cb=reported.append,
+            producer = self._producer(transactional_id, on_delivery=on_delivery,
+                                      error_cb=reported.append,
                                       **{"delivery.report.only.error": True})
             _retrying(lambda: producer.init_transactions(self._timeout))
-            producer.begin_transaction()
+        except KafkaException:
+            # A refused authentication shows in error_cb; the call only says "timed out".
+            cause = auth_failure(producer, reported) if producer is not None else None
+            if cause is not None:
+                raise cause from None
+            raise
+        return PooledProducer(producer, errors, reported)
+
+    def open_slot(self, slot: SlotTransaction) -> _Slot:
+        """Task: a producer for the slot's transactional id; fence the previous owner.
+
+        With ``reuse_producers``, the producer this worker kept from the slot's previous
+        task begins the transaction instead (see :mod:`connectors.kafka._pool`).
+        """
+        if self.options.reuse_producers:
+            kept = SlotProducers.take(self._pool_key(slot.name))
+            if kept is not None:
+                try:
+                    kept.producer.begin_transaction()
+                    self._probe(kept, slot)
+                except KafkaException as exc:  # fenced, or broken: a new producer below
+                    logger.info("sink %s: the kept producer of slot %d is unusable (%s)",
+                                self.sink_id, slot.slot, type(exc).__name__)
+                else:
+                    handle = _Slot(slot, kept.producer, time.monotonic(), errors=kept.errors,
+                                   reused=True, pooled=kept)
+                    handle.topics.update(self.known_topics)
+                    return handle
+        try:
+            fresh = self._new_producer(slot.name)
+            fresh.producer.begin_transaction()
         except KafkaException as exc:
-            cause = (auth_failure(producer, reported) if producer is not None else None) or exc
-            err = self._error(cause, f"starting slot {slot.slot}'s transaction",
+            err = self._error(exc, f"starting slot {slot.slot}'s transaction",
                               batch_id=slot.batch_id, transaction_id=slot.name)
             if isinstance(err, DETERMINISTIC_ERRORS):
                 raise self._fail(None, err) from None
             raise err from None
-        handle = _Slot(slot, producer, time.monotonic(), errors=errors)
+        handle = _Slot(slot, fresh.producer, time.monotonic(), errors=fresh.errors, pooled=fresh)
         handle.topics.update(self.known_topics)
         return handle
 
+    def _probe(self, kept: PooledProducer, slot: SlotTransaction) -> None:
+        """Prove that a kept producer still owns the slot before anything is read or
+        written with it: one small record (key ``slot/<n>/probe``, which marker reads
+        skip) into the slot's marker partition, flushed. Adding that partition to the
+        transaction fails if another producer of the slot id started since (another worker
+        ran the slot, or the driver fenced it). Costs a round trip (~2-5 ms) instead of
+        ``init_transactions``. Compaction keeps one probe per slot."""
+        producer = kept.producer
+        with _client_errors():
+            producer.produce(self.options.marker_topic, b"", probe_key(slot.slot),
+                             partition=slot.slot)
+            left = producer.flush(self._timeout)
+        if left or kept.errors:
+            raise KafkaException(kept.errors[0] if kept.errors else KafkaError(
+                KafkaError._TIMED_OUT, "the probe of a kept producer was not delivered"))
+
+    def _keep(self, handle: _Slot) -> None:
+        """After a clean end of the slot's transaction: keep its producer for the next task."""
+        if self.options.reuse_producers and handle.pooled is not None and not handle.open:
+            SlotProducers.give_back(self._pool_key(handle.ctx.name), handle.pooled)
+        handle.pooled = None
+
     def read_marker(self, handle: _Slot) -> SlotMarker | None:
         """Task, after fencing: this slot's marker for this batch, if it is committed."""
+        marker = self._committed_marker(handle)
+        if marker is None:
+            return None
+        handle.failure = _REPLAYED
+        return marker
+
+    def _committed_marker(self, handle: _Slot) -> SlotMarker | None:
         ctx = handle.ctx
         marker = _last_marker(self, ctx.slot, batch_id=ctx.batch_id)
         if marker is None or (marker.generation, marker.batch_id) < (
@@ -554,7 +643,6 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 "an older batch than the sink wrote (another checkpoint?). Use the original "
                 "checkpoint, or a new sink_id", sink_id=self.sink_id, batch_id=ctx.batch_id,
                 transaction_id=ctx.name))
-        handle.failure = _REPLAYED
         return marker
 
     def _check(self, handle: _Slot, batch: pa.RecordBatch) -> None:
@@ -590,11 +678,22 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 raise self._fail(handle, exc) from None
             raise
         handle.batches.append(batch)
+        if handle.stale:
+            return  # the commit starts the slot over with every batch kept
         try:
-            handle.rows += produce_batch(handle.producer.produce, handle.producer.poll, batch,
-                                         self.options.topic)
-            handle.producer.poll(0)
+            with _client_errors():
+                handle.rows += produce_batch(handle.producer.produce, handle.producer.poll,
+                                             batch, self.options.topic)
+                handle.producer.poll(0)
         except KafkaException as exc:
+            if handle.reused:
+                # Kept from an earlier task and fenced (or broken) since: nothing of this
+                # transaction can commit; the commit starts over with a new producer.
+                logger.info("sink %s batch %d slot %d: the kept producer failed (%s); the "
+                            "slot starts over", self.sink_id, handle.ctx.batch_id,
+                            handle.ctx.slot, type(exc).__name__)
+                handle.stale = True
+                return
             err = self._error(exc, f"producing slot {handle.ctx.slot}'s records",
                               batch_id=handle.ctx.batch_id, transaction_id=handle.ctx.name)
             if isinstance(err, DETERMINISTIC_ERRORS):
@@ -609,7 +708,8 @@ class KafkaSink(TaskCommitSink[_Slot]):
         producer = handle.producer
         producer.produce(self.options.marker_topic, self._marker_value(handle, marker),
                          marker_key(marker.slot), partition=marker.slot)
-        left = producer.flush(self.options.transaction_timeout_ms / 1000)
+        with _client_errors():
+            left = producer.flush(self.options.transaction_timeout_ms / 1000)
         if left:
             raise TransientError(
                 f"{left} record(s) of slot {marker.slot} not delivered within "
@@ -631,14 +731,16 @@ class KafkaSink(TaskCommitSink[_Slot]):
 
             handle.producer = self._producer(handle.ctx.name, on_delivery=on_delivery,
                                              **{"delivery.report.only.error": True})
+            handle.pooled = PooledProducer(handle.producer, errors)
             _retrying(lambda: handle.producer.init_transactions(self._timeout))
         else:
             handle.producer.abort_transaction(self._timeout)
             handle.errors.clear()
         handle.producer.begin_transaction()
-        for batch in handle.batches:
-            produce_batch(handle.producer.produce, handle.producer.poll, batch,
-                          self.options.topic)
+        with _client_errors():
+            for batch in handle.batches:
+                produce_batch(handle.producer.produce, handle.producer.poll, batch,
+                              self.options.topic)
 
     def commit_slot(self, handle: _Slot, marker: SlotMarker) -> bytes | None:
         """Task: write the marker with the rows, align with the other slots, commit.
@@ -649,15 +751,26 @@ class KafkaSink(TaskCommitSink[_Slot]):
           3. ``commit_transaction``; ``retriable()`` errors retry the commit,
              ``txn_requires_abort()`` aborts and redoes the transaction, ``fatal()`` takes
              a new producer (which fences the old one) and redoes it; fenced: another
-             attempt owns the slot, this one fails (Spark keeps the other).
+             attempt owns the slot, this one fails (Spark keeps the other). A producer
+             kept from an earlier task that fails (fenced since it was kept) instead starts
+             the slot over (:meth:`_start_over`), in step 1 or 3.
         """
         ctx = handle.ctx
         ids: dict[str, Any] = {"batch_id": ctx.batch_id, "transaction_id": ctx.name}
         # Step 1
         try:
-            self._flush(handle, marker)
-        except KafkaException as exc:
-            failure = self._error(exc, f"writing slot {ctx.slot}", **ids)
+            if handle.stale:
+                self._start_over(handle, marker)
+            else:
+                try:
+                    self._flush(handle, marker)
+                except KafkaException:
+                    if not handle.reused:
+                        raise
+                    self._start_over(handle, marker)  # kept, and fenced or broken since
+        except (KafkaException, NonDeterministicReplayError) as exc:
+            failure = (exc if isinstance(exc, ConnectorError)
+                       else self._error(exc, f"writing slot {ctx.slot}", **ids))
             if isinstance(failure, DETERMINISTIC_ERRORS):
                 raise self._fail(handle, failure) from None
             raise failure from None
@@ -679,12 +792,23 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 elapsed_ms, handle.wait_ms, 100 * elapsed_ms / limit, limit)
         # Step 3
         for attempt in range(_TXN_ATTEMPTS):
+            if handle.committed_by_other:
+                break
             try:
                 _retrying(lambda: handle.producer.commit_transaction(self._timeout))
                 handle.open = False
                 break
             except KafkaException as exc:
                 err = kafka_error(exc)
+                if handle.reused and (err is None or err.fatal() or err.code() in FENCED_CODES):
+                    # Kept from an earlier task and fenced since: this transaction cannot
+                    # commit. Start over with a new producer (marker read again).
+                    try:
+                        self._start_over(handle, marker)
+                    except KafkaException as again:
+                        raise self._error(again, f"starting slot {ctx.slot} over",
+                                          **ids) from None
+                    continue
                 if err is not None and (err.code() in FENCED_CODES):
                     handle.open = False
                     raise TransientError(
@@ -702,9 +826,49 @@ class KafkaSink(TaskCommitSink[_Slot]):
                     self._flush(handle, marker)
                 except KafkaException as again:
                     raise self._error(again, f"redoing slot {ctx.slot}", **ids) from None
+        else:
+            raise TransientError(f"slot {ctx.slot} did not commit in {_TXN_ATTEMPTS} attempts",
+                                 sink_id=self.sink_id, **ids)
+        self._keep(handle)
         txn_ms = (time.monotonic() - handle.started) * 1000
         return json.dumps({"txn_ms": round(txn_ms, 1), "wait_ms": round(handle.wait_ms, 1),
-                           "rows": handle.rows}).encode()
+                           "rows": handle.rows, "reused": handle.reused,
+                           "by_other": handle.committed_by_other}).encode()
+
+    def _start_over(self, handle: _Slot, marker: SlotMarker) -> None:
+        """The kept producer was fenced (or broke) after this task began with it: take a new
+        producer (its ``init_transactions`` fences every other owner and completes their
+        commits), read the marker again, and write the transaction again unless another
+        attempt committed the slot meanwhile (then its content must be ours)."""
+        ctx = handle.ctx
+        logger.info("sink %s batch %d slot %d: starting the slot over with a new producer",
+                    self.sink_id, ctx.batch_id, ctx.slot)
+        handle.reused = handle.stale = False
+        handle.open = False  # the old producer's transaction dies with its epoch
+        fresh = self._new_producer(ctx.name)
+        handle.producer, handle.errors, handle.pooled = fresh.producer, fresh.errors, fresh
+        found = self._committed_marker(handle)
+        if found is not None:
+            if found.fingerprint != marker.fingerprint:
+                err = NonDeterministicReplayError(
+                    f"slot {ctx.slot} was committed by another attempt with "
+                    f"{found.fingerprint}, this attempt has {marker.fingerprint}. The query "
+                    "is not deterministic (rand(), uuid(), a changed source?). Make it "
+                    'deterministic, or pass on_replay_mismatch="warn" to keep the committed '
+                    "rows", sink_id=self.sink_id, batch_id=ctx.batch_id, transaction_id=ctx.name)
+                if self.on_replay_mismatch == "fail":
+                    raise err
+                logger.warning("%s", err)
+            handle.committed_by_other = True
+            return
+        handle.producer.begin_transaction()
+        handle.open = True
+        handle.rows = 0
+        with _client_errors():
+            for batch in handle.batches:
+                handle.rows += produce_batch(handle.producer.produce, handle.producer.poll,
+                                             batch, self.options.topic)
+        self._flush(handle, marker)
 
     def abort_slot(self, handle: _Slot) -> None:
         """Task: abort the slot's open transaction (after telling the other slots)."""
@@ -717,6 +881,8 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 handle.open = False
                 try:
                     handle.producer.abort_transaction(self._timeout)
+                    if status == _REPLAYED:
+                        self._keep(handle)  # a clean end: the slot was committed before
                 except KafkaException as exc:
                     # The next init_transactions of this slot id (a retry, fence_all)
                     # aborts it.
@@ -725,6 +891,18 @@ class KafkaSink(TaskCommitSink[_Slot]):
 
 
 # ---------------------------------------------------------------------- helpers
+
+@contextlib.contextmanager
+def _client_errors() -> Iterator[None]:
+    """confluent-kafka raises ``SystemError`` when a client call (``flush``, ``poll``) meets
+    a fatal error (fenced) and then runs ``error_cb``; the ``KafkaException`` is its cause."""
+    try:
+        yield
+    except SystemError as exc:
+        if isinstance(exc.__cause__, KafkaException):
+            raise exc.__cause__ from None
+        raise
+
 
 def _retrying(call: Any, attempts: int = 5) -> Any:
     """Call a transactional API; retry it while librdkafka says the error is retriable."""
@@ -747,6 +925,7 @@ def _last_marker(sink: KafkaSink, slot: int, batch_id: int | None = None) -> Slo
     while True:
         records = read_committed(sink.config, sink.options.marker_topic, slot, tail=tail,
                                  timeout=sink.options.operation_timeout_s,
+                                 reuse=sink.options.reuse_producers,
                                  sink_id=sink.sink_id, batch_id=batch_id)
         for record in reversed(records):
             if record.key != marker_key(slot) or record.value is None:

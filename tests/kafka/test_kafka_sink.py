@@ -164,3 +164,184 @@ def test_a_slot_without_rows_still_commits_its_marker() -> None:
     assert [p[0] for p in producer.produced] == ["_connectors.unit.markers"]
     assert producer.calls == ["flush", "commit"]
     assert json.loads(payload or b"{}")["rows"] == 0
+
+
+# --- producers kept by a Python worker between batches (reuse_producers) ----------------
+
+
+class InitCountingProducer(FakeProducer):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.inits = 0
+        self.fail_produce = False
+
+    def init_transactions(self, _t: float) -> None:
+        self.inits += 1
+        self.calls.append("init")
+
+    def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
+        if self.fail_produce:
+            raise KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
+        super().produce(topic, *args, **kwargs)
+
+
+@pytest.fixture
+def pool(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """New producers come from a list; markers from a dict; the pool starts empty."""
+    from connectors.kafka import _sink as sink_module
+    from connectors.kafka._pool import SlotProducers
+
+    SlotProducers.clear()
+    made: list[InitCountingProducer] = []
+    markers: dict[int, SlotMarker] = {}
+
+    def new_producer(self: KafkaSink, _tid: str, **_kw: Any) -> InitCountingProducer:
+        made.append(InitCountingProducer())
+        return made[-1]
+
+    monkeypatch.setattr(KafkaSink, "_producer", new_producer)
+    monkeypatch.setattr(sink_module, "_last_marker",
+                        lambda sink, slot, batch_id=None: markers.get(slot))
+    yield made, markers
+    SlotProducers.clear()
+
+
+def _ctx(batch_id: int) -> SlotTransaction:
+    return SlotTransaction("unit", 0, batch_id, "abcd1234", 0, 77,
+                           pa.schema([("value", pa.binary())]))
+
+
+def _slot_marker(batch_id: int, fp: Fingerprint) -> SlotMarker:
+    return SlotMarker("unit", 0, batch_id, 0, "abcd1234", fp)
+
+
+def _run_slot(sink: KafkaSink, batch_id: int, values: list[bytes]) -> tuple[_Slot, dict[str, Any]]:
+    handle = sink.open_slot(_ctx(batch_id))
+    assert sink.read_marker(handle) is None
+    sink.write(handle, pa.record_batch({"value": pa.array(values, pa.binary())}))
+    payload = sink.commit_slot(handle, _slot_marker(batch_id, Fingerprint(len(values), 9)))
+    return handle, json.loads(payload or b"{}")
+
+
+def test_the_next_batch_of_a_slot_reuses_the_worker_s_producer_without_init(pool: Any) -> None:
+    made, _ = pool
+    sink = _sink()
+    sink.known_topics["out"] = 3
+    _, first = _run_slot(sink, 5, [b"a"])
+    _, second = _run_slot(sink, 6, [b"b"])
+    assert len(made) == 1 and made[0].inits == 1  # one init_transactions for two batches
+    # The kept producer proves it still owns the slot (a flushed probe) before the batch.
+    assert made[0].calls == ["init", "begin", "flush", "commit", "begin", "flush", "flush",
+                             "commit"]
+    assert [p[2]["partition"] for p in made[0].produced if p[0].endswith(".markers")] == [
+        0, 0, 0]
+    assert (first["reused"], second["reused"]) == (False, True)
+
+
+def test_reuse_producers_false_starts_every_slot_with_init(pool: Any) -> None:
+    made, _ = pool
+    sink = _sink(reuse_producers=False)
+    sink.known_topics["out"] = 3
+    _run_slot(sink, 5, [b"a"])
+    _run_slot(sink, 6, [b"b"])
+    assert [p.inits for p in made] == [1, 1]
+
+
+def test_a_kept_producer_fenced_at_commit_starts_the_slot_over(pool: Any) -> None:
+    made, _ = pool
+    sink = _sink()
+    sink.known_topics["out"] = 3
+    _run_slot(sink, 5, [b"a"])
+    made[0].commit_errors.append(KafkaError(KafkaError._FENCED, fatal=True))
+    _, result = _run_slot(sink, 6, [b"b", b"c"])
+    assert len(made) == 2 and made[1].calls == ["init", "begin", "flush", "commit"]
+    assert [p[1][0] for p in made[1].produced if p[0] == "out"] == [b"b", b"c"]
+    assert result["rows"] == 2 and result["reused"] is False and result["by_other"] is False
+    # The new producer is the one kept now.
+    _run_slot(sink, 7, [b"d"])
+    assert len(made) == 2 and made[1].inits == 1
+
+
+def test_a_kept_producer_fenced_after_another_attempt_committed_writes_nothing(
+    pool: Any,
+) -> None:
+    made, markers = pool
+    sink = _sink()
+    sink.known_topics["out"] = 3
+    _run_slot(sink, 5, [b"a"])
+    made[0].commit_errors.append(KafkaError(KafkaError._FENCED, fatal=True))
+    handle = sink.open_slot(_ctx(6))
+    assert sink.read_marker(handle) is None
+    sink.write(handle, pa.record_batch({"value": pa.array([b"b"], pa.binary())}))
+    # Another attempt of the slot committed batch 6 meanwhile (and fenced us).
+    markers[0] = _slot_marker(6, Fingerprint(1, 9))
+    payload = json.loads(sink.commit_slot(handle, _slot_marker(6, Fingerprint(1, 9))) or b"{}")
+    assert payload["by_other"] is True
+    assert made[1].calls == ["init"]  # read the marker again, wrote nothing
+    assert "commit" not in made[0].calls[4:]
+
+
+def test_another_attempt_s_different_content_is_a_non_deterministic_replay(pool: Any) -> None:
+    from connectors.core.errors import NonDeterministicReplayError
+
+    made, markers = pool
+    sink = _sink()
+    sink.known_topics["out"] = 3
+    _run_slot(sink, 5, [b"a"])
+    made[0].commit_errors.append(KafkaError(KafkaError._FENCED, fatal=True))
+    handle = sink.open_slot(_ctx(6))
+    sink.write(handle, pa.record_batch({"value": pa.array([b"b"], pa.binary())}))
+    markers[0] = _slot_marker(6, Fingerprint(1, 12345))
+    with pytest.raises(NonDeterministicReplayError, match="another attempt"):
+        sink.commit_slot(handle, _slot_marker(6, Fingerprint(1, 9)))
+
+
+def test_a_kept_producer_failing_while_producing_starts_over_at_the_commit(pool: Any) -> None:
+    made, _ = pool
+    sink = _sink()
+    sink.known_topics["out"] = 3
+    _run_slot(sink, 5, [b"a"])
+    made[0].fail_produce = True
+    handle, result = _run_slot(sink, 6, [b"b", b"c"])
+    assert handle.stale is False and result["rows"] == 2
+    assert [p[1][0] for p in made[1].produced if p[0] == "out"] == [b"b", b"c"]
+    assert made[1].calls == ["init", "begin", "flush", "commit"]
+
+
+def test_a_fresh_producer_fenced_at_commit_still_fails_the_attempt(pool: Any) -> None:
+    made, _ = pool
+    sink = _sink()
+    sink.known_topics["out"] = 3
+    handle = sink.open_slot(_ctx(5))
+    made[0].commit_errors.append(KafkaError(KafkaError._FENCED, fatal=True))
+    with pytest.raises(TransientError, match="taken over by another attempt"):
+        sink.commit_slot(handle, _slot_marker(5, Fingerprint(0, 0)))
+    from connectors.kafka._pool import SlotProducers
+
+    assert SlotProducers.take(sink._pool_key(handle.ctx.name)) is None  # not kept
+
+
+def test_a_fatal_error_met_by_flush_surfaces_as_the_kafka_exception() -> None:
+    """confluent-kafka raises SystemError (cause: the KafkaException) from flush() of a
+    fenced producer that has an error_cb; the sink sees the KafkaException."""
+    from connectors.kafka._sink import _client_errors
+
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
+    with pytest.raises(KafkaException) as caught, _client_errors():
+        raise SystemError("<method 'append' of 'list' objects> returned a result") from fenced
+    assert caught.value is fenced
+    with pytest.raises(SystemError), _client_errors():
+        raise SystemError("something else")
+
+
+def test_a_kept_producer_fenced_before_the_batch_is_replaced_at_open(pool: Any) -> None:
+    """Another worker ran the slot since (or the driver fenced it): the probe at open fails,
+    a new producer (init_transactions) takes the slot before anything is read or written."""
+    made, _ = pool
+    sink = _sink()
+    sink.known_topics["out"] = 3
+    _run_slot(sink, 5, [b"a"])
+    made[0].fail_produce = True  # the probe's partition cannot join the transaction
+    handle, result = _run_slot(sink, 6, [b"b"])
+    assert len(made) == 2 and made[1].calls == ["init", "begin", "flush", "commit"]
+    assert result["reused"] is False and handle.producer is made[1]
