@@ -2,7 +2,7 @@
 
 Run from the repository root, with PostgreSQL up (``scripts/services start``)::
 
-    python -m benchmarks.postgres_bench            # 2,000,000 rows, 2 timed runs each
+    python -m benchmarks.postgres_bench            # 2,000,000 rows, 3 timed runs each
     python -m benchmarks.postgres_bench --quick    # 200,000 rows, 1 run: a smoke test
 
 Every contender writes the same cached DataFrame (``--rows`` rows of ``id bigint, name
@@ -419,7 +419,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="PostgresSink vs Spark JDBC vs plain COPY: rows/s and per-batch overhead.",
     )
     p.add_argument("--rows", type=int, default=2_000_000, help="rows per run (2,000,000)")
-    p.add_argument("--runs", type=int, default=2, help="timed runs per contender (2)")
+    p.add_argument("--runs", type=int, default=3, help="timed runs per contender (3)")
     p.add_argument("--quick", action="store_true", help="smoke test: 200,000 rows, 1 run")
     p.add_argument("--partitions", type=int, default=2, help="partitions = tasks (2)")
     p.add_argument("--tiny-rows", type=int, default=100, help="rows per tiny batch (100)")

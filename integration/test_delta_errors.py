@@ -243,6 +243,33 @@ def test_batch_committed_but_not_recorded_is_reconciled_and_its_row_count_checke
     again.close()
 
 
+@pytest.mark.parametrize("torn", [b"", b'{"v": 1, "sink_id": "to'], ids=["empty", "cut"])
+def test_a_decision_torn_by_an_os_crash_is_settled_from_the_table(
+    spark: SparkSession, tmp_path: Path, torn: bytes
+) -> None:
+    """DeltaLedger does not fsync its decisions (the Delta commit before each one is the
+    durable record): an operating-system crash may leave one empty or cut. It then reads as
+    absent, the replay is checked against the commit's files and the decision rewritten."""
+    path = tmp_path / "torn"
+    sink = DeltaSink(str(path), sink_id="torn", create_table=True)
+    sink(events(spark), 0)
+    sink(events(spark, ROWS), 1)
+    sink.close()
+    (path / "_connectors" / "torn" / "decisions" / f"{1:020d}.json").write_bytes(torn)
+    other = DeltaSink(str(path), sink_id="torn")
+    fails(lambda: other(events(spark, ROWS + 1), 1), NonDeterministicReplayError,
+          "differs from the committed one")
+    other.close()
+    again = DeltaSink(str(path), sink_id="torn")
+    again(events(spark, ROWS), 1)
+    assert again.last_metrics is not None and again.last_metrics.reconciled == 1
+    again(events(spark, 2 * ROWS), 2)
+    assert table_rows(spark, path, ["id", "name", "amount"]) == expected(0, 3 * ROWS)
+    assert tagged_commits(path, "torn") == {0: [0], 1: [1], 2: [2]}  # one commit per batch
+    assert ledger_batches(path, "torn") == {0: True, 1: True, 2: True}
+    again.close()
+
+
 # ---------------------------------------------------------------- txn ids Delta forgot
 
 
