@@ -57,7 +57,10 @@ def read_committed(
     The end is the partition's last stable offset. Callers read partitions that only one
     transactional id writes, right after ``init_transactions`` of that id, which returns
     once the id's previous transaction is completed (its markers written): the last stable
-    offset then equals the high watermark, and every committed record is read.
+    offset then equals the high watermark, and every committed record is read. (A slot's
+    kept producer reads after its probe joined a new transaction, which likewise waits for
+    the previous one to complete: the only open transaction is then the caller's own,
+    after every committed record.)
     Raises (never returns "nothing") when the partition cannot be read. ``reuse``: take the
     consumer from this process's idle readers and keep it after a clean read.
     """

@@ -10,9 +10,10 @@ that partition after fencing and writes nothing for a slot already committed.
 Executor side, once per slot (see :func:`connectors.core.tasks.slot_task`):
   1. ``open_slot``: a producer with ``transactional.id = eos1|<sink_id>|slot|<n>``;
      ``init_transactions`` fences any earlier owner and aborts its open transaction (or
-     the producer this Python worker kept from the slot's previous batch: a fenced one
-     is found out by the commit at the latest, and the slot starts over with a new
-     producer; see :mod:`connectors.kafka._pool`);
+     the producer this Python worker kept from the slot's previous batch, once a flushed
+     probe record proves it is still the slot's newest; fenced later, it is found out by
+     the commit at the latest and the slot starts over with a new producer; see
+     :mod:`connectors.kafka._pool`);
   2. ``read_marker``: the slot's marker partition, ``read_committed``, to its end; a marker
      for this batch means "already committed"; a failed read fails the task;
   3. ``write``: check every record (size, topic, partition) before producing it;
@@ -163,8 +164,9 @@ class KafkaSink(TaskCommitSink[_Slot]):
         reuse_producers: a Python worker keeps the producer (and the marker reader) of the
             slot it ran for the slot's next task (default ``True``): no
             ``init_transactions`` per slot and batch (60-70 ms, spikes of ~500 ms right
-            after the slot's previous commit). A producer fenced meanwhile is found out by
-            its commit at the latest, and the slot starts over with a new one.
+            after the slot's previous commit). A flushed probe record into the slot's
+            marker partition proves a kept producer still owns the slot before each batch;
+            one fenced later is found out by its commit, and the slot starts over.
         **options: the template's options (``retry``, ``reset_binding``,
             ``on_replay_mismatch``, ``keep_batches``).
 
