@@ -96,12 +96,21 @@ def read_committed(
             if msg is None:
                 continue
             error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    break
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
                 raise _err(KafkaException(error), doing, config, **ids)
-            records.append(Record(int(msg.offset() or 0), msg.key(), msg.value()))
-            if int(msg.offset() or 0) >= stable - 1:
+            # A kept reader must not take anything left from an earlier read (another
+            # partition, or this one before its newest records) for this one's.
+            if msg.topic() != topic or msg.partition() != partition:
+                continue
+            offset = int(msg.offset() or 0)
+            if error is not None:  # end of the partition, at ``offset``
+                if offset >= stable:
+                    break
+                continue
+            if offset < start:
+                continue
+            records.append(Record(offset, msg.key(), msg.value()))
+            if offset >= stable - 1:
                 break
         clean = True
         return records

@@ -527,6 +527,17 @@ class KafkaSink(TaskCommitSink[_Slot]):
         context = _barrier_context()
         if context is None:
             return [status]
+        running = len(context.getTaskInfos())
+        if running < self.slots:
+            # Spark resubmitted only some partitions of the barrier stage (a slot's success
+            # from the failed attempt arrived after its failure was handled). The barrier
+            # would wait for all partitions forever; the missing slots completed their
+            # task, so they committed (or returned their error to the driver).
+            logger.warning(
+                "sink %s: this barrier stage attempt runs %d of %d slots (Spark resubmitted "
+                "only the missing ones); the slot commits without aligning", self.sink_id,
+                running, self.slots)
+            return [status]
         started = time.monotonic()
         statuses: list[str] = list(context.allGather(status))
         if handle is not None:

@@ -345,3 +345,87 @@ def test_a_kept_producer_fenced_before_the_batch_is_replaced_at_open(pool: Any) 
     handle, result = _run_slot(sink, 6, [b"b"])
     assert len(made) == 2 and made[1].calls == ["init", "begin", "flush", "commit"]
     assert result["reused"] is False and handle.producer is made[1]
+
+
+def test_a_kept_marker_reader_ignores_what_an_earlier_read_left_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """read_committed with a reused consumer: messages or an end-of-partition event of an
+    earlier read (another partition, or this one at an older end) never count as this
+    read's, so an older end cannot hide the newest marker."""
+    from connectors.kafka import _io
+    from connectors.kafka._config import KafkaConfig
+    from connectors.kafka._pool import MarkerReaders
+
+    class Msg:
+        def __init__(self, partition: int, offset: int, eof: bool = False) -> None:
+            self._p, self._o, self._eof = partition, offset, eof
+
+        def error(self) -> KafkaError | None:
+            return KafkaError(KafkaError._PARTITION_EOF) if self._eof else None
+
+        def topic(self) -> str:
+            return "m"
+
+        def partition(self) -> int:
+            return self._p
+
+        def offset(self) -> int:
+            return self._o
+
+        def key(self) -> bytes:
+            return b"slot/0"
+
+        def value(self) -> bytes:
+            return str(self._o).encode()
+
+    class FakeConsumer:
+        def __init__(self, _conf: Any) -> None:
+            self.queue = [Msg(1, 9), Msg(0, 5, eof=True), Msg(0, 3), Msg(0, 7), Msg(0, 8),
+                          Msg(0, 10, eof=True)]
+
+        def get_watermark_offsets(self, *_a: Any, **_k: Any) -> tuple[int, int]:
+            return 0, 10
+
+        def assign(self, _tps: Any) -> None:
+            pass
+
+        def unassign(self) -> None:
+            pass
+
+        def poll(self, _t: float) -> Msg | None:
+            return self.queue.pop(0) if self.queue else None
+
+        def close(self) -> None:
+            pass
+
+    MarkerReaders.clear()
+    monkeypatch.setattr(_io, "Consumer", FakeConsumer)
+    records = _io.read_committed(KafkaConfig({"bootstrap.servers": "b:9092"}), "m", 0, tail=3,
+                                 reuse=True)
+    assert [r.offset for r in records] == [7, 8]
+    assert MarkerReaders.clear() == 1  # kept after a clean read
+
+
+def test_a_partly_resubmitted_barrier_stage_does_not_wait_for_absent_slots(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spark may resubmit only the missing partitions of a failed barrier stage (the other
+    slot's success arrived after the failure was handled); allGather would then wait for a
+    slot that never runs. The slot commits without aligning: the absent ones completed."""
+    from connectors.kafka import _sink as sink_module
+
+    class PartialAttempt:
+        def getTaskInfos(self) -> list[object]:
+            return [object()]  # one task of two
+
+        def allGather(self, _message: str) -> list[str]:
+            raise AssertionError("would wait forever")
+
+    monkeypatch.setattr(sink_module, "_barrier_context", PartialAttempt)
+    sink, producer = _sink(barrier=True), FakeProducer()
+    handle = _handle(sink, producer)
+    with caplog.at_level(logging.WARNING, logger="connectors.kafka"):
+        sink.commit_slot(handle, _marker())
+    assert producer.calls == ["flush", "commit"]
+    assert "runs 1 of 2 slots" in caplog.text
