@@ -732,28 +732,29 @@ class KafkaSink(TaskCommitSink[_Slot]):
             first = handle.errors[0]
             raise KafkaException(first)
 
-    def _redo(self, handle: _Slot, marker: SlotMarker, new_producer: bool) -> None:
+    def _redo(self, handle: _Slot, new_producer: bool) -> None:
         """Abort (or drop the producer) and write the slot's transaction again."""
         if new_producer:
-            errors = handle.errors
-            errors.clear()
-
-            def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-                if err is not None:
-                    errors.append(err)
-
-            handle.producer = self._producer(handle.ctx.name, on_delivery=on_delivery,
-                                             **{"delivery.report.only.error": True})
-            handle.pooled = PooledProducer(handle.producer, errors)
-            _retrying(lambda: handle.producer.init_transactions(self._timeout))
+            self._replace_producer(handle)
         else:
             handle.producer.abort_transaction(self._timeout)
             handle.errors.clear()
+        self._write_again(handle)
+
+    def _replace_producer(self, handle: _Slot) -> None:
+        """A new producer for the slot (``init_transactions`` fences the old one)."""
+        fresh = self._new_producer(handle.ctx.name)
+        handle.producer, handle.errors, handle.pooled = fresh.producer, fresh.errors, fresh
+
+    def _write_again(self, handle: _Slot) -> None:
+        """Begin a transaction and produce every record batch of the slot again."""
         handle.producer.begin_transaction()
+        handle.open = True
+        handle.rows = 0
         with _client_errors():
             for batch in handle.batches:
-                produce_batch(handle.producer.produce, handle.producer.poll, batch,
-                              self.options.topic)
+                handle.rows += produce_batch(handle.producer.produce, handle.producer.poll,
+                                             batch, self.options.topic)
 
     def commit_slot(self, handle: _Slot, marker: SlotMarker) -> bytes | None:
         """Task: write the marker with the rows, align with the other slots, commit.
@@ -835,7 +836,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 logger.warning("sink %s batch %d slot %d: %s; redoing the transaction",
                                self.sink_id, ctx.batch_id, ctx.slot, err.name())
                 try:
-                    self._redo(handle, marker, new_producer=err.fatal())
+                    self._redo(handle, new_producer=err.fatal())
                     self._flush(handle, marker)
                 except KafkaException as again:
                     raise self._error(again, f"redoing slot {ctx.slot}", **ids) from None
@@ -858,8 +859,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
                     self.sink_id, ctx.batch_id, ctx.slot)
         handle.reused = handle.stale = False
         handle.open = False  # the old producer's transaction dies with its epoch
-        fresh = self._new_producer(ctx.name)
-        handle.producer, handle.errors, handle.pooled = fresh.producer, fresh.errors, fresh
+        self._replace_producer(handle)
         found = self._committed_marker(handle)
         if found is not None:
             if found.fingerprint != marker.fingerprint:
@@ -874,13 +874,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 logger.warning("%s", err)
             handle.committed_by_other = True
             return
-        handle.producer.begin_transaction()
-        handle.open = True
-        handle.rows = 0
-        with _client_errors():
-            for batch in handle.batches:
-                handle.rows += produce_batch(handle.producer.produce, handle.producer.poll,
-                                             batch, self.options.topic)
+        self._write_again(handle)
         self._flush(handle, marker)
 
     def abort_slot(self, handle: _Slot) -> None:

@@ -223,6 +223,19 @@ def _run_slot(sink: KafkaSink, batch_id: int, values: list[bytes]) -> tuple[_Slo
     return handle, json.loads(payload or b"{}")
 
 
+def _kept_after_batch_5(made: list[InitCountingProducer], **kwargs: Any) -> KafkaSink:
+    """A sink whose worker kept slot 0's producer (``made[0]``) after committing batch 5."""
+    sink = _sink(**kwargs)
+    sink.known_topics["out"] = 3
+    _run_slot(sink, 5, [b"a"])
+    return sink
+
+
+def _fence(producer: InitCountingProducer) -> None:
+    """Another producer of the slot id starts: this one's next commit fails as fenced."""
+    producer.commit_errors.append(KafkaError(KafkaError._FENCED, fatal=True))
+
+
 def test_the_next_batch_of_a_slot_reuses_the_worker_s_producer_without_init(pool: Any) -> None:
     made, _ = pool
     sink = _sink()
@@ -249,10 +262,8 @@ def test_reuse_producers_false_starts_every_slot_with_init(pool: Any) -> None:
 
 def test_a_kept_producer_fenced_at_commit_starts_the_slot_over(pool: Any) -> None:
     made, _ = pool
-    sink = _sink()
-    sink.known_topics["out"] = 3
-    _run_slot(sink, 5, [b"a"])
-    made[0].commit_errors.append(KafkaError(KafkaError._FENCED, fatal=True))
+    sink = _kept_after_batch_5(made)
+    _fence(made[0])
     _, result = _run_slot(sink, 6, [b"b", b"c"])
     assert len(made) == 2 and made[1].calls == ["init", "begin", "flush", "commit"]
     assert [p[1][0] for p in made[1].produced if p[0] == "out"] == [b"b", b"c"]
@@ -266,10 +277,8 @@ def test_a_kept_producer_fenced_after_another_attempt_committed_writes_nothing(
     pool: Any,
 ) -> None:
     made, markers = pool
-    sink = _sink()
-    sink.known_topics["out"] = 3
-    _run_slot(sink, 5, [b"a"])
-    made[0].commit_errors.append(KafkaError(KafkaError._FENCED, fatal=True))
+    sink = _kept_after_batch_5(made)
+    _fence(made[0])
     handle = sink.open_slot(_ctx(6))
     assert sink.read_marker(handle) is None
     sink.write(handle, pa.record_batch({"value": pa.array([b"b"], pa.binary())}))
@@ -285,10 +294,8 @@ def test_another_attempt_s_different_content_is_a_non_deterministic_replay(pool:
     from connectors.core.errors import NonDeterministicReplayError
 
     made, markers = pool
-    sink = _sink()
-    sink.known_topics["out"] = 3
-    _run_slot(sink, 5, [b"a"])
-    made[0].commit_errors.append(KafkaError(KafkaError._FENCED, fatal=True))
+    sink = _kept_after_batch_5(made)
+    _fence(made[0])
     handle = sink.open_slot(_ctx(6))
     sink.write(handle, pa.record_batch({"value": pa.array([b"b"], pa.binary())}))
     markers[0] = _slot_marker(6, Fingerprint(1, 12345))
@@ -298,9 +305,7 @@ def test_another_attempt_s_different_content_is_a_non_deterministic_replay(pool:
 
 def test_a_kept_producer_failing_while_producing_starts_over_at_the_commit(pool: Any) -> None:
     made, _ = pool
-    sink = _sink()
-    sink.known_topics["out"] = 3
-    _run_slot(sink, 5, [b"a"])
+    sink = _kept_after_batch_5(made)
     made[0].fail_produce = True
     handle, result = _run_slot(sink, 6, [b"b", b"c"])
     assert handle.stale is False and result["rows"] == 2
@@ -338,9 +343,7 @@ def test_a_kept_producer_fenced_before_the_batch_is_replaced_at_open(pool: Any) 
     """Another worker ran the slot since (or the driver fenced it): the probe at open fails,
     a new producer (init_transactions) takes the slot before anything is read or written."""
     made, _ = pool
-    sink = _sink()
-    sink.known_topics["out"] = 3
-    _run_slot(sink, 5, [b"a"])
+    sink = _kept_after_batch_5(made)
     made[0].fail_produce = True  # the probe's partition cannot join the transaction
     handle, result = _run_slot(sink, 6, [b"b"])
     assert len(made) == 2 and made[1].calls == ["init", "begin", "flush", "commit"]
