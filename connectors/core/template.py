@@ -85,6 +85,13 @@ class TwoPhaseCommitSink(ABC):
 
     #: The protocol family; set by the three family classes below.
     family: ClassVar[Family]
+    #: Whether tasks hash their rows for the fingerprint themselves (vectorised, in
+    #: Python) instead of receiving the JVM's ``xxhash64`` of every row as an extra column.
+    #: Cheaper for rows of numbers and short strings (no extra projection and Arrow
+    #: column); nested types always use the JVM. Must not change while a batch may be
+    #: replayed: a replay's fingerprint is computed the same way (see
+    #: :mod:`connectors.core.spark_batch`).
+    hash_rows_in_tasks: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -157,7 +164,8 @@ class TwoPhaseCommitSink(ABC):
                 "df.writeStream.foreachBatch(sink), or call it with a batch DataFrame",
                 sink_id=self.sink_id,
             )
-        self.write_batch(SparkBatch(df), batch_id, query_id=current_query_id(df))
+        self.write_batch(SparkBatch(df, hash_in_tasks=self.hash_rows_in_tasks), batch_id,
+                         query_id=current_query_id(df))
 
     def write_batch(
         self, batch: BatchInput, batch_id: int, *, query_id: str | None = None

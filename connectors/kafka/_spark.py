@@ -12,7 +12,6 @@ write again. Only the collected results change their path; nothing else differs 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -22,7 +21,6 @@ from connectors.core.fingerprint import Fingerprint
 
 __all__ = ["RetryableBarrierBatch"]
 
-_OUTCOME_SCHEMA = pa.schema([("outcome", pa.binary())])
 
 
 class RetryableBarrierBatch(BatchInput):
@@ -46,13 +44,11 @@ class RetryableBarrierBatch(BatchInput):
         df = self._inner.spark_df
         if not barrier or df is None:
             return self._inner.run_tasks(fn, barrier=barrier)
-        from connectors.core.spark_batch import _task_info, with_row_hash
+        from connectors.core.spark_batch import SparkBatch, outcome_task, with_row_hash
 
-        def spark_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            outcome = fn(_task_info(), batches)
-            yield pa.record_batch([pa.array([outcome.to_bytes()], pa.binary())], _OUTCOME_SCHEMA)
-
-        rows = (with_row_hash(df).mapInArrow(spark_task, "outcome binary", barrier=True)
+        inner = self._inner
+        frame = inner.task_frame() if isinstance(inner, SparkBatch) else with_row_hash(df)
+        rows = (frame.mapInArrow(outcome_task(fn), "outcome binary", barrier=True)
                 .repartition(1).collect())
         return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
