@@ -22,7 +22,6 @@ from connectors.core.fingerprint import Fingerprint
 __all__ = ["RetryableBarrierBatch"]
 
 
-
 class RetryableBarrierBatch(BatchInput):
     """Wraps a Spark :class:`BatchInput`; barrier task runs become retryable stages."""
 
