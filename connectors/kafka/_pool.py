@@ -27,17 +27,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer
 
-__all__ = ["IDLE_SECONDS", "MarkerReaders", "PooledProducer", "SlotProducers", "config_key"]
+from connectors.core.pool import IdlePool
 
-logger = logging.getLogger("connectors.kafka")
+__all__ = ["IDLE_SECONDS", "MarkerReaders", "PooledProducer", "SlotProducers", "config_key"]
 
 #: A client idle longer than this is dropped rather than reused (brokers close idle
 #: connections after ``connections.max.idle.ms``, 10 min by default).
@@ -63,83 +60,15 @@ class PooledProducer:
         self.reported.clear()
 
 
-class SlotProducers:
-    """Idle slot producers of this process: at most one per (config, transactional id)."""
+#: Idle slot producers of this process: at most one per (config, transactional id), the
+#: newest (a newer producer of an id fenced the older); a dropped producer closes when
+#: collected.
+SlotProducers: IdlePool[PooledProducer] = IdlePool(
+    "slot producer", idle_seconds=IDLE_SECONDS, max_idle=1)
 
-    _lock: ClassVar[threading.Lock] = threading.Lock()
-    _idle: ClassVar[dict[str, tuple[PooledProducer, float]]] = {}
-
-    @classmethod
-    def take(cls, key: str) -> PooledProducer | None:
-        with cls._lock:
-            found = cls._idle.pop(key, None)
-        if found is None:
-            return None
-        pooled, since = found
-        if time.monotonic() - since > IDLE_SECONDS:
-            return None  # dropped: its references go, librdkafka closes it
-        pooled.reset()
-        return pooled
-
-    @classmethod
-    def give_back(cls, key: str, pooled: PooledProducer) -> None:
-        """Keep ``pooled`` (its transaction ended cleanly) for the next task of the slot."""
-        with cls._lock:
-            cls._idle[key] = (pooled, time.monotonic())
-
-    @classmethod
-    def clear(cls) -> int:
-        """Drop every idle producer (tests)."""
-        with cls._lock:
-            n = len(cls._idle)
-            cls._idle.clear()
-        return n
-
-
-class MarkerReaders:
-    """Idle ``read_committed`` consumers of this process, by config digest.
-
-    A reader has no group membership (partitions are assigned), so one can read any
-    partition next; it is only kept after a read that ended without an error.
-    """
-
-    _lock: ClassVar[threading.Lock] = threading.Lock()
-    _idle: ClassVar[dict[str, list[tuple[Consumer, float]]]] = {}
-
-    @classmethod
-    def take(cls, key: str) -> Consumer | None:
-        now = time.monotonic()
-        while True:
-            with cls._lock:
-                idle = cls._idle.get(key)
-                if not idle:
-                    return None
-                consumer, since = idle.pop()
-            if now - since <= IDLE_SECONDS:
-                return consumer
-            cls.close(consumer)
-
-    @classmethod
-    def give_back(cls, key: str, consumer: Consumer) -> None:
-        with cls._lock:
-            idle = cls._idle.setdefault(key, [])
-            if len(idle) < 2:
-                idle.append((consumer, time.monotonic()))
-                return
-        cls.close(consumer)
-
-    @classmethod
-    def clear(cls) -> int:
-        with cls._lock:
-            consumers = [c for idle in cls._idle.values() for c, _ in idle]
-            cls._idle.clear()
-        for consumer in consumers:
-            cls.close(consumer)
-        return len(consumers)
-
-    @staticmethod
-    def close(consumer: Consumer) -> None:
-        try:
-            consumer.close()
-        except Exception as exc:  # pragma: no cover - closing a broken client
-            logger.debug("closing an idle marker reader failed: %s", type(exc).__name__)
+#: Idle ``read_committed`` consumers of this process, by config digest. A reader has no
+#: group membership (partitions are assigned), so one can read any partition next; it is
+#: only kept after a read that ended without an error.
+MarkerReaders: IdlePool[Consumer] = IdlePool(
+    "marker reader", idle_seconds=IDLE_SECONDS, max_idle=2,
+    close=lambda consumer: consumer.close())

@@ -588,6 +588,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         if self.options.reuse_producers:
             kept = SlotProducers.take(self._pool_key(slot.name))
             if kept is not None:
+                kept.reset()  # callbacks' lists of the previous task
                 try:
                     kept.producer.begin_transaction()
                     self._probe(kept, slot)
