@@ -28,6 +28,7 @@ from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
     ConnectorError,
+    NonDeterministicReplayError,
     TransientError,
 )
 from connectors.postgres import PostgresSink
@@ -104,6 +105,38 @@ def test_too_many_tasks_for_max_prepared_transactions_then_coalesce(
     pg.assert_exact(ROWS)
     assert sink.last_metrics is not None and sink.last_metrics.tasks == PARTITIONS
     sink.close()
+
+
+# ------------------------------------------------------------------------- replays
+
+
+def test_a_replay_with_other_rows_is_refused_and_the_same_rows_split_otherwise_are_not(
+    spark: SparkSession, pg: PgTarget
+) -> None:
+    # PostgresSink's tasks fingerprint what they write; a replay is fingerprinted by a
+    # separate job over the replayed DataFrame: both must agree on the same rows however
+    # Spark splits them, and disagree on other rows.
+    pg.create_table()
+    first = sink_for(pg)
+    first(events(spark), 0)
+    pg.assert_exact(ROWS)
+    first.close()
+    # A new driver run replays batch 0 with one changed value: refused, nothing written.
+    changed = events(spark).withColumn(
+        "name", F.when(F.col("id") == 17, F.lit("other")).otherwise(F.col("name")))
+    replay = sink_for(pg)
+    fails(lambda: replay(changed, 0), NonDeterministicReplayError, "not deterministic",
+          "on_replay_mismatch")
+    pg.assert_exact(ROWS)
+    assert pg.rows()[17][1] == "name-17"  # the committed rows stay
+    assert pg.ledger_states() == {0: "COMMITTED"}
+    assert not pg.prepared(), pg.prepared()
+    # The same rows in other partitions and another order: a replay, nothing written twice.
+    same = events(spark).repartition(3).orderBy(F.desc("id"))
+    replay(same, 0)
+    assert replay.last_metrics is not None and replay.last_metrics.outcome == "replayed"
+    pg.assert_exact(ROWS)
+    replay.close()
 
 
 # -------------------------------------------------------------------- table and schema

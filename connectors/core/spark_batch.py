@@ -213,14 +213,11 @@ class SparkBatch(BatchInput):
         self._df = df
         self._schema: pa.Schema | None = None
         self._hash_in_tasks = hash_in_tasks
-        self._tasks_hash: bool | None = None
 
     @property
     def hashes_in_tasks(self) -> bool:
         """Whether tasks hash rows themselves (else the JVM hands them row hashes)."""
-        if self._tasks_hash is None:
-            self._tasks_hash = self._hash_in_tasks and flat_schema(self._df.schema)
-        return self._tasks_hash
+        return self._hash_in_tasks and flat_schema(self._df.schema)
 
     def task_frame(self) -> DataFrame:
         """The DataFrame the tasks read: with the JVM's row hashes unless they hash."""

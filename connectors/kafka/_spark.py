@@ -40,14 +40,12 @@ class RetryableBarrierBatch(BatchInput):
         return self._inner.estimated_partitions()
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
-        df = self._inner.spark_df
-        if not barrier or df is None:
-            return self._inner.run_tasks(fn, barrier=barrier)
-        from connectors.core.spark_batch import SparkBatch, outcome_task, with_row_hash
+        from connectors.core.spark_batch import SparkBatch, outcome_task
 
         inner = self._inner
-        frame = inner.task_frame() if isinstance(inner, SparkBatch) else with_row_hash(df)
-        rows = (frame.mapInArrow(outcome_task(fn), "outcome binary", barrier=True)
+        if not barrier or not isinstance(inner, SparkBatch):
+            return inner.run_tasks(fn, barrier=barrier)
+        rows = (inner.task_frame().mapInArrow(outcome_task(fn), "outcome binary", barrier=True)
                 .repartition(1).collect())
         return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
