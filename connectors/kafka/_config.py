@@ -199,6 +199,7 @@ class KafkaOptions:
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     operation_timeout_s: float = 30.0
     reuse_producers: bool = True
+    batch_produce: bool = True
 
     def __post_init__(self) -> None:
         if self.topic is not None:

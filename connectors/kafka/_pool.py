@@ -33,6 +33,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from connectors.core.pool import IdlePool
+from connectors.kafka._native import NativeProducer
 
 __all__ = ["IDLE_SECONDS", "MarkerReaders", "PooledProducer", "SlotProducers", "config_key"]
 
@@ -54,6 +55,8 @@ class PooledProducer:
     producer: Producer
     errors: list[KafkaError] = field(default_factory=list)  # failed deliveries
     reported: list[KafkaError] = field(default_factory=list)  # error_cb (auth, fatal)
+    #: Batch produce on this producer's librdkafka handle (None: record by record).
+    native: NativeProducer | None = None
 
     def reset(self) -> None:
         self.errors.clear()

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import BadInputError
+from connectors.kafka._native import NativeProducer
 
 __all__ = ["RecordLimits", "check_schema", "record_sizes", "scan_batch"]
 
@@ -154,15 +155,42 @@ def scan_batch(
     return BatchScan(n, max_size, topics)
 
 
+def _produce_native(native: NativeProducer, batch: pa.RecordBatch,
+                    fixed_topic: str | None) -> int:
+    names = batch.schema.names
+    values = batch.column(names.index("value"))
+    keys = batch.column(names.index("key")) if "key" in names else None
+    parts = batch.column(names.index("partition")) if "partition" in names else None
+    if fixed_topic is not None:
+        return native.produce(fixed_topic, values, keys, parts)
+    topics = batch.column(names.index("topic"))
+    n = 0
+    # Per topic, in the order of first appearance; a filter keeps each topic's order.
+    for topic in pc.unique(topics).to_pylist():
+        mask = pc.equal(topics, topic)
+        n += native.produce(
+            str(topic), values.filter(mask), keys.filter(mask) if keys is not None else None,
+            parts.filter(mask) if parts is not None else None)
+    return n
+
+
 def merge_topics(into: dict[str, int], more: dict[str, int]) -> None:
     for t, p in more.items():
         into[t] = max(into.get(t, -1), p)
 
 
 def produce_batch(produce: Callable[..., Any], poll: Callable[[float], Any],
-                  batch: pa.RecordBatch, fixed_topic: str | None) -> int:
-    """Produce every record of ``batch``; returns the count. Waits when the queue is full."""
+                  batch: pa.RecordBatch, fixed_topic: str | None,
+                  native: NativeProducer | None = None) -> int:
+    """Produce every record of ``batch``; returns the count. Waits when the queue is full.
+
+    With ``native`` (and no ``headers`` column), the records are enqueued straight from
+    the Arrow buffers by :mod:`connectors.kafka._native`; otherwise one ``produce`` call
+    per record.
+    """
     names = batch.schema.names
+    if native is not None and "headers" not in names:
+        return _produce_native(native, batch, fixed_topic)
     values = batch.column(names.index("value")).to_pylist()
     keys = batch.column(names.index("key")).to_pylist() if "key" in names else None
     n = len(values)

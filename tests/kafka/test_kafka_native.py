@@ -1,0 +1,72 @@
+"""Batch produce's Arrow -> ``rd_kafka_message_t`` arrays (no broker: see
+integration/test_kafka_native.py for the records a real broker receives)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+
+from connectors.kafka._native import MESSAGE, _library, _pointers, attach
+
+
+class _RdKafkaMessage(ctypes.Structure):
+    """``rd_kafka_message_t`` as rdkafka.h declares it, laid out by the C compiler's rules."""
+
+    _fields_ = [
+        ("err", ctypes.c_int), ("rkt", ctypes.c_void_p), ("partition", ctypes.c_int32),
+        ("payload", ctypes.c_void_p), ("len", ctypes.c_size_t), ("key", ctypes.c_void_p),
+        ("key_len", ctypes.c_size_t), ("offset", ctypes.c_int64), ("_private", ctypes.c_void_p),
+    ]
+
+
+def test_the_message_array_matches_the_c_struct_field_for_field() -> None:
+    assert MESSAGE.itemsize == ctypes.sizeof(_RdKafkaMessage)
+    for name, _ in _RdKafkaMessage._fields_:
+        assert MESSAGE.fields[name][1] == getattr(_RdKafkaMessage, name).offset, name
+
+
+def _read(address: np.ndarray, length: np.ndarray, _owner: pa.Array) -> list[bytes | None]:
+    return [None if a == 0 else ctypes.string_at(int(a), int(n))
+            for a, n in zip(address, length, strict=True)]
+
+
+@pytest.mark.parametrize("typ", [pa.binary(), pa.string(), pa.large_binary(),
+                                 pa.large_string()])
+def test_pointers_cover_nulls_empty_values_and_slices(typ: pa.DataType) -> None:
+    raw = [b"a", None, b"", "\u00e9t\u00e9".encode(), b"x" * 300, None, b"last"]
+    text = pa.types.is_string(typ) or pa.types.is_large_string(typ)
+    values = [v.decode() if text and v is not None else v for v in raw]
+    arr = pa.array(values, typ)
+    address, length, owner = _pointers(arr)
+    assert owner is arr
+    assert _read(address, length, owner) == raw
+    # An empty value is a real pointer (an empty record value), a null value is NULL.
+    assert address[2] != 0 and length[2] == 0
+    assert address[1] == 0 and length[1] == 0
+    sliced = arr.slice(2, 4)
+    assert _read(*_pointers(sliced)) == raw[2:6]
+
+
+def test_pointers_of_an_array_with_no_data_buffer() -> None:
+    arr = pa.array([b"", b"", None], pa.binary())
+    address, length, _ = _pointers(arr)
+    assert list(length) == [0, 0, 0]
+    assert address[0] != 0 and address[1] != 0 and address[2] == 0
+
+
+def test_pointers_of_a_chunked_array() -> None:
+    arr = pa.chunked_array([pa.array([b"a", b"bc"]), pa.array([None, b"d"])])
+    assert _read(*_pointers(arr)) == [b"a", b"bc", None, b"d"]
+
+
+def test_attach_verifies_the_handle_of_a_real_producer() -> None:
+    assert _library() is not None
+    # No broker needed: the handle exists from the constructor on.
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9"})
+    native = attach(producer)
+    assert native is not None and native.producer is producer
+    assert attach(object()) is None  # type: ignore[arg-type]
