@@ -239,3 +239,28 @@ def test_the_sink_writes_the_same_records_with_and_without_batch_produce(
     null = [v for rs in seen[True].values() for _, v in rs if v is None]
     assert len(empty) == sum(1 for i in range(n) if i % 13 and i % 17 == 0)
     assert len(null) == sum(1 for i in range(n) if i % 13 == 0)
+
+
+def test_keyed_records_land_where_spark_s_kafka_writer_puts_them(
+    spark: SparkSession, kafka: KafkaTarget,
+) -> None:
+    """Kafka's Java producer (Spark's writer) places a keyed record by murmur2 of its key;
+    the sink's producers do the same (``partitioner=murmur2_random``), so moving a job from
+    Spark's writer to KafkaSink keeps every key in its partition."""
+    from connectors.kafka import KafkaSink
+
+    theirs = kafka.create(f"{kafka.topic}-spark", partitions=3)
+    df = spark.range(600).selectExpr("concat('key-', id) AS key",
+                                     "CAST(id AS STRING) AS value")
+    (df.write.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+     .option("topic", theirs).save())
+    sink = KafkaSink(kafka.topic, {"bootstrap.servers": kafka.bootstrap},
+                     sink_id=kafka.sink_id, slots=2)
+    try:
+        sink(df, 0)
+    finally:
+        sink.close()
+    spark_side = {m.key: m.partition for m in kafka.messages(theirs)}
+    sink_side = {m.key: m.partition for m in kafka.messages()}
+    assert len(sink_side) == 600 and sink_side == spark_side
+    assert set(sink_side.values()) == {0, 1, 2}

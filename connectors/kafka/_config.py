@@ -45,8 +45,11 @@ _PRODUCER_ONLY = re.compile(
     r"enable\.gapless\.guarantee|message\.copy\.max\.bytes|request\.timeout\.ms|"
     r"produce\.offset\.report|dr_cb|dr_msg_cb|on_delivery|delivery\.report\.only\.error)$"
 )
-#: Sensible throughput defaults for a slot's producer (the user's config wins).
+#: Sensible defaults for a slot's producer (the user's config wins). ``partitioner``: a
+#: keyed record without a ``partition`` goes where Spark's Kafka writer (Kafka's Java
+#: producer: murmur2 of the key) would put it, not where librdkafka's default (CRC32) would.
 _PRODUCER_DEFAULTS: dict[str, Any] = {
+    "partitioner": "murmur2_random",
     "linger.ms": 20,
     "batch.size": 1_000_000,
     "queue.buffering.max.messages": 500_000,
