@@ -104,6 +104,21 @@ def reached(crash_log: Path) -> list[str]:
     return crash_log.read_text().splitlines() if crash_log.exists() else []
 
 
+def point_reached(crash_log: Path, point: Any, sink_id: str, batch: int | None = None,
+                  **fields: Any) -> bool:
+    """Whether the crash log has ``point`` for ``sink_id`` (and ``batch``, and every other
+    ``field=value`` given): lines read ``<point> sink=<id> batch=<n> <field>=<value>...``."""
+    want = {"sink": sink_id, **{k: str(v) for k, v in fields.items()}}
+    if batch is not None:
+        want["batch"] = str(batch)
+    for line in reached(crash_log):
+        if line.startswith(f"{point.value} "):
+            words = dict(w.split("=", 1) for w in line.split()[1:])
+            if all(words.get(k) == v for k, v in want.items()):
+                return True
+    return False
+
+
 def spark_batches(checkpoint: Path) -> tuple[set[int], set[int]]:
     """Batch ids in Spark's offset log and commit log."""
 

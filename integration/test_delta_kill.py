@@ -38,7 +38,7 @@ from integration._delta import (
     tagged_commits,
     txn_version,
 )
-from integration._driver import DriverRun, reached, run_driver, spark_batches
+from integration._driver import DriverRun, point_reached, reached, run_driver, spark_batches
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -79,8 +79,7 @@ class DeltaJob:
         return run_driver(self.args(), crash_log=self.crash_log, module=MODULE, **kwargs)
 
     def reached(self, point: CrashPoint, sink: str, batch: int) -> bool:
-        want = f"{point.value} sink={sink} batch={batch} "
-        return any(line.startswith(want) for line in reached(self.crash_log))
+        return point_reached(self.crash_log, point, sink, batch)
 
     def expected(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         if self.source == "files":

@@ -29,7 +29,14 @@ import pytest
 from connectors import CrashPoint
 from connectors.core.protocol import CRASH_POINTS, Family
 from examples.stream_to_files import make_input_files
-from integration._driver import DriverRun, reached, run_driver, spark_batches, task_attempts
+from integration._driver import (
+    DriverRun,
+    point_reached,
+    reached,
+    run_driver,
+    spark_batches,
+    task_attempts,
+)
 from integration._kafka import KafkaTarget, ledger_batches, markers
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -80,16 +87,7 @@ class KafkaJob:
         return run_driver(self.args(*extra), crash_log=self.crash_log, module=MODULE, **kwargs)
 
     def reached(self, point: CrashPoint, batch: int | None = None, **fields: Any) -> bool:
-        for line in reached(self.crash_log):
-            if not line.startswith(f"{point.value} "):
-                continue
-            words = dict(w.split("=", 1) for w in line.split()[1:])
-            want = {"sink": self.target.sink_id, **{k: str(v) for k, v in fields.items()}}
-            if batch is not None:
-                want["batch"] = str(batch)
-            if all(words.get(k) == v for k, v in want.items()):
-                return True
-        return False
+        return point_reached(self.crash_log, point, self.target.sink_id, batch, **fields)
 
     def markers(self) -> dict[int, list[dict[str, Any]]]:
         return markers(self.target.bootstrap, self.target.marker_topic)

@@ -38,6 +38,7 @@ from integration._driver import (
     REPO,
     DriverRun,
     event_log_app_ids,
+    point_reached,
     reached,
     run_driver,
     spark_batches,
@@ -101,16 +102,7 @@ class PgJob:
         return run_driver(self.args(*extra), crash_log=self.crash_log, module=MODULE, **kwargs)
 
     def reached(self, point: CrashPoint, batch: int | None = None, **fields: Any) -> bool:
-        for line in reached(self.crash_log):
-            if not line.startswith(f"{point.value} "):
-                continue
-            words = dict(w.split("=", 1) for w in line.split()[1:])
-            want = {"sink": self.target.sink_id, **{k: str(v) for k, v in fields.items()}}
-            if batch is not None:
-                want["batch"] = str(batch)
-            if all(words.get(k) == v for k, v in want.items()):
-                return True
-        return False
+        return point_reached(self.crash_log, point, self.target.sink_id, batch, **fields)
 
     def assert_exact(self) -> None:
         self.target.assert_exact(self.total)

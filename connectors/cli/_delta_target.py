@@ -80,5 +80,4 @@ class DeltaTarget(Target):
 
 def _generation(ledger: FileLedger) -> int:
     """The sink's binding generation (``reset_binding`` count) from its ledger."""
-    binding = ledger._binding()
-    return int(binding.get("generation", 0)) if binding else 0
+    return ledger.generation()

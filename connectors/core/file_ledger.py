@@ -126,6 +126,11 @@ class FileLedger(Ledger):
         binding = self._binding()
         return str(binding["query_id"]) if binding else None
 
+    def generation(self) -> int:
+        """How many times ``reset_binding`` rebound the sink (0 before the first)."""
+        binding = self._binding()
+        return int(binding.get("generation", 0)) if binding else 0
+
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:
         with self._locked():
             binding = self._binding()

@@ -5,11 +5,12 @@ and key (``to_pylist``), a ``calloc``'d delivery state and, for every delivered 
 trip through the GIL in the delivery callback. For 100-byte records that was most of a
 slot task's Python time (py-spy: ``produce`` 40 %, ``poll`` 17 %, ``to_pylist`` 15 %);
 measured in a Spark loop, the Python workers used 0.57-0.64 CPU-seconds per 500k records,
-0.35-0.42 with this module (docs/kafka.md, section 6). librdkafka's own ``rd_kafka_produce_batch()`` takes an array of
-``rd_kafka_message_t`` instead: here that array is built with numpy straight from the
-Arrow buffers (pointer = data buffer + offset, length = offset difference), no Python
-object per record, and ``RD_KAFKA_MSG_F_COPY`` lets librdkafka copy each payload (it always
-copies keys) before the call returns, so the Arrow buffers need not outlive it.
+0.35-0.42 with this module (docs/kafka.md, section 6). librdkafka's own
+``rd_kafka_produce_batch()`` takes an array of ``rd_kafka_message_t`` instead: here that
+array is built with numpy straight from the Arrow buffers (pointer = data buffer +
+offset, length = offset difference), no Python object per record, and
+``RD_KAFKA_MSG_F_COPY`` lets librdkafka copy each payload (it always copies keys) before the
+call returns, so the Arrow buffers need not outlive it.
 
 It runs on the ``rd_kafka_t`` of the slot's own confluent-kafka ``Producer``, so the
 records join the producer's open transaction exactly as ``produce()`` records do (the

@@ -368,7 +368,9 @@ def test_binding_another_query_is_refused_with_the_fix(ledger: FileLedger) -> No
 
 
 def test_reset_rebinds_bumps_the_generation_and_forgets_everything(ledger: FileLedger) -> None:
+    assert ledger.generation() == 0  # never bound
     ledger.bind_query("q1")
+    assert ledger.generation() == 0
     _decide_committed(ledger, range(3))
     ledger.decide(entry(3))
     ledger.abort(4, RUN_B)
@@ -379,6 +381,7 @@ def test_reset_rebinds_bumps_the_generation_and_forgets_everything(ledger: FileL
     again = reopen(ledger)
     assert again.bind_query("q2") == 1
     assert again.bind_query("q3", reset=True) == 2
+    assert reopen(ledger).generation() == 2
     with pytest.raises(QueryBindingError):
         reopen(ledger).bind_query("q2")
 
