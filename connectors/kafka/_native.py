@@ -22,8 +22,9 @@ and the slot produces record by record:
   ``rd_kafka_topic_new``/``destroy``, ``rd_kafka_opaque``, ``rd_kafka_fatal_error``),
   resolved through confluent-kafka's own extension module, which links the librdkafka
   that the ``Producer`` uses;
-- confluent-kafka's handle layout (``rd_kafka_t *rk`` right after ``PyObject_HEAD``,
-  unchanged since 2016): verified per producer by ``rd_kafka_opaque(rk)``, which
+- confluent-kafka's handle layout (``rd_kafka_t *rk`` right after ``PyObject_HEAD``, as
+  in 2.16's ``confluent_kafka.h``): used only with confluent-kafka 2.x (a major release
+  falls back until verified), and verified per producer by ``rd_kafka_opaque(rk)``, which
   confluent-kafka sets to the handle itself.
 
 Delivery reports: records enqueued here carry no per-record state, so confluent-kafka's
@@ -62,6 +63,9 @@ MESSAGE = np.dtype([
     ("key", "<u8"), ("key_len", "<u8"), ("offset", "<i8"), ("_private", "<u8"),
 ], align=True)
 
+#: The confluent-kafka major version whose handle layout this module reads.
+SUPPORTED_MAJOR = "2"
+
 #: Records per ``rd_kafka_produce_batch`` call: bounds the array (72 B a record) and lets
 #: delivery reports be served between calls.
 CHUNK = 16_384
@@ -96,8 +100,13 @@ class _Lib:
 @functools.cache
 def _library() -> _Lib | None:
     """The typed librdkafka functions, or ``None`` where they cannot be used (logged once)."""
+    import confluent_kafka
+
     impl, bits = platform.python_implementation(), ctypes.sizeof(ctypes.c_void_p) * 8
+    version = confluent_kafka.version()[0]
     why = f"{impl}, {bits}-bit" if impl != "CPython" or bits != 64 else None
+    if why is None and version.split(".")[0] != SUPPORTED_MAJOR:
+        why = f"confluent-kafka {version}: handle layout verified for {SUPPORTED_MAJOR}.x only"
     if why is None:
         try:
             return _Lib()

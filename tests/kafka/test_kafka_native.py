@@ -25,8 +25,11 @@ class _RdKafkaMessage(ctypes.Structure):
 
 def test_the_message_array_matches_the_c_struct_field_for_field() -> None:
     assert MESSAGE.itemsize == ctypes.sizeof(_RdKafkaMessage)
-    for name, _ in _RdKafkaMessage._fields_:
-        assert MESSAGE.fields[name][1] == getattr(_RdKafkaMessage, name).offset, name
+    fields = MESSAGE.fields
+    assert fields is not None
+    for field in _RdKafkaMessage._fields_:
+        name = field[0]
+        assert fields[name][1] == getattr(_RdKafkaMessage, name).offset, name
 
 
 def _read(address: np.ndarray, length: np.ndarray, _owner: pa.Array) -> list[bytes | None]:
@@ -70,3 +73,17 @@ def test_attach_verifies_the_handle_of_a_real_producer() -> None:
     native = attach(producer)
     assert native is not None and native.producer is producer
     assert attach(object()) is None  # type: ignore[arg-type]
+
+
+def test_another_confluent_kafka_major_version_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import confluent_kafka
+
+    monkeypatch.setattr(confluent_kafka, "version", lambda: ("3.0.0", 0x03000000))
+    _library.cache_clear()
+    try:
+        assert _library() is None
+        assert attach(Producer({"bootstrap.servers": "127.0.0.1:9"})) is None
+    finally:
+        monkeypatch.undo()
+        _library.cache_clear()
+    assert _library() is not None
