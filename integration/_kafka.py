@@ -6,10 +6,11 @@ import collections
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -231,3 +232,20 @@ def ledger_batches(bootstrap: str, ledger_topic: str) -> dict[int, str]:
     """Batch id -> state recorded in the ledger."""
     return {int(k.split("/")[1]): v["state"]
             for k, v in ledger(bootstrap, ledger_topic).items() if k.startswith("batch/")}
+
+
+def target_fixture(prefix: str, partitions: int = 3, *, create: bool = True) -> Any:
+    """A test module's ``kafka`` fixture: a fresh :class:`KafkaTarget` per test (its output
+    topic created unless ``create=False``), every topic it made deleted afterwards.
+
+    Use as ``kafka = target_fixture("kill")`` at module level."""
+
+    @pytest.fixture(name="kafka")
+    def kafka(kafka_bootstrap: str) -> Iterator[KafkaTarget]:
+        target = KafkaTarget(kafka_bootstrap, prefix=prefix, partitions=partitions)
+        if create:
+            target.create()
+        yield target
+        target.cleanup()
+
+    return kafka

@@ -10,7 +10,6 @@ aborted, and the restarted job must deliver every record exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,12 @@ import pytest
 
 from connectors import CrashPoint
 from integration._driver import reached, run_cli
-from integration._kafka import KafkaTarget, open_transactions, wait_no_open_transactions
+from integration._kafka import (
+    KafkaTarget,
+    open_transactions,
+    target_fixture,
+    wait_no_open_transactions,
+)
 from integration.test_kafka_kill import KafkaJob
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -30,12 +34,7 @@ def cli(*args: str) -> tuple[int, Any]:
     return code, data
 
 
-@pytest.fixture
-def kafka(kafka_bootstrap: str) -> Iterator[KafkaTarget]:
-    target = KafkaTarget(kafka_bootstrap, prefix="cli", partitions=3)
-    target.create()
-    yield target
-    target.cleanup()
+kafka = target_fixture("cli")
 
 
 def test_status_recover_doctor_on_an_open_transaction_of_a_killed_driver(

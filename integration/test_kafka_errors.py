@@ -10,7 +10,6 @@ in-process ``spark`` session (``local[2]``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,18 +28,21 @@ from connectors import (
 from connectors.core.crash import SimulatedCrash, armed
 from connectors.core.protocol import CrashPoint
 from connectors.kafka import KafkaSink
-from integration._kafka import KafkaTarget, _admin, ledger_batches, markers, open_transactions
+from integration._kafka import (
+    KafkaTarget,
+    _admin,
+    ledger_batches,
+    markers,
+    open_transactions,
+    target_fixture,
+)
 
 pytestmark = [pytest.mark.integration]
 
 ROWS = 400
 
 
-@pytest.fixture
-def kafka(kafka_bootstrap: str) -> Iterator[KafkaTarget]:
-    target = KafkaTarget(kafka_bootstrap, prefix="err", partitions=2)
-    yield target
-    target.cleanup()
+kafka = target_fixture("err", partitions=2, create=False)
 
 
 def _rows(spark: Any, n: int = ROWS, big: int | None = None, big_size: int = 0) -> Any:

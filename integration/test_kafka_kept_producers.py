@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import json
 import multiprocessing
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -23,19 +22,14 @@ from connectors.core.fingerprint import fingerprint_batch
 from connectors.core.tasks import SlotMarker, SlotTransaction
 from connectors.kafka import KafkaSink
 from connectors.kafka._pool import SlotProducers
-from integration._kafka import KafkaTarget, markers
+from integration._kafka import KafkaTarget, markers, target_fixture
 
 pytestmark = [pytest.mark.integration]
 
 RUN = "keptrun1"
 
 
-@pytest.fixture
-def kafka(kafka_bootstrap: str) -> Iterator[KafkaTarget]:
-    target = KafkaTarget(kafka_bootstrap, prefix="kept", partitions=2)
-    target.create()
-    yield target
-    target.cleanup()
+kafka = target_fixture("kept", partitions=2)
 
 
 def _records(ids: range) -> pa.RecordBatch:

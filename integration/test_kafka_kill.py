@@ -19,7 +19,6 @@ import os
 import random
 import re
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from integration._driver import (
     spark_batches,
     task_attempts,
 )
-from integration._kafka import KafkaTarget, ledger_batches, markers
+from integration._kafka import KafkaTarget, ledger_batches, markers, target_fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -106,12 +105,7 @@ class KafkaJob:
         assert states and set(states.values()) == {"COMMITTED"}, states
 
 
-@pytest.fixture
-def kafka(kafka_bootstrap: str) -> Iterator[KafkaTarget]:
-    target = KafkaTarget(kafka_bootstrap, prefix="kill", partitions=3)
-    target.create()
-    yield target
-    target.cleanup()
+kafka = target_fixture("kill")
 
 
 def _metrics(run: DriverRun) -> list[dict[str, str]]:

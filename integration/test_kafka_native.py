@@ -11,7 +11,6 @@ the transaction's commit although no delivery report reaches Python.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,17 +20,12 @@ from pyspark.sql import SparkSession
 
 from connectors.kafka._native import NativeProducer, attach
 from connectors.kafka._records import produce_batch
-from integration._kafka import KafkaTarget, Message
+from integration._kafka import KafkaTarget, Message, target_fixture
 
 pytestmark = [pytest.mark.integration]
 
 
-@pytest.fixture
-def kafka(kafka_bootstrap: str) -> Iterator[KafkaTarget]:
-    target = KafkaTarget(kafka_bootstrap, prefix="native", partitions=3)
-    target.create()
-    yield target
-    target.cleanup()
+kafka = target_fixture("native")
 
 
 def _producer(bootstrap: str, **extra: object) -> tuple[Producer, list[KafkaError]]:

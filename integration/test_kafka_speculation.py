@@ -11,12 +11,11 @@ open. (Barrier stages are never speculated: that mode needs no such test.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from integration._kafka import KafkaTarget, ledger
+from integration._kafka import KafkaTarget, ledger, target_fixture
 from integration._standalone import StandaloneCluster, conf_args, executor_env_conf
 from integration.test_kafka_kill import SLOTS, KafkaJob
 from integration.test_speculation import SPECULATION, STALL_SECONDS, STALLED_BATCH, _attempts
@@ -24,12 +23,7 @@ from integration.test_speculation import SPECULATION, STALL_SECONDS, STALLED_BAT
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture
-def kafka(kafka_bootstrap: str) -> Iterator[KafkaTarget]:
-    target = KafkaTarget(kafka_bootstrap, prefix="spec", partitions=3)
-    target.create()
-    yield target
-    target.cleanup()
+kafka = target_fixture("spec")
 
 
 def test_speculative_copy_fences_the_straggler_and_the_slot_commits_once(

@@ -25,7 +25,6 @@ found) is kept; one in any doubt is dropped. Keys are SHA-256 digests of the cli
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +44,7 @@ IDLE_SECONDS = 300.0
 def config_key(conf: dict[str, Any], *parts: str) -> str:
     """A digest of a client config (secrets included, never kept in clear) and ``parts``."""
     items = sorted((str(k), str(v)) for k, v in conf.items() if not callable(v))
-    return hashlib.sha256(json.dumps([items, parts]).encode()).hexdigest()
+    return IdlePool.key(json.dumps(items), *parts)
 
 
 @dataclass
