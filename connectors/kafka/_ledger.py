@@ -37,7 +37,7 @@ from connectors.core.ledger import Ledger, LedgerEntry, check_binding
 from connectors.core.protocol import BatchState
 from connectors.kafka._config import KafkaConfig
 from connectors.kafka._errors import FENCED_CODES, kafka_error, translate
-from connectors.kafka._io import Admin, read_committed
+from connectors.kafka._io import Admin, init_transactions, read_committed
 
 __all__ = ["KafkaLedger", "ledger_transactional_id"]
 
@@ -114,7 +114,7 @@ class KafkaLedger(Ledger):
         tid = ledger_transactional_id(self.sink_id)
         try:
             producer = Producer(self.config.producer(tid, self.transaction_timeout_ms))
-            producer.init_transactions(self.timeout)
+            init_transactions(producer, self.topic, self.timeout)
         except KafkaException as exc:
             raise self._error(exc, "taking the ledger lease (init_transactions)",
                               transaction_id=tid) from None

@@ -28,6 +28,10 @@ class FakeProducer:
         self.calls: list[str] = []
         self.produced: list[tuple[Any, ...]] = []
         self.commit_errors = list(commit_errors or [])
+        self.metadata: list[str | None] = []  # topics of list_topics calls
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+        self.metadata.append(topic)
 
     def produce(self, topic: str, *args: Any, **kwargs: Any) -> None:
         self.produced.append((topic, args, kwargs))
@@ -186,12 +190,13 @@ class InitCountingProducer(FakeProducer):
 
 
 @pytest.fixture
-def pool(monkeypatch: pytest.MonkeyPatch) -> Any:
+def pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
     """New producers come from a list; markers from a dict; the pool starts empty."""
     from connectors.kafka import _sink as sink_module
-    from connectors.kafka._pool import SlotProducers
+    from connectors.kafka._pool import SLOT_OWNERS, SlotProducers
 
     SlotProducers.clear()
+    monkeypatch.setattr(SLOT_OWNERS, "directory", str(tmp_path / "owners"))
     made: list[InitCountingProducer] = []
     markers: dict[int, SlotMarker] = {}
 
@@ -243,6 +248,8 @@ def test_the_next_batch_of_a_slot_reuses_the_worker_s_producer_without_init(pool
     _, first = _run_slot(sink, 5, [b"a"])
     _, second = _run_slot(sink, 6, [b"b"])
     assert len(made) == 1 and made[0].inits == 1  # one init_transactions for two batches
+    # connected to a learned broker first (connectors.kafka._io.init_transactions)
+    assert made[0].metadata == ["_connectors.unit.markers"] * 2
     # The kept producer proves it still owns the slot (a flushed probe) before the batch.
     assert made[0].calls == ["init", "begin", "flush", "commit", "begin", "flush", "flush",
                              "commit"]
@@ -432,3 +439,129 @@ def test_a_partly_resubmitted_barrier_stage_does_not_wait_for_absent_slots(
         sink.commit_slot(handle, _marker())
     assert producer.calls == ["flush", "commit"]
     assert "runs 1 of 2 slots" in caplog.text
+
+
+def test_init_transactions_waits_for_a_learned_broker_first() -> None:
+    """Two metadata requests, then init_transactions, all within one timeout: librdkafka's
+    init_transactions otherwise often starts while no learned broker is connected and
+    retries only after 500 ms (connectors.kafka._io.init_transactions)."""
+    from connectors.kafka._io import init_transactions
+
+    class Recording:
+        def __init__(self, fail: bool = False) -> None:
+            self.calls: list[tuple[str, Any, float]] = []
+            self.fail = fail
+
+        def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+            self.calls.append(("metadata", topic, timeout))
+            if self.fail:
+                raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+        def init_transactions(self, timeout: float) -> None:
+            self.calls.append(("init", None, timeout))
+
+    producer = Recording()
+    init_transactions(producer, "markers", 30.0)
+    assert [c[:2] for c in producer.calls] == [
+        ("metadata", "markers"), ("metadata", "markers"), ("init", None)]
+    assert all(0 < c[2] <= 30.0 for c in producer.calls)
+
+    broken = Recording(fail=True)
+    with pytest.raises(KafkaException):
+        init_transactions(broken, None, 5.0)
+    assert [c[0] for c in broken.calls] == ["metadata"]  # no init on an unreachable cluster
+
+
+@pytest.fixture
+def marker_reads(pool: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Slots whose marker partition was read (on top of ``pool``'s markers)."""
+    from connectors.kafka import _sink as sink_module
+
+    reads: list[int] = []
+    read = sink_module._last_marker
+
+    def counting(sink: KafkaSink, slot: int, batch_id: int | None = None) -> Any:
+        reads.append(slot)
+        return read(sink, slot, batch_id)
+
+    monkeypatch.setattr(sink_module, "_last_marker", counting)
+    return reads
+
+
+def test_a_kept_producer_whose_probe_passed_knows_the_newest_marker_without_a_read(
+    pool: Any, marker_reads: list[int],
+) -> None:
+    made, markers = pool
+    markers[0] = _slot_marker(4, Fingerprint(3, 1))  # committed by an earlier run
+    sink = _sink()
+    sink.known_topics["out"] = 3
+    _run_slot(sink, 5, [b"a"])  # a new producer: reads (finds batch 4), commits batch 5
+    assert marker_reads == [0]
+    _run_slot(sink, 6, [b"b"])  # kept, probe passed: batch 5's marker is the newest
+    _run_slot(sink, 7, [b"c"])
+    assert marker_reads == [0] and len(made) == 1
+    # A retried task of batch 7 on this worker: the slot is committed, known without a read.
+    handle = sink.open_slot(_ctx(7))
+    found = sink.read_marker(handle)
+    assert found is not None and found.batch_id == 7 and found.fingerprint == Fingerprint(1, 9)
+    sink.abort_slot(handle)
+    assert marker_reads == [0]
+    # Kept again after that clean end; the next batch still needs no read.
+    _run_slot(sink, 8, [b"d"])
+    assert marker_reads == [0] and len(made) == 1
+
+
+def test_a_kept_producer_fenced_before_its_probe_reads_the_marker_again(
+    pool: Any, marker_reads: list[int],
+) -> None:
+    made, markers = pool
+    sink = _kept_after_batch_5(made)
+    assert marker_reads == [0]
+    # Another worker ran the slot since (its init_transactions fenced the kept producer)
+    # and committed batch 6: the probe fails, a new producer reads and finds that commit.
+    made[0].fail_produce = True
+    markers[0] = _slot_marker(6, Fingerprint(1, 9))
+    handle = sink.open_slot(_ctx(6))
+    assert handle.reused is False and len(made) == 2
+    found = sink.read_marker(handle)
+    assert found is not None and found.batch_id == 6
+    assert marker_reads == [0, 0]
+
+
+def test_a_kept_producer_another_worker_of_the_host_replaced_is_dropped_without_a_probe(
+    pool: Any,
+) -> None:
+    import os
+
+    from connectors.kafka._pool import SLOT_OWNERS
+
+    made, _ = pool
+    sink = _kept_after_batch_5(made)
+    key = sink._pool_key(_ctx(6).name)
+    assert not SLOT_OWNERS.taken_over(key)  # this process started the slot's producer
+    # Another Python worker of this host ran the slot since (a new producer there).
+    with open(os.path.join(SLOT_OWNERS.directory, key), "w") as f:
+        f.write(str(os.getpid() + 1))
+    assert SLOT_OWNERS.taken_over(key)
+    handle = sink.open_slot(_ctx(6))
+    assert handle.reused is False and len(made) == 2
+    assert made[0].calls == ["init", "begin", "flush", "commit"]  # never probed
+    assert not SLOT_OWNERS.taken_over(key)  # claimed back by the new producer
+
+
+def test_slot_owners_never_fail_and_know_nothing_without_a_record(tmp_path: Any) -> None:
+    import os
+
+    from connectors.kafka._pool import SlotOwners
+
+    owners = SlotOwners(str(tmp_path / "a" / "b"))
+    assert owners.taken_over("k") is False  # no record
+    owners.claim("k")
+    assert owners.taken_over("k") is False
+    (tmp_path / "a" / "b" / "k").write_text("garbage")
+    assert owners.taken_over("k") is False
+    (tmp_path / "a" / "b" / "k").write_text(str(os.getpid() + 1))
+    assert owners.taken_over("k") is True
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    SlotOwners(str(blocked / "dir")).claim("k")  # cannot create the directory: ignored
