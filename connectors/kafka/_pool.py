@@ -31,10 +31,12 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer
 
+from connectors.core.file_ledger import write_atomic
 from connectors.core.pool import IdlePool
 from connectors.core.tasks import SlotMarker
 from connectors.kafka._native import NativeProducer
@@ -108,11 +110,7 @@ class SlotOwners:
         """This process started the newest producer of ``key``'s slot id."""
         with contextlib.suppress(OSError):
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            path = os.path.join(self.directory, key)
-            tmp = f"{path}.{os.getpid()}"
-            with open(tmp, "w") as f:
-                f.write(str(os.getpid()))
-            os.replace(tmp, path)
+            write_atomic(Path(self.directory, key), str(os.getpid()).encode(), durable=False)
 
     def taken_over(self, key: str) -> bool:
         """Another process on this host started a producer of ``key``'s slot id since this
