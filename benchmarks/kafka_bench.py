@@ -3,7 +3,7 @@ confluent-kafka producer loop.
 
 Run from the repository root, with Kafka up (``scripts/services start``)::
 
-    python -m benchmarks.kafka_bench            # 500,000 records per run, 3 runs each
+    python -m benchmarks.kafka_bench            # 500,000 records per run, 5 runs each
     python -m benchmarks.kafka_bench --quick    # 100,000 records, 1 run: a smoke test
 
 For each value size (``--sizes``, default 100 and 1000 bytes) every contender writes the
@@ -31,10 +31,13 @@ written back to back, Spark's writer took 0.97 s for its second 500k-record batc
 and 0.51-0.56 s from the seventh on (its JIT warmed), so fewer warm-up runs flattered the
 sink. Timed runs are interleaved (round ``r`` starts with contender ``r``), every run is checked
 (the topic's ``read_committed`` end offsets grew by at least the record count), and
-msgs/s is the median over the runs. A second part writes tiny batches (``--tiny-rows``)
-back to back, as ``foreachBatch`` would in a low-latency stream, and reports the per-batch
-cost of the sink's transactions, fencing and barrier over Spark's writer. Nothing is
-asserted: the target (KafkaSink >= 1.0x Spark's writer) is printed next to the results.
+msgs/s is the median over the runs; the sink's ratio is also given per round (Spark's
+writer's time over the sink's in the same round), whose median moves less than the ratio
+of the medians when the machine's pace drifts during a run. A second part writes tiny
+batches (``--tiny-rows``) back to back, as ``foreachBatch`` would in a low-latency stream,
+and reports the per-batch cost of the sink's transactions, fencing and barrier over
+Spark's writer. Nothing is asserted: the target (KafkaSink >= 1.0x Spark's writer) is
+printed next to the results.
 """
 
 from __future__ import annotations
@@ -146,7 +149,9 @@ def plain_producer(bootstrap: str, topic: str, rows: int, size: int, procs: int)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=500_000, help="records per run (500,000)")
-    p.add_argument("--runs", type=int, default=3, help="timed runs per contender (3)")
+    p.add_argument("--runs", type=int, default=5,
+                   help="timed runs per contender (5; Spark's writer alone moved by up to "
+                        "25 %% between runs of 3)")
     p.add_argument("--warm-runs", type=int, default=5,
                    help="untimed full-size runs per Spark contender first (5): Spark's "
                         "writer reached its steady pace (JIT) only after ~6 batches of 500k")
@@ -275,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(["contender", "msgs/s", "MB/s (values)", "vs spark-kafka",
                                 f"{args.tiny_rows}-record batch ms"], rows_out))
             ratio = rates["kafka-sink"] / rates["spark-kafka"]
+            # Per round (the contenders ran back to back): Spark's writer's time / the sink's.
+            paired = sorted(a / b for a, b in zip(times["spark-kafka"], times["kafka-sink"],
+                                                  strict=True))
+            results["sizes"][str(size)]["paired_ratios"] = paired
             overhead = tiny_ms["kafka-sink"] - tiny_ms["spark-kafka"]
             overhead_b = tiny_ms["kafka-sink-barrier"] - tiny_ms["spark-kafka"]
             verdict = "met" if ratio >= TARGET_VS_SPARK else "NOT met"
@@ -284,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"reuse_producers=False: {rates['kafka-sink-fresh'] / rates['spark-kafka']:.2f}x"
                   f" (reuse: {rates['kafka-sink'] / rates['kafka-sink-fresh']:.2f}x); per-batch "
                   f"overhead over Spark's writer: {overhead:.0f} ms (default), "
-                  f"{overhead_b:.0f} ms (barrier=True)")
+                  f"{overhead_b:.0f} ms (barrier=True); paired per round: median "
+                  f"{median(paired):.2f}x, {paired[0]:.2f}x-{paired[-1]:.2f}x")
         tiny_metrics = [m for m in results.get("metrics", []) if m["phase"] == "tiny"]
         if tiny_metrics:
             for name in ("kafka-sink", "kafka-sink-fresh", "kafka-sink-barrier"):

@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -22,8 +23,15 @@ from pyspark.sql.types import (
 )
 
 from connectors.core.errors import BadInputError
+from connectors.core.spark_batch import ROW_BOUND_MARK, with_row_hash
 from connectors.kafka._records import RecordLimits, record_sizes, scan_batch
-from connectors.kafka._scan import bad_input_message, check_condition, scan_dataframe
+from connectors.kafka._scan import (
+    DataFrameScan,
+    bad_input_message,
+    check_condition,
+    row_bytes,
+    scan_dataframe,
+)
 
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 SCHEMA = StructType([
@@ -69,7 +77,7 @@ def test_sizes_limits_and_topics_agree_with_the_slot_checks(
     df = _df(spark)
     largest = _python_max(df)
     # Exactly at the limit: both pass; one byte below: both refuse.
-    found = scan_dataframe(df, RecordLimits(largest), fixed, _error)
+    found = scan_dataframe(df, RecordLimits(largest), fixed, _error).topics
     table = df.toArrow()
     for batch in table.to_batches():
         scan_batch(batch, RecordLimits(largest), fixed, _error)
@@ -93,16 +101,17 @@ def test_negative_partition_and_null_topic_are_refused(spark: SparkSession) -> N
     with pytest.raises(BadInputError, match="'topic' column holds null"):
         scan_dataframe(_df(spark, no_topic), RecordLimits(10_000), None, _error)
     # A given topic wins over the column: a null there does not matter.
-    assert scan_dataframe(_df(spark, no_topic), RecordLimits(10_000), "t", _error) == {"t": 2}
+    assert scan_dataframe(_df(spark, no_topic), RecordLimits(10_000), "t", _error).topics == {
+        "t": 2}
 
 
 def test_value_and_key_only_and_an_empty_batch(spark: SparkSession) -> None:
     df = _df(spark).select("key", "value")
-    assert scan_dataframe(df, RecordLimits(10_000), "t", _error) == {"t": -1}
+    assert scan_dataframe(df, RecordLimits(10_000), "t", _error).topics == {"t": -1}
     largest = _python_max(df)
     with pytest.raises(BadInputError):
         scan_dataframe(df, RecordLimits(largest - 1), "t", _error)
-    assert scan_dataframe(df.limit(0), RecordLimits(1), "t", _error) == {}
+    assert scan_dataframe(df.limit(0), RecordLimits(1), "t", _error) == DataFrameScan({}, 0)
 
 
 def test_the_filter_in_the_map_stage_raises_a_clear_message(spark: SparkSession) -> None:
@@ -129,3 +138,54 @@ def test_the_filter_in_the_map_stage_raises_a_clear_message(spark: SparkSession)
         checked_dataframe(negative, RecordLimits(largest), "t", None).collect()
     assert bad_input_message(info.value) == "the 'partition' column holds -1: partitions are >= 0"
     assert bad_input_message(RuntimeError("something else")) is None
+
+
+def _sizes_and_bounds(df: DataFrame) -> list[tuple[int, int]]:
+    """Every row's bytes in the Arrow batches the slot tasks receive (row hash included,
+    each row taken into an Arrow table of its own), and its ``row_bytes``."""
+    table = with_row_hash(df).withColumn("_bound", row_bytes(df.columns)).toArrow()
+    rows = table.drop_columns(["_bound"])
+    bounds = table.column("_bound").to_pylist()
+    return [(rows.take([i]).nbytes, bounds[i]) for i in range(table.num_rows)]
+
+
+@pytest.mark.parametrize("columns", [
+    ["key", "value", "headers", "partition", "topic"],
+    ["key", "value", "headers", "partition"],
+    ["value"],
+])
+def test_row_bytes_bound_every_row_of_the_task_batches(
+    spark: SparkSession, columns: list[str]
+) -> None:
+    """``row_bytes`` sizes the rows per Arrow batch once Spark's own size check is off: it
+    must not be below what a row takes there. Many small headers: 12 bytes each."""
+    many = [("m", b"v", [("", b"")] * 200 + [None] * 50, 1, "a-topic-name")]
+    df = _df(spark, [*ROWS, *many]).select(*columns)
+    found = _sizes_and_bounds(df)
+    assert len(found) == len(ROWS) + 1
+    for size, bound in found:
+        assert size <= bound, (size, bound)
+    if "topic" in columns:
+        scan = scan_dataframe(df, RecordLimits(100_000), None, _error)
+        assert scan.max_row_bytes == max(bound for _, bound in found)
+
+
+def test_the_row_bound_guard_raises_its_own_mark_after_the_record_checks(
+    spark: SparkSession
+) -> None:
+    df = _df(spark).select("key", "value", "headers", "partition")
+    bounds = sorted(int(r[0]) for r in df.select(row_bytes(df.columns)).collect())
+    largest = _python_max(df)
+
+    def guarded(bound: int, limit: int = largest, rows: DataFrame = df) -> DataFrame:
+        return rows.where(check_condition(df.columns, RecordLimits(limit), "t", 3, bound))
+
+    assert guarded(bounds[-1]).count() == len(ROWS)  # exactly at the bound: passes
+    with pytest.raises(Exception) as info:
+        guarded(bounds[-1] - 1).repartition(2).collect()
+    assert ROW_BOUND_MARK in str(info.value)
+    assert bad_input_message(info.value) is None  # not bad input: the sink runs it again
+    # A record the topic refuses is bad input, over the bound as well.
+    with pytest.raises(Exception) as info:
+        guarded(1, largest - 1, df.where(F.octet_length("value") == 300)).collect()
+    assert bad_input_message(info.value) is not None

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from connectors.core.errors import BadInputError
+from connectors.core.spark_batch import ROW_BOUND_MARK
 from connectors.kafka._records import RECORD_OVERHEAD, RecordLimits
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-__all__ = ["bad_input_message", "check_condition", "scan_dataframe"]
+__all__ = ["DataFrameScan", "bad_input_message", "check_condition", "row_bytes",
+           "scan_dataframe"]
 
 
 def _size(names: list[str]) -> Column:
@@ -42,14 +45,38 @@ def _size(names: list[str]) -> Column:
     return size + F.lit(RECORD_OVERHEAD).cast("long")
 
 
+def row_bytes(names: list[str]) -> Column:
+    """An upper bound of the bytes a row of these columns takes in the slot tasks' Arrow
+    batches: the record's size (whose fixed part, 64 bytes, covers the offsets, the
+    partition, the row hash and the validity bits), the topic's name when it is a column,
+    and two offsets and validity bits (12 bytes) per header."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    size = _size(names)
+    if "topic" in names:
+        size = size + F.coalesce(F.octet_length(F.col("topic")).cast("long"),
+                                 F.lit(0).cast("long"))
+    if "headers" in names:
+        size = size + F.coalesce(F.size("headers"), F.lit(0)).cast("long") * F.lit(12)
+    return size
+
+
+@dataclass(frozen=True)
+class DataFrameScan:
+    """What :func:`scan_dataframe` found: topic -> largest explicit partition (-1: none
+    given), for the caller to check against the cluster; the largest :func:`row_bytes`."""
+
+    topics: dict[str, int]
+    max_row_bytes: int
+
+
 def scan_dataframe(
     df: DataFrame, limits: RecordLimits, fixed_topic: str | None,
     error: Callable[[str], BadInputError],
-) -> dict[str, int]:
+) -> DataFrameScan:
     """Check every record of ``df``: size, partition >= 0, topic present.
 
-    Returns topic -> largest explicit partition (-1: none given) for the caller to check
-    against the cluster; raises ``error(message)`` for a record that cannot be written.
+    Raises ``error(message)`` for a record that cannot be written.
     """
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -61,15 +88,18 @@ def scan_dataframe(
         F.max(_size(names)).alias("max_size"),
         F.min(partition).alias("low"),
         F.max(partition).alias("top"),
+        F.max(row_bytes(names)).alias("row_bytes"),
     ]
     if fixed_topic is not None:
         rows = [(fixed_topic, r) for r in df.agg(*aggs).collect()]
     else:
         rows = [(r["topic"], r) for r in df.groupBy("topic").agg(*aggs).collect()]
     topics: dict[str, int] = {}
+    largest = 0
     for topic, r in rows:
         if not r["rows"]:
             continue
+        largest = max(largest, int(r["row_bytes"]))
         if int(r["max_size"]) > limits.max_record_bytes:
             where = "" if fixed_topic is not None else f" for topic {topic!r}"
             raise error(
@@ -83,7 +113,7 @@ def scan_dataframe(
             raise error("the 'topic' column holds null: every record needs its topic")
         top = -1 if r["top"] is None else int(r["top"])
         topics[str(topic)] = max(topics.get(str(topic), -1), top)
-    return topics
+    return DataFrameScan(topics, largest)
 
 
 #: Prefix of the messages that :func:`check_condition` raises inside Spark tasks.
@@ -92,7 +122,8 @@ _MARKED = re.compile(re.escape(MARK) + r"(.*?)(?:\s+SQLSTATE: \w+)?\s*$", re.MUL
 
 
 def check_condition(
-    columns: list[str], limits: RecordLimits, topic: str, partitions: int | None
+    columns: list[str], limits: RecordLimits, topic: str, partitions: int | None,
+    row_bound: int | None = None,
 ) -> Column:
     """A filter that raises (Spark's ``raise_error``) on a record larger than the limit or
     with a partition out of ``0..partitions-1``, and keeps every other record (unresolved:
@@ -101,6 +132,10 @@ def check_condition(
     Put before the slotting shuffle, it runs in the shuffle's map stage, which must finish
     before any slot task starts: a bad record fails the job before anything is written,
     without a job of its own. :func:`bad_input_message` finds the message in the failure.
+
+    ``row_bound``: also the guard of a :class:`~connectors.core.spark_batch.Handover`
+    assumed for rows of at most that many bytes (:func:`row_bytes`): a larger row (that
+    passes every other check) raises :data:`~connectors.core.spark_batch.ROW_BOUND_MARK`.
     """
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -122,6 +157,11 @@ def check_condition(
             check = check.when(part >= F.lit(partitions), F.raise_error(F.concat(
                 F.lit(f"{MARK}the 'partition' column holds "), part.cast("string"),
                 F.lit(f", but topic {topic!r} has {partitions} partitions"))))
+    if row_bound is not None:
+        bound = row_bytes(columns)
+        check = check.when(bound > F.lit(row_bound), F.raise_error(F.concat(
+            F.lit(f"{ROW_BOUND_MARK}a row of about "), bound.cast("string"),
+            F.lit(f" bytes, over the {row_bound} bytes assumed for the Arrow batches"))))
     return check.otherwise(F.lit(True))
 
 

@@ -54,7 +54,7 @@ from connectors.core.fingerprint import Fingerprint, without_row_hash
 from connectors.core.ledger import Ledger, TaskCommit
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import slot_name
-from connectors.core.spark_batch import SparkBatch
+from connectors.core.spark_batch import Handover, SparkBatch, handover_budget, handover_rows
 from connectors.core.tasks import DETERMINISTIC_ERRORS, SlotMarker, SlotTransaction
 from connectors.core.template import TaskCommitSink
 from connectors.kafka._config import (
@@ -249,8 +249,12 @@ class KafkaSink(TaskCommitSink[_Slot]):
         self._checked_broker = False
         self._validated: set[str] = set()
         self._marker_ready = 0
-        #: The record check of ``barrier=False`` (a Spark Column) and what it was built for.
-        self._record_check: tuple[tuple[Any, ...], Any] | None = None
+        #: The record checks of ``barrier=False`` (Spark Columns) by what they were built for.
+        self._record_checks: dict[tuple[Any, ...], Any] = {}
+        #: The row size assumed for the slot tasks' Arrow batches (``barrier=False``, given
+        #: topic; ``None``: not derived yet), raised when a batch proves it too small.
+        self._row_bound: int | None = None
+        self._tripped = False  # the current batch's guard failed a job
 
     def __repr__(self) -> str:
         return (
@@ -262,7 +266,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         state = super().__getstate__()
         state["_admin"] = None  # driver clients never travel to executors
         state["_ledger"] = None
-        state["_record_check"] = None  # holds JVM references
+        state["_record_checks"] = {}  # holds JVM references
         return state
 
     # ------------------------------------------------------------------ helpers
@@ -435,23 +439,40 @@ class KafkaSink(TaskCommitSink[_Slot]):
         the slotting shuffle, so they run in its map stage (no job of their own:
         :func:`~connectors.kafka._scan.check_condition`); with a ``topic`` column, one
         JVM aggregation first finds the topics and partitions to check against the cluster.
+
+        Either way the slot tasks then receive their Arrow batches without Spark's per-row
+        size check (:class:`~connectors.core.spark_batch.Handover`): with a ``topic``
+        column, sized from the largest row the aggregation found; with a given topic, from
+        an assumed bound that the record check also guards.
         """
         check_schema(batch.schema, fixed_topic=self.options.topic is not None)
         self.validate_input(batch.schema)
         topics: dict[str, int] = {}
         df = batch.spark_df
         if df is not None and self.options.topic is not None:
-            topic = self.options.topic
-            key = (tuple(df.columns), self.limits, topic, self.known_topics.get(topic))
-            if self._record_check is None or self._record_check[0] != key:
-                # Built once (some 30 py4j calls), reused for every batch of this shape.
-                self._record_check = (key, check_condition(list(key[0]), *key[1:]))
-            return SparkBatch(df.where(self._record_check[1]))
+            spark = df.sparkSession
+            if self._row_bound is None:
+                budget = handover_budget(spark)
+                self._row_bound = budget[0] // (budget[1] or 10_000) if budget else 0
+            rows = handover_rows(spark, self._row_bound) if self._row_bound else None
+            if rows is None:
+                return SparkBatch(df.where(self._record_check(df.columns)),
+                                  hash_in_tasks=self.hash_rows_in_tasks)
+            columns = df.columns
+            guarded = df.where(self._record_check(columns, self._row_bound))
+            handover = Handover(rows, lambda: df.where(self._record_check(columns)),
+                                self._raise_row_bound)
+            return SparkBatch(guarded, hash_in_tasks=self.hash_rows_in_tasks, handover=handover)
         if df is not None:  # one JVM aggregation, no Python workers
-            topics = scan_dataframe(
+            scan = scan_dataframe(
                 df, self.limits, self.options.topic,
                 lambda message: BadInputError(message, sink_id=self.sink_id, batch_id=batch_id),
             )
+            topics = scan.topics
+            rows = handover_rows(df.sparkSession, scan.max_row_bytes)
+            if rows is not None:  # measured: no guard
+                batch = SparkBatch(df, hash_in_tasks=self.hash_rows_in_tasks,
+                                   handover=Handover(rows))
         else:
             for outcome in batch.run_tasks(partial(_scan_task, self, batch_id)):
                 if outcome.error is not None:
@@ -474,14 +495,39 @@ class KafkaSink(TaskCommitSink[_Slot]):
                     f"{partitions} partitions", sink_id=self.sink_id, batch_id=batch_id)
         return batch
 
+    def _record_check(self, columns: list[str], row_bound: int | None = None) -> Any:
+        """:func:`~connectors.kafka._scan.check_condition` for a batch with these columns (and
+        the guard of ``row_bound``), built once (some 30 py4j calls) and reused."""
+        topic = self.options.topic
+        assert topic is not None
+        key = (tuple(columns), self.limits, topic, self.known_topics.get(topic), row_bound)
+        check = self._record_checks.get(key)
+        if check is None:
+            if len(self._record_checks) >= 8:
+                self._record_checks.clear()
+            check = self._record_checks[key] = check_condition(list(columns), *key[1:])
+        return check
+
+    def _raise_row_bound(self) -> None:
+        """A row of a batch exceeded the assumed bound: assume 8x larger rows from now on
+        (:func:`~connectors.core.spark_batch.handover_rows` turns the bound off once it
+        would leave fewer than 1,024 rows per Arrow batch)."""
+        self._tripped = True
+        if self._row_bound:
+            self._row_bound *= 8
+        logger.info("sink %s: rows of up to %s bytes assumed for the Arrow batches from now on",
+                    self.sink_id, self._row_bound)
+
     def _run_batch(
         self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
     ) -> None:
         started = time.monotonic()
+        self._tripped = False
         if state.ledger.get(batch_id) is None:
             self._resolve_slots(batch, state)
             if not self.barrier:
                 batch = self._prescan(batch, batch_id)
+        handover = batch.handover if isinstance(batch, SparkBatch) else None
         metrics.extra["slots"] = self.slots
         metrics.extra["barrier"] = self.barrier
         if self.barrier and batch.spark_df is not None:
@@ -496,6 +542,9 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 raise
             # A record refused by the check in the shuffle's map stage: no slot ran.
             raise BadInputError(message, sink_id=self.sink_id, batch_id=batch_id) from None
+        # Rows per Arrow batch without Spark's per-row size check; 0: Spark's batching.
+        metrics.extra["arrow_batch_rows"] = (
+            handover.rows if handover is not None and not self._tripped else 0)
         self._check_durations(state, batch_id, metrics)
         metrics.extra["sink_ms"] = (time.monotonic() - started) * 1000
 

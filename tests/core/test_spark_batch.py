@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -21,7 +22,16 @@ from pyspark.sql.types import (
 )
 
 from connectors import KafkaSink, PostgresSink
-from connectors.core.spark_batch import flat_schema
+from connectors.core.spark_batch import (
+    MAX_BYTES,
+    MAX_RECORDS,
+    NO_SIZE_CHECK,
+    _byte_string,
+    arrow_batches,
+    flat_schema,
+    handover_budget,
+    handover_rows,
+)
 
 
 def _schema(*types: object) -> StructType:
@@ -90,3 +100,62 @@ def test_a_worker_s_first_task_leaves_nothing_for_later_collections_to_scan() ->
                          check=True, timeout=120, env=env)
     counts = json.loads(out.stdout.strip().splitlines()[-1])
     assert all(c < 1000 for c in counts), counts
+
+
+class _Conf:
+    """The part of ``spark.conf`` the handover reads and sets."""
+
+    def __init__(self, **values: str) -> None:
+        self.values = dict(values)
+        self.calls: list[tuple[str, str | None]] = []
+
+    def get(self, key: str, *default: object) -> object:
+        if key in self.values:
+            return self.values[key]
+        if default:
+            return default[0]
+        return {MAX_BYTES: "67108864b", MAX_RECORDS: "10000"}[key]
+
+    def set(self, key: str, value: str) -> None:
+        self.calls.append((key, value))
+        self.values[key] = value
+
+    def unset(self, key: str) -> None:
+        self.calls.append((key, None))
+        self.values.pop(key, None)
+
+
+class _Session:
+    def __init__(self, **values: str) -> None:
+        self.conf = _Conf(**values)
+
+
+def test_spark_byte_strings_are_read_with_binary_units() -> None:
+    assert _byte_string("67108864b") == 64 << 20
+    assert _byte_string("64MB") == _byte_string("64m") == _byte_string(" 64 mb ") == 64 << 20
+    assert _byte_string("2g") == 2 << 30
+    assert _byte_string("1000") == 1000
+    assert _byte_string("64 megabytes") is None
+    assert _byte_string("1.5g") is None
+
+
+def test_rows_per_arrow_batch_keep_the_session_s_byte_and_row_limits() -> None:
+    assert handover_budget(_Session()) == (64 << 20, 10_000)
+    assert handover_rows(_Session(), 100) == 10_000  # the row limit binds
+    assert handover_rows(_Session(), 20_000) == (64 << 20) // 20_000  # the bytes bind
+    assert handover_rows(_Session(), 70_000) is None  # < 1,024 rows: Spark's batching
+    assert handover_rows(_Session(**{MAX_RECORDS: "0"}), 100) == (64 << 20) // 100
+    assert handover_rows(_Session(**{MAX_RECORDS: "-1", MAX_BYTES: "1g"}), 1 << 20) == 1024
+    # The size check is off already, or the setting is unreadable: leave Spark alone.
+    assert handover_rows(_Session(**{MAX_BYTES: str(NO_SIZE_CHECK)}), 100) is None
+    assert handover_rows(_Session(**{MAX_BYTES: "lots"}), 100) is None
+
+
+def test_arrow_settings_are_set_for_the_block_and_restored_even_on_error() -> None:
+    session = _Session(**{MAX_RECORDS: "5000"})
+    with arrow_batches(session, 1234):
+        assert session.conf.values == {MAX_RECORDS: "1234", MAX_BYTES: str(NO_SIZE_CHECK)}
+    assert session.conf.values == {MAX_RECORDS: "5000"}  # the user's value back; ours unset
+    with pytest.raises(RuntimeError), arrow_batches(session, 99):
+        raise RuntimeError("the job failed")
+    assert session.conf.values == {MAX_RECORDS: "5000"}
