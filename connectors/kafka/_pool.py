@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,15 +103,39 @@ class SlotOwners:
     error reading or writing a file counts as "not known".
     """
 
+    #: Records older than this are removed (once per process, at its first claim): a slot
+    #: id's record is rewritten whenever a producer of it starts, and a missing one only
+    #: means "not known".
+    MAX_AGE_S = 7 * 24 * 3600
+
     def __init__(self, directory: str | None = None) -> None:
         user = f"connectors-{os.getuid()}" if hasattr(os, "getuid") else "connectors"
         self.directory = directory or os.path.join(tempfile.gettempdir(), user, "slot-owners")
+        self._swept = False
 
     def claim(self, key: str) -> None:
         """This process started the newest producer of ``key``'s slot id."""
         with contextlib.suppress(OSError):
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
             write_atomic(Path(self.directory, key), str(os.getpid()).encode(), durable=False)
+        if not self._swept:
+            self._swept = True
+            self.sweep()
+
+    def sweep(self, now: float | None = None) -> int:
+        """Remove the records not rewritten for :attr:`MAX_AGE_S`; returns how many."""
+        cutoff = (time.time() if now is None else now) - self.MAX_AGE_S
+        removed = 0
+        try:
+            entries = list(os.scandir(self.directory))
+        except OSError:
+            return 0
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_file() and entry.stat().st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed += 1
+        return removed
 
     def taken_over(self, key: str) -> bool:
         """Another process on this host started a producer of ``key``'s slot id since this

@@ -565,3 +565,28 @@ def test_slot_owners_never_fail_and_know_nothing_without_a_record(tmp_path: Any)
     blocked = tmp_path / "file"
     blocked.write_text("")
     SlotOwners(str(blocked / "dir")).claim("k")  # cannot create the directory: ignored
+
+
+def test_slot_owner_records_not_rewritten_for_a_week_are_swept_at_the_first_claim(
+    tmp_path: Any,
+) -> None:
+    import os
+    import time
+
+    from connectors.kafka._pool import SlotOwners
+
+    directory = tmp_path / "owners"
+    directory.mkdir()
+    old, fresh = directory / "old", directory / "fresh"
+    old.write_text("1")
+    fresh.write_text("1")
+    week_ago = time.time() - SlotOwners.MAX_AGE_S - 60
+    os.utime(old, (week_ago, week_ago))
+    owners = SlotOwners(str(directory))
+    owners.claim("k")
+    assert sorted(p.name for p in directory.iterdir()) == ["fresh", "k"]
+    os.utime(fresh, (week_ago, week_ago))
+    owners.claim("k")  # once per process: the second claim sweeps nothing
+    assert fresh.exists()
+    assert owners.sweep() == 1 and not fresh.exists()
+    assert SlotOwners(str(tmp_path / "missing")).sweep() == 0
