@@ -481,8 +481,7 @@ class SparkBatch(BatchInput):
         def place(df: DataFrame) -> DataFrame:
             if hashed:
                 return with_row_hash(df).repartition(slots, ROW_HASH_COLUMN)
-            return df.repartition(slots, *(columns if columns is not None else
-                                           [c for c in df.columns if c != ROW_HASH_COLUMN]))
+            return df.repartition(slots, *(columns if columns is not None else df.columns))
 
         handover = self._handover
         if handover is not None and handover.fallback is not None:

@@ -254,7 +254,6 @@ class KafkaSink(TaskCommitSink[_Slot]):
         #: The row size assumed for the slot tasks' Arrow batches (``barrier=False``, given
         #: topic; ``None``: not derived yet), raised when a batch proves it too small.
         self._row_bound: int | None = None
-        self._tripped = False  # the current batch's guard failed a job
 
     def __repr__(self) -> str:
         return (
@@ -512,7 +511,6 @@ class KafkaSink(TaskCommitSink[_Slot]):
         """A row of a batch exceeded the assumed bound: assume 8x larger rows from now on
         (:func:`~connectors.core.spark_batch.handover_rows` turns the bound off once it
         would leave fewer than 1,024 rows per Arrow batch)."""
-        self._tripped = True
         if self._row_bound:
             self._row_bound *= 8
         logger.info("sink %s: rows of up to %s bytes assumed for the Arrow batches from now on",
@@ -522,12 +520,12 @@ class KafkaSink(TaskCommitSink[_Slot]):
         self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
     ) -> None:
         started = time.monotonic()
-        self._tripped = False
         if state.ledger.get(batch_id) is None:
             self._resolve_slots(batch, state)
             if not self.barrier:
                 batch = self._prescan(batch, batch_id)
         handover = batch.handover if isinstance(batch, SparkBatch) else None
+        bound = self._row_bound  # raised by a guard that fails the job (_raise_row_bound)
         metrics.extra["slots"] = self.slots
         metrics.extra["barrier"] = self.barrier
         if self.barrier and batch.spark_df is not None:
@@ -544,7 +542,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
             raise BadInputError(message, sink_id=self.sink_id, batch_id=batch_id) from None
         # Rows per Arrow batch without Spark's per-row size check; 0: Spark's batching.
         metrics.extra["arrow_batch_rows"] = (
-            handover.rows if handover is not None and not self._tripped else 0)
+            handover.rows if handover is not None and self._row_bound == bound else 0)
         self._check_durations(state, batch_id, metrics)
         metrics.extra["sink_ms"] = (time.monotonic() - started) * 1000
 
