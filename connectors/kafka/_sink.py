@@ -85,6 +85,14 @@ logger = logging.getLogger("connectors.kafka")
 #: Offsets read back from the end of a marker partition before reading all of it: each
 #: batch adds one marker and one commit control record, each aborted attempt two more.
 MARKER_TAIL = 64
+#: Clusters of at most this many brokers: the sink's clients connect to every broker at
+#: once (``enable.sparse.connections=false``). librdkafka's sparse connections drop the
+#: bootstrap connection after the first metadata and space the next new connection by half
+#: of ``reconnect.backoff.ms`` (11 ms at least): a new producer's ``init_transactions``
+#: waits for it, ~17 ms instead of ~5 ms. A slot producer connects to every partition
+#: leader of its topic anyway; on larger clusters, connecting to every broker (TLS and SASL
+#: handshakes included) per new producer may cost more than it saves.
+DENSE_MAX_BROKERS = 16
 #: librdkafka defaults (used when the config does not set them).
 _CLIENT_MAX_MESSAGE_BYTES = 1_000_000
 _TOPIC_MAX_MESSAGE_BYTES = 1_048_588
@@ -298,10 +306,15 @@ class KafkaSink(TaskCommitSink[_Slot]):
         return self._ledger
 
     def _check_broker(self) -> None:
-        """``transaction.timeout.ms`` must not exceed the broker's maximum."""
+        """``transaction.timeout.ms`` must not exceed the broker's maximum. On a cluster of
+        at most :data:`DENSE_MAX_BROKERS` brokers, the clients the sink starts from now on
+        connect to every broker at once (``enable.sparse.connections=false``, unless the
+        config sets it): a new slot producer is ready in ~5 ms instead of ~17 ms."""
         if self._checked_broker:
             return
-        broker = self._admin_client().broker_config()
+        broker, brokers = self._admin_client().broker_config()
+        if brokers <= DENSE_MAX_BROKERS:
+            self.config = self.config.with_default("enable.sparse.connections", False)
         limit = int(broker.get("transaction.max.timeout.ms", 900_000))
         mine = self.options.transaction_timeout_ms
         if mine > limit:

@@ -88,6 +88,39 @@ def test_producer_config_is_transactional_and_bounded_by_the_timeout() -> None:
     assert conf["linger.ms"] == 50  # the user's value wins over the sink's default
 
 
+def test_with_default_never_overrides_the_users_value() -> None:
+    config = KafkaConfig({**SASL, "enable.sparse.connections": True})
+    assert config.with_default("enable.sparse.connections", False) is config
+    dense = KafkaConfig(SASL).with_default("enable.sparse.connections", False)
+    assert dense.producer("t", 30_000)["enable.sparse.connections"] is False
+    assert dense.consumer()["enable.sparse.connections"] is False
+    assert SECRET not in repr(dense)
+
+
+class _Brokers:
+    def __init__(self, brokers: int) -> None:
+        self.brokers = brokers
+
+    def broker_config(self) -> tuple[dict[str, str], int]:
+        return {"transaction.max.timeout.ms": "900000"}, self.brokers
+
+
+@pytest.mark.parametrize(("brokers", "dense"), [(1, True), (16, True), (17, False)])
+def test_small_clusters_get_dense_connections(brokers: int, dense: bool) -> None:
+    sink = KafkaSink("out", {"bootstrap.servers": "b"}, sink_id="s")
+    sink._admin = _Brokers(brokers)  # type: ignore[assignment]
+    sink._check_broker()
+    conf = sink.config.producer("t", 30_000)
+    assert ("enable.sparse.connections" in conf) is dense
+    if dense:
+        assert conf["enable.sparse.connections"] is False
+    kept = KafkaSink("out", {"bootstrap.servers": "b", "enable.sparse.connections": True},
+                     sink_id="s")
+    kept._admin = _Brokers(brokers)  # type: ignore[assignment]
+    kept._check_broker()
+    assert kept.config.producer("t", 30_000)["enable.sparse.connections"] is True
+
+
 def test_consumer_and_admin_configs_drop_producer_properties() -> None:
     config = KafkaConfig({**SASL, "linger.ms": 5, "compression.type": "lz4"})
     consumer = config.consumer()
