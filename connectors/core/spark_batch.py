@@ -90,6 +90,15 @@ __all__ = ["ROW_BOUND_MARK", "Handover", "SparkBatch", "arrow_batches", "check_c
 logger = logging.getLogger(__name__)
 
 _OUTCOME_SCHEMA = pa.schema([("outcome", pa.binary())])
+
+
+@functools.cache
+def _outcome_type() -> Any:
+    """:data:`_OUTCOME_SCHEMA` as Spark's type (a DDL string would be parsed by the JVM on
+    every ``mapInArrow``)."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    return StructType([StructField("outcome", BinaryType())])
 _FINGERPRINT_SCHEMA = pa.schema([("rows", pa.int64()), ("digest", pa.string())])
 _MASK = (1 << 64) - 1
 
@@ -377,12 +386,16 @@ class SparkBatch(BatchInput):
     docstring); honoured for flat schemas only, and then by :meth:`fingerprint` too.
     ``handover``: see the module docstring. ``hashed`` (internal, :meth:`slotted`): ``df``
     already ends with :data:`ROW_HASH_COLUMN`, computed before the slotting shuffle.
+    ``schema``: :attr:`schema`, when the caller knows it already (a filter of a batch whose
+    schema it read: reading it again costs a py4j round trip, Spark's analysis and the
+    conversion, ~4 ms).
     """
 
     def __init__(self, df: DataFrame, *, hash_in_tasks: bool = False,
-                 handover: Handover | None = None, hashed: bool = False) -> None:
+                 handover: Handover | None = None, hashed: bool = False,
+                 schema: pa.Schema | None = None) -> None:
         self._df = df
-        self._schema: pa.Schema | None = None
+        self._schema: pa.Schema | None = schema
         self._hash_in_tasks = hash_in_tasks
         self._handover = handover
         self._hashed = hashed
@@ -450,7 +463,7 @@ class SparkBatch(BatchInput):
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
         def run(df: DataFrame) -> list[TaskOutcome]:
             rows = (self.task_frame(df)
-                    .mapInArrow(outcome_task(fn), "outcome binary", barrier=barrier).collect())
+                    .mapInArrow(outcome_task(fn), _outcome_type(), barrier=barrier).collect())
             return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
         handover = self._handover

@@ -457,8 +457,9 @@ class KafkaSink(TaskCommitSink[_Slot]):
         column, sized from the largest row the aggregation found; with a given topic, from
         an assumed bound that the record check also guards.
         """
-        check_schema(batch.schema, fixed_topic=self.options.topic is not None)
-        self.validate_input(batch.schema)
+        schema = batch.schema
+        check_schema(schema, fixed_topic=self.options.topic is not None)
+        self.validate_input(schema)
         topics: dict[str, int] = {}
         df = batch.spark_df
         if df is not None and self.options.topic is not None:
@@ -469,12 +470,13 @@ class KafkaSink(TaskCommitSink[_Slot]):
             rows = handover_rows(spark, self._row_bound) if self._row_bound else None
             if rows is None:
                 return SparkBatch(df.where(self._record_check(df.columns)),
-                                  hash_in_tasks=self.hash_rows_in_tasks)
+                                  hash_in_tasks=self.hash_rows_in_tasks, schema=schema)
             columns = df.columns
             guarded = df.where(self._record_check(columns, self._row_bound))
             handover = Handover(rows, lambda: df.where(self._record_check(columns)),
                                 self._raise_row_bound)
-            return SparkBatch(guarded, hash_in_tasks=self.hash_rows_in_tasks, handover=handover)
+            return SparkBatch(guarded, hash_in_tasks=self.hash_rows_in_tasks, handover=handover,
+                              schema=schema)
         if df is not None:  # one JVM aggregation, no Python workers
             scan = scan_dataframe(
                 df, self.limits, self.options.topic,
@@ -483,7 +485,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
             topics = scan.topics
             rows = handover_rows(df.sparkSession, scan.max_row_bytes)
             if rows is not None:  # measured: no guard
-                batch = SparkBatch(df, hash_in_tasks=self.hash_rows_in_tasks,
+                batch = SparkBatch(df, hash_in_tasks=self.hash_rows_in_tasks, schema=schema,
                                    handover=Handover(rows))
         else:
             for outcome in batch.run_tasks(partial(_scan_task, self, batch_id)):
