@@ -1,0 +1,69 @@
+"""KafkaSink's client connections on a real (one-broker) cluster.
+
+On a cluster of at most ``DENSE_MAX_BROKERS`` brokers the sink's clients connect to every
+broker at once (``enable.sparse.connections=false``): a new slot producer no longer waits
+for librdkafka's spacing of sparse connections. A config that sets the property keeps its
+value. Either way every record arrives exactly once, a slot task that starts a new
+producer included.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors.core.fingerprint import fingerprint_batch
+from connectors.core.tasks import SlotMarker, SlotTransaction
+from connectors.kafka import KafkaSink
+from connectors.kafka._pool import SlotProducers
+from integration._kafka import KafkaTarget, target_fixture
+
+pytestmark = [pytest.mark.integration]
+
+kafka = target_fixture("conn", partitions=2)
+
+
+def _rows(ids: range) -> list[tuple[str]]:
+    return [(json.dumps({"id": i}),) for i in ids]
+
+
+def _new_producer_slot(sink: KafkaSink, batch_id: int, ids: range) -> None:
+    """Slot 0 of ``batch_id`` as a task on a worker that keeps nothing: a new producer."""
+    SlotProducers.clear()
+    schema = pa.schema([("value", pa.binary())])
+    records = pa.record_batch(
+        {"value": pa.array([json.dumps({"id": i}).encode() for i in ids], pa.binary())})
+    handle = sink.open_slot(SlotTransaction(sink.sink_id, 0, batch_id, "connrun", 0,
+                                            batch_id, schema))
+    assert not handle.reused
+    assert sink.read_marker(handle) is None
+    sink.write(handle, records)
+    payload = json.loads(sink.commit_slot(handle, SlotMarker(
+        sink.sink_id, 0, batch_id, 0, "connrun", fingerprint_batch(records))) or b"{}")
+    assert payload["reused"] is False
+
+
+@pytest.mark.parametrize("configured", [None, True, False])
+def test_small_cluster_connects_densely_unless_the_config_says(
+    spark: SparkSession, kafka: KafkaTarget, configured: bool | None
+) -> None:
+    config: dict[str, object] = {"bootstrap.servers": kafka.bootstrap}
+    if configured is not None:
+        config["enable.sparse.connections"] = configured
+    sink = KafkaSink(kafka.topic, config, sink_id=kafka.sink_id, slots=2)
+    try:
+        sink(spark.createDataFrame(_rows(range(0, 50)), "value string"), 0)
+        # The local cluster has one broker: dense unless the config set the property.
+        expected = False if configured is None else configured
+        assert sink.config["enable.sparse.connections"] is expected
+        assert sink.config.producer("t", 60_000)["enable.sparse.connections"] is expected
+        assert sink.config.consumer()["enable.sparse.connections"] is expected
+        _new_producer_slot(sink, 1, range(50, 60))
+        sink(spark.createDataFrame(_rows(range(60, 100)), "value string"), 2)
+        kafka.assert_exact(100)
+    finally:
+        sink.close()
+        SlotProducers.clear()
