@@ -90,6 +90,8 @@ __all__ = ["ROW_BOUND_MARK", "Handover", "SparkBatch", "arrow_batches", "check_c
 logger = logging.getLogger(__name__)
 
 _OUTCOME_SCHEMA = pa.schema([("outcome", pa.binary())])
+_FINGERPRINT_SCHEMA = pa.schema([("rows", pa.int64()), ("digest", pa.string())])
+_MASK = (1 << 64) - 1
 
 
 @functools.cache
@@ -99,8 +101,6 @@ def _outcome_type() -> Any:
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     return StructType([StructField("outcome", BinaryType())])
-_FINGERPRINT_SCHEMA = pa.schema([("rows", pa.int64()), ("digest", pa.string())])
-_MASK = (1 << 64) - 1
 
 
 def has_map(t: DataType) -> bool:
