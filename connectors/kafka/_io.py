@@ -21,13 +21,23 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from connectors.core.errors import ConnectorError, TransientError
-from connectors.kafka._config import KafkaConfig
-from connectors.kafka._errors import AUTH_CODES, translate
+from connectors.kafka._config import KafkaConfig, redact_text
+from connectors.kafka._errors import AUTH_CODES, UNKNOWN_TOPIC_CODES, kafka_error, translate
 from connectors.kafka._pool import MarkerReaders, config_key
 
 __all__ = ["Admin", "Record", "TopicInfo", "init_transactions", "read_committed"]
 
 logger = logging.getLogger("connectors.kafka")
+
+#: How long a reader waits for a partition the cluster does not know yet (seconds). The
+#: sink's own topics are read right after the driver creates them or adds partitions: the
+#: answer to ``CreateTopics`` comes from the controller, and a broker's metadata (which the
+#: reader asks) follows a few milliseconds later.
+UNKNOWN_PARTITION_WAIT = 10.0
+#: Errors of a partition whose metadata has not reached the broker the reader asks yet.
+_NOT_YET_CODES = UNKNOWN_TOPIC_CODES | {
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+}
 
 
 @dataclass(frozen=True)
@@ -75,10 +85,7 @@ def read_committed(
             raise _err(exc, doing, config, **ids) from None
     clean = False
     try:
-        try:
-            low, stable = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
-        except KafkaException as exc:
-            raise _err(exc, doing, config, **ids) from None
+        low, stable = _watermarks(consumer, tp, deadline, doing, config, **ids)
         start = low if tail is None else max(low, stable - tail)
         if stable <= start:
             clean = True
@@ -122,6 +129,43 @@ def read_committed(
                 MarkerReaders.give_back(key, consumer)
         else:
             MarkerReaders.close(consumer)
+
+
+def _watermarks(
+    consumer: Consumer, tp: TopicPartition, deadline: float, doing: str, config: KafkaConfig,
+    **ids: Any,
+) -> tuple[int, int]:
+    """``(low, last stable offset)`` of ``tp``, waiting up to :data:`UNKNOWN_PARTITION_WAIT`
+    for a partition the metadata does not show yet (the sink only reads its own topics,
+    which exist: the driver creates them, or adds partitions, before anything reads them)."""
+    started = time.monotonic()
+    waited_until = min(deadline, started + UNKNOWN_PARTITION_WAIT)
+    delay = 0.005
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            low, stable = consumer.get_watermark_offsets(
+                tp, timeout=max(remaining, 0.001), cached=False)
+            return int(low), int(stable)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is None or err.code() not in _NOT_YET_CODES:
+                raise _err(exc, doing, config, **ids) from None
+            if time.monotonic() + delay >= waited_until:
+                text = redact_text(f"{err.name()}: {err.str()}", config.secrets)
+                raise TransientError(
+                    f"{doing} failed: the cluster still does not know this partition after "
+                    f"{time.monotonic() - started:.1f} s ({text}). The sink creates its ledger "
+                    "and marker topics before it reads them: was the topic deleted meanwhile?",
+                    **ids,
+                ) from None
+        time.sleep(delay)
+        delay = min(2 * delay, 0.2)
+        # The client's own metadata may say the topic has fewer partitions (a kept reader,
+        # from before the driver added some): it is not refreshed before minutes otherwise.
+        with contextlib.suppress(KafkaException):
+            consumer.list_topics(tp.topic, timeout=max(0.1, min(1.0, waited_until
+                                                                - time.monotonic())))
 
 
 def auth_failure(client: Any, errors: list[KafkaError]) -> KafkaException | None:
@@ -212,10 +256,12 @@ class Admin:
             if exc.args and isinstance(exc.args[0], KafkaError) and (
                 exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
             ):
-                return  # another driver created it meanwhile
+                self._wait_visible(name, 1)  # another driver created it meanwhile
+                return
             raise self.error(exc, doing) from None
         logger.info("sink %s: created topic %s (%d partitions, %s)", self.sink_id, name,
                     partitions, config)
+        self._wait_visible(name, partitions)
 
     def add_partitions(self, name: str, total: int) -> None:
         try:
@@ -224,6 +270,31 @@ class Admin:
                 request_timeout=self.timeout)[name].result()
         except KafkaException as exc:
             raise self.error(exc, f"adding partitions to {name!r}") from None
+        self._wait_visible(name, total)
+
+    def _wait_visible(self, name: str, partitions: int) -> None:
+        """Wait (up to :data:`UNKNOWN_PARTITION_WAIT`) until the metadata shows ``partitions``
+        partitions of ``name``, each with a leader: ``CreateTopics`` and ``CreatePartitions``
+        answer once the controller decided, and the brokers learn it a little later. Readers
+        wait for their partition themselves; this wait keeps the driver's next look at the
+        topic (and the tasks it starts) from seeing it half-made."""
+        deadline = time.monotonic() + UNKNOWN_PARTITION_WAIT
+        delay = 0.005
+        while True:
+            with contextlib.suppress(KafkaException):
+                meta = self.client.list_topics(topic=name, timeout=self.timeout)
+                found = meta.topics.get(name)
+                if found is not None and found.error is None and len(found.partitions) >= (
+                    partitions
+                ) and all(p.error is None and p.leader >= 0 for p in found.partitions.values()):
+                    return
+            if time.monotonic() + delay >= deadline:
+                logger.warning("sink %s: topic %s does not show %d partitions with leaders "
+                               "%.0f s after it was created", self.sink_id, name, partitions,
+                               UNKNOWN_PARTITION_WAIT)
+                return
+            time.sleep(delay)
+            delay = min(2 * delay, 0.2)
 
     def topic_config(self, name: str) -> dict[str, str]:
         return self._configs(ConfigResource(ConfigResource.Type.TOPIC, name),

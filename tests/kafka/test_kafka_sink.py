@@ -417,6 +417,74 @@ def test_a_kept_marker_reader_ignores_what_an_earlier_read_left_behind(
     assert MarkerReaders.clear() == 1  # kept after a clean read
 
 
+class _WatermarkConsumer:
+    """A consumer whose ``get_watermark_offsets`` raises ``errors`` first, then answers."""
+
+    def __init__(self, errors: list[int]) -> None:
+        self.errors, self.calls = list(errors), 0
+
+    def __call__(self, _conf: Any) -> _WatermarkConsumer:
+        return self
+
+    def get_watermark_offsets(self, *_a: Any, **_k: Any) -> tuple[int, int]:
+        self.calls += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 0, 0
+
+    def list_topics(self, *_a: Any, **_k: Any) -> None:
+        self.refreshed = getattr(self, "refreshed", 0) + 1
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_reader_waits_for_a_partition_the_metadata_does_not_show_yet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Right after the driver creates a topic, a broker's metadata may not show it for a few
+    milliseconds (it failed a new sink's first batch once in CI): the read waits for it."""
+    from connectors.kafka import _io
+    from connectors.kafka._config import KafkaConfig
+
+    consumer = _WatermarkConsumer([KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                   KafkaError.LEADER_NOT_AVAILABLE])
+    monkeypatch.setattr(_io, "Consumer", consumer)
+    assert _io.read_committed(KafkaConfig({"bootstrap.servers": "b:9092"}), "l", 0) == []
+    assert consumer.calls == 4
+    assert consumer.refreshed == 3  # its own metadata too: a kept reader's may be old
+
+
+def test_a_partition_that_stays_unknown_is_a_transient_error_after_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from connectors.kafka import _io
+    from connectors.kafka._config import KafkaConfig
+
+    monkeypatch.setattr(_io, "UNKNOWN_PARTITION_WAIT", 0.1)
+    monkeypatch.setattr(_io, "Consumer", _WatermarkConsumer([KafkaError._UNKNOWN_PARTITION] * 1000))
+    config = KafkaConfig({"bootstrap.servers": "b:9092", "sasl.password": "pw-secret-1"})
+    started = time.monotonic()
+    with pytest.raises(TransientError, match=r"reading l\[0\] failed: the cluster still does "
+                       r"not know this partition after \d+\.\d s") as info:
+        _io.read_committed(config, "l", 0, sink_id="s")
+    assert time.monotonic() - started < 5
+    assert "create_topic" not in str(info.value)  # the sink's own topic: nothing to pass
+    assert "pw-secret-1" not in str(info.value)
+
+
+def test_other_errors_of_a_reader_are_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from connectors.core.errors import ConfigurationError
+    from connectors.kafka import _io
+    from connectors.kafka._config import KafkaConfig
+
+    consumer = _WatermarkConsumer([KafkaError.TOPIC_AUTHORIZATION_FAILED])
+    monkeypatch.setattr(_io, "Consumer", consumer)
+    with pytest.raises(ConfigurationError, match="not authorized"):
+        _io.read_committed(KafkaConfig({"bootstrap.servers": "b:9092"}), "l", 0)
+    assert consumer.calls == 1
+
+
 def test_a_partly_resubmitted_barrier_stage_does_not_wait_for_absent_slots(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
