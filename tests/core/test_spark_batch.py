@@ -31,6 +31,8 @@ from connectors.core.spark_batch import (
     flat_schema,
     handover_budget,
     handover_rows,
+    narrow_plan,
+    session_settings,
 )
 
 
@@ -159,3 +161,22 @@ def test_arrow_settings_are_set_for_the_block_and_restored_even_on_error() -> No
     with pytest.raises(RuntimeError), arrow_batches(session, 99):
         raise RuntimeError("the job failed")
     assert session.conf.values == {MAX_RECORDS: "5000"}
+
+
+def test_session_settings_are_set_for_the_block_and_restored_even_on_error() -> None:
+    session = _Session(**{"spark.sql.adaptive.enabled": "true"})
+    with session_settings(session, {"spark.sql.adaptive.enabled": "false", "x": "1"}):
+        assert session.conf.values == {"spark.sql.adaptive.enabled": "false", "x": "1"}
+    assert session.conf.values == {"spark.sql.adaptive.enabled": "true"}
+    with pytest.raises(RuntimeError), session_settings(session, {"x": "2"}):
+        raise RuntimeError("the job failed")
+    assert session.conf.values == {"spark.sql.adaptive.enabled": "true"}
+    with session_settings(session, {}):  # nothing to set: the session is not touched
+        assert session.conf.values == {"spark.sql.adaptive.enabled": "true"}
+
+
+def test_a_plan_that_cannot_be_read_keeps_adaptive_execution() -> None:
+    class ConnectFrame:  # Spark Connect: no JVM plan
+        pass
+
+    assert narrow_plan(ConnectFrame()) is False
