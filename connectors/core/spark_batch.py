@@ -92,11 +92,11 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["NARROW_NODES", "ROW_BOUND_MARK", "Handover", "SparkBatch", "arrow_batches",
-           "check_columns", "combine_fingerprint", "current_query_id", "fingerprint_aggregates",
-           "flat_schema", "handover_budget", "handover_rows", "has_map", "narrow_plan",
-           "outcome_task", "row_hash", "session_settings", "spark_fingerprint",
-           "with_row_hash"]
+__all__ = ["ADAPTIVE", "NARROW_NODES", "ROW_BOUND_MARK", "Handover", "SparkBatch",
+           "arrow_batches", "check_columns", "combine_fingerprint", "current_query_id",
+           "fingerprint_aggregates", "flat_schema", "handover_budget", "handover_rows",
+           "has_map", "narrow_plan", "outcome_task", "row_hash", "session_settings",
+           "spark_fingerprint", "with_row_hash"]
 
 logger = logging.getLogger(__name__)
 
