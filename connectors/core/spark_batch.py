@@ -50,7 +50,7 @@ instead of 0.48 CPU-seconds. A sink that knows an upper bound ``B`` of every row
 passes a :class:`Handover`: its tasks then run with the size check off and
 ``maxBytesPerBatch // B`` rows per batch (at most ``maxRecordsPerBatch``), so a batch still
 holds at most ``maxBytesPerBatch`` bytes; both settings are set on the session for the
-job only and restored after it (:func:`arrow_batches`). A bound that is only assumed is
+job only and restored after it (:func:`arrow_settings`). A bound that is only assumed is
 enforced by a guard: a filter before the slotting shuffle that fails the map stage (no
 task has run then) with :data:`ROW_BOUND_MARK` for a larger row; :meth:`SparkBatch.run_tasks`
 then runs the job again without the guard (:attr:`Handover.fallback`, built only then) and
@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 __all__ = ["ADAPTIVE", "NARROW_NODES", "ROW_BOUND_MARK", "Handover", "SparkBatch",
-           "arrow_batches", "check_columns", "combine_fingerprint", "current_query_id",
+           "arrow_settings", "check_columns", "combine_fingerprint", "current_query_id",
            "fingerprint_aggregates", "flat_schema", "handover_budget", "handover_rows",
            "has_map", "narrow_plan", "outcome_task", "row_hash", "session_settings",
            "spark_fingerprint", "with_row_hash"]
@@ -366,11 +366,11 @@ def session_settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
                 spark.conf.set(key, value)
 
 
-def arrow_batches(spark: Any, rows: int) -> contextlib.AbstractContextManager[None]:
-    """Within the block, jobs of ``spark`` hand Arrow batches of ``rows`` rows to Python
-    tasks without Spark's per-row size check; the session's settings are restored after
-    (batch sizes only, no change of results)."""
-    return session_settings(spark, {MAX_RECORDS: str(rows), MAX_BYTES: str(NO_SIZE_CHECK)})
+def arrow_settings(rows: int) -> dict[str, str]:
+    """Settings under which jobs hand Arrow batches of ``rows`` rows to Python tasks without
+    Spark's per-row size check (for :func:`session_settings`: batch sizes only, no change
+    of results)."""
+    return {MAX_RECORDS: str(rows), MAX_BYTES: str(NO_SIZE_CHECK)}
 
 
 ADAPTIVE = "spark.sql.adaptive.enabled"
@@ -531,8 +531,7 @@ class SparkBatch(BatchInput):
             with session_settings(spark, plan):
                 return run(self._plain())
         try:
-            with session_settings(spark, {**plan, MAX_RECORDS: str(handover.rows),
-                                          MAX_BYTES: str(NO_SIZE_CHECK)}):
+            with session_settings(spark, {**plan, **arrow_settings(handover.rows)}):
                 return run(self._df)
         except Exception as exc:
             if handover.fallback is None or ROW_BOUND_MARK not in str(exc):

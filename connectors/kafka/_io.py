@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +132,17 @@ def read_committed(
             MarkerReaders.close(consumer)
 
 
+def _backoff(until: float) -> Iterator[None]:
+    """Yields at once, then again after pauses of 5 ms doubling up to 200 ms, as long as the
+    next pause ends before ``until`` (``time.monotonic()``)."""
+    delay = 0.005
+    yield
+    while time.monotonic() + delay < until:
+        time.sleep(delay)
+        delay = min(2 * delay, 0.2)
+        yield
+
+
 def _watermarks(
     consumer: Consumer, tp: TopicPartition, deadline: float, doing: str, config: KafkaConfig,
     **ids: Any,
@@ -140,32 +152,26 @@ def _watermarks(
     which exist: the driver creates them, or adds partitions, before anything reads them)."""
     started = time.monotonic()
     waited_until = min(deadline, started + UNKNOWN_PARTITION_WAIT)
-    delay = 0.005
-    while True:
-        remaining = deadline - time.monotonic()
+    text = ""
+    for _ in _backoff(waited_until):
         try:
             low, stable = consumer.get_watermark_offsets(
-                tp, timeout=max(remaining, 0.001), cached=False)
+                tp, timeout=max(deadline - time.monotonic(), 0.001), cached=False)
             return int(low), int(stable)
         except KafkaException as exc:
             err = kafka_error(exc)
             if err is None or err.code() not in _NOT_YET_CODES:
                 raise _err(exc, doing, config, **ids) from None
-            if time.monotonic() + delay >= waited_until:
-                text = redact_text(f"{err.name()}: {err.str()}", config.secrets)
-                raise TransientError(
-                    f"{doing} failed: the cluster still does not know this partition after "
-                    f"{time.monotonic() - started:.1f} s ({text}). The sink creates its ledger "
-                    "and marker topics before it reads them: was the topic deleted meanwhile?",
-                    **ids,
-                ) from None
-        time.sleep(delay)
-        delay = min(2 * delay, 0.2)
+            text = redact_text(f"{err.name()}: {err.str()}", config.secrets)
         # The client's own metadata may say the topic has fewer partitions (a kept reader,
         # from before the driver added some): it is not refreshed before minutes otherwise.
         with contextlib.suppress(KafkaException):
             consumer.list_topics(tp.topic, timeout=max(0.1, min(1.0, waited_until
                                                                 - time.monotonic())))
+    raise TransientError(
+        f"{doing} failed: the cluster still does not know this partition after "
+        f"{time.monotonic() - started:.1f} s ({text}). The sink creates its ledger and marker "
+        "topics before it reads them: was the topic deleted meanwhile?", **ids)
 
 
 def auth_failure(client: Any, errors: list[KafkaError]) -> KafkaException | None:
@@ -278,9 +284,7 @@ class Admin:
         answer once the controller decided, and the brokers learn it a little later. Readers
         wait for their partition themselves; this wait keeps the driver's next look at the
         topic (and the tasks it starts) from seeing it half-made."""
-        deadline = time.monotonic() + UNKNOWN_PARTITION_WAIT
-        delay = 0.005
-        while True:
+        for _ in _backoff(time.monotonic() + UNKNOWN_PARTITION_WAIT):
             with contextlib.suppress(KafkaException):
                 meta = self.client.list_topics(topic=name, timeout=self.timeout)
                 found = meta.topics.get(name)
@@ -288,13 +292,9 @@ class Admin:
                     partitions
                 ) and all(p.error is None and p.leader >= 0 for p in found.partitions.values()):
                     return
-            if time.monotonic() + delay >= deadline:
-                logger.warning("sink %s: topic %s does not show %d partitions with leaders "
-                               "%.0f s after it was created", self.sink_id, name, partitions,
-                               UNKNOWN_PARTITION_WAIT)
-                return
-            time.sleep(delay)
-            delay = min(2 * delay, 0.2)
+        logger.warning("sink %s: topic %s does not show %d partitions with leaders %.0f s "
+                       "after it was created", self.sink_id, name, partitions,
+                       UNKNOWN_PARTITION_WAIT)
 
     def topic_config(self, name: str) -> dict[str, str]:
         return self._configs(ConfigResource(ConfigResource.Type.TOPIC, name),

@@ -27,7 +27,7 @@ from connectors.core.spark_batch import (
     MAX_RECORDS,
     NO_SIZE_CHECK,
     _byte_string,
-    arrow_batches,
+    arrow_settings,
     flat_schema,
     handover_budget,
     handover_rows,
@@ -155,10 +155,10 @@ def test_rows_per_arrow_batch_keep_the_session_s_byte_and_row_limits() -> None:
 
 def test_arrow_settings_are_set_for_the_block_and_restored_even_on_error() -> None:
     session = _Session(**{MAX_RECORDS: "5000"})
-    with arrow_batches(session, 1234):
+    with session_settings(session, arrow_settings(1234)):
         assert session.conf.values == {MAX_RECORDS: "1234", MAX_BYTES: str(NO_SIZE_CHECK)}
     assert session.conf.values == {MAX_RECORDS: "5000"}  # the user's value back; ours unset
-    with pytest.raises(RuntimeError), arrow_batches(session, 99):
+    with pytest.raises(RuntimeError), session_settings(session, arrow_settings(99)):
         raise RuntimeError("the job failed")
     assert session.conf.values == {MAX_RECORDS: "5000"}
 
