@@ -10,17 +10,25 @@ the transaction's commit although no delivery report reaches Python.
 
 from __future__ import annotations
 
+import time
 import uuid
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 
-from connectors.kafka._native import NativeProducer, attach
+from connectors.kafka._native import NativeProducer, attach, murmur2
 from connectors.kafka._records import produce_batch
-from integration._kafka import KafkaTarget, Message, target_fixture
+from integration._kafka import (
+    KafkaTarget,
+    Message,
+    target_fixture,
+    wait_no_open_transactions,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -100,6 +108,76 @@ def test_batch_produce_writes_what_produce_writes(kafka: KafkaTarget) -> None:
         keyed.column(0).to_pylist(), keyed.column(1).to_pylist(), strict=True)}
     assert {(m.key, m.value) for m in native_side} == expected
     kafka.assert_no_open_transactions()
+
+
+def test_keyed_records_are_placed_per_partition_like_librdkafka_places_them(
+    kafka: KafkaTarget,
+) -> None:
+    """Under a murmur2 partitioner the slot places keyed records itself and enqueues them
+    one partition at a time: the same partition as librdkafka's partitioner, and in each
+    partition the batch's order. A chunk with a null key leaves placement to librdkafka."""
+    n = 20_000  # more than one chunk of rd_kafka_produce_batch
+    names = [f"key-{i * 7919 % 1000}" for i in range(n)]
+    values = pa.array([f"{i}".encode() for i in range(n)], pa.binary())
+    parts = pa.array([1 if i % 10 == 0 else None for i in range(n)], pa.int32())
+    with_null = pa.array([None if i % 1000 == 0 else k for i, k in enumerate(names)], pa.string())
+    cases = ((pa.array(names, pa.string()), None), (pa.array(names, pa.string()), parts),
+             (with_null, parts))
+    for case, (keys, partitions) in enumerate(cases):
+        mine = kafka.create(f"{kafka.topic}-{case}", partitions=3)
+        other = kafka.create(f"{kafka.topic}-{case}-py", partitions=3)
+        producer, reports = _producer(kafka.bootstrap, partitioner="murmur2_random")
+        native = attach(producer, partitioner="murmur2_random")
+        assert native is not None and native.by_key
+        producer.begin_transaction()
+        assert native.produce(mine, values, keys, partitions) == n
+        producer.commit_transaction(30)
+        producer.begin_transaction()
+        batch = pa.record_batch({"key": keys, "value": values, **(
+            {"partition": partitions} if partitions is not None else {})})
+        assert produce_batch(producer.produce, producer.poll, batch, other) == n
+        producer.commit_transaction(30)
+        assert not reports
+        native_side, python_side = _by_partition(kafka.messages(mine)), _by_partition(
+            kafka.messages(other))
+        assert sum(len(r) for r in native_side.values()) == n and len(native_side) == 3
+        for records in native_side.values():  # the batch's order within each partition
+            ids = [int(v or b"") for _, v in records]
+            assert ids == sorted(ids)
+        if case < 2:
+            assert native_side == python_side
+        else:  # null keys go to random partitions: compare the others only
+            assert ({p: [r for r in rs if r[0] is not None] for p, rs in native_side.items()}
+                    == {p: [r for r in rs if r[0] is not None] for p, rs in python_side.items()})
+        wait = wait_no_open_transactions(kafka.bootstrap, [mine])
+        assert not wait, wait
+
+
+def test_keyed_records_follow_partitions_added_to_the_topic(kafka: KafkaTarget) -> None:
+    """The partition count the slot hashes keys into is refreshed as often as librdkafka
+    refreshes its own metadata (``topic.metadata.refresh.interval.ms``)."""
+    producer, reports = _producer(kafka.bootstrap, partitioner="murmur2_random",
+                                  **{"topic.metadata.refresh.interval.ms": 1000})
+    native = attach(producer, partitioner="murmur2_random", refresh_ms=1000)
+    assert native is not None
+    keys = pa.array([f"k{i}" for i in range(300)], pa.string())
+    values = pa.array([b"v"] * 300, pa.binary())
+    producer.begin_transaction()
+    native.produce(kafka.topic, values, keys, None)
+    producer.commit_transaction(30)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_partitions([NewPartitions(kafka.topic, 6)])[kafka.topic].result(30)
+    time.sleep(2.5)  # past both refresh intervals
+    producer.begin_transaction()
+    native.produce(kafka.topic, values, keys, None)
+    producer.commit_transaction(30)
+    assert not reports
+    placed = sorted((m.key or b"", m.partition) for m in kafka.messages())
+    hashes = (murmur2(keys) & np.uint32(0x7FFFFFFF)).astype(np.int64)
+    expected = sorted([(f"k{i}".encode(), int(h % count)) for i, h in enumerate(hashes)
+                       for count in (3, 6)])
+    assert placed == expected
+    assert {p for _, p in placed} == set(range(6))
 
 
 def test_batch_produce_with_a_topic_column_and_null_keys(kafka: KafkaTarget) -> None:

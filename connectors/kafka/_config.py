@@ -169,6 +169,18 @@ class KafkaConfig(Mapping[str, Any]):
             conf["message.timeout.ms"] = transaction_timeout_ms
         return conf
 
+    def partitioner(self) -> tuple[str | None, int]:
+        """The slot producers' ``partitioner`` (``None`` when ``default.topic.config`` may
+        override it) and ``topic.metadata.refresh.interval.ms``, for batch produce's own
+        placement of keyed records (:mod:`connectors.kafka._native`)."""
+        conf = {**_PRODUCER_DEFAULTS, **self._data}
+        name = None if "default.topic.config" in conf else conf.get("partitioner")
+        try:
+            refresh = int(conf.get("topic.metadata.refresh.interval.ms", 300_000))
+        except (TypeError, ValueError):
+            refresh = 300_000
+        return (str(name) if name is not None else None), refresh
+
     def consumer(self) -> dict[str, Any]:
         conf = {k: v for k, v in self._data.items() if not _PRODUCER_ONLY.match(k)}
         conf.update({

@@ -27,6 +27,22 @@ and the slot produces record by record:
   falls back until verified), and verified per producer by ``rd_kafka_opaque(rk)``, which
   confluent-kafka sets to the handle itself.
 
+Placement: ``rd_kafka_produce_batch`` called with one fixed partition enqueues its records
+with one partition lookup and one transaction registration, where a call with
+``RD_KAFKA_PARTITION_UA`` (or per-record partitions) runs the partitioner, looks the
+partition up, takes its lock and registers it with the transaction for every record. So a
+chunk whose records' partitions are all known is grouped by partition (a stable sort: each
+partition keeps the records' order) and enqueued one partition at a time. A record's
+partition is known from the ``partition`` column where it is set, else,
+for a keyed record under a murmur2 partitioner (the sink's default ``murmur2_random``, and
+``murmur2``), Kafka's murmur2 of the key (:func:`murmur2`, vectorised; the same partition
+librdkafka's and Kafka's Java producer's partitioners choose) modulo the partition count the
+producer fetched (refreshed as often as librdkafka refreshes its own,
+``topic.metadata.refresh.interval.ms``). Records without a key (and every record under
+another partitioner) still go through librdkafka's partitioner, one record at a time and in
+their order. Measured on 250k records of
+100 B per transaction: 0.23 -> 0.16 CPU-seconds for the slot's process (docs/kafka.md).
+
 Delivery reports: records enqueued here carry no per-record state, so confluent-kafka's
 delivery callback skips them and ``on_delivery`` never sees them. A failed delivery still
 fails the transaction: librdkafka counts it and ``commit_transaction`` then raises an
@@ -38,8 +54,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import logging
 import platform
+import time
 from typing import Any
 
 import numpy as np
@@ -47,7 +65,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-__all__ = ["NativeProducer", "attach"]
+__all__ = ["MURMUR2_PARTITIONERS", "NativeProducer", "attach", "murmur2"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +87,15 @@ SUPPORTED_MAJOR = "2"
 #: Records per ``rd_kafka_produce_batch`` call: bounds the array (72 B a record) and lets
 #: delivery reports be served between calls.
 CHUNK = 16_384
+
+#: librdkafka partitioners that place a keyed record at Kafka's murmur2 of its key (as Kafka's
+#: Java producer does); with these the slot computes keyed records' partitions itself.
+MURMUR2_PARTITIONERS = frozenset({"murmur2", "murmur2_random"})
+#: librdkafka's default ``topic.metadata.refresh.interval.ms``.
+METADATA_REFRESH_MS = 300_000
+
+_M = np.uint32(0x5BD1E995)
+_SEED = np.uint32(0x9747B28C)
 
 #: Where empty (not null) values and keys point: librdkafka reads no byte of them.
 _EMPTY = ctypes.create_string_buffer(1)
@@ -119,15 +146,23 @@ def _library() -> _Lib | None:
 class NativeProducer:
     """Batch produce on one confluent-kafka ``Producer``'s librdkafka handle."""
 
-    def __init__(self, producer: Producer, rk: int, lib: _Lib, timeout: float) -> None:
+    def __init__(self, producer: Producer, rk: int, lib: _Lib, timeout: float, *,
+                 by_key: bool = False, refresh_ms: int = METADATA_REFRESH_MS) -> None:
         self.producer = producer  # keeps rk alive as long as this object
         self._rk = rk
         self._lib = lib
         self._timeout = timeout
+        #: Keyed records are placed by :func:`murmur2` here (the producer's partitioner
+        #: is one of :data:`MURMUR2_PARTITIONERS`).
+        self.by_key = by_key
+        self._refresh_s = max(refresh_ms, 1000) / 1000
         #: Topic handles (``rd_kafka_topic_t *``) of this producer, released in ``__del__``.
         self._topics: dict[str, int] = {}
-        #: Partition counts of those topics, from the metadata fetched by ``_topic``.
+        #: Partition counts of those topics, from the metadata fetched by ``_topic``, and
+        #: when they were fetched (``time.monotonic()``).
         self._partitions: dict[str, int] = {}
+        self._fetched: dict[str, float] = {}
+        self._msgs: np.ndarray | None = None
 
     def __del__(self) -> None:
         for rkt in self._topics.values():
@@ -149,6 +184,7 @@ class NativeProducer:
         lib = self._lib.lib
         if rkt is not None:
             self._partitions[topic] = self._metadata(topic)
+            self._fetched[topic] = time.monotonic()
             return rkt
         rkt = int(lib.rd_kafka_topic_new(self._rk, topic.encode(), None) or 0)
         if not rkt:
@@ -156,6 +192,7 @@ class NativeProducer:
                                             f"cannot open topic {topic!r} for producing"))
         try:
             self._partitions[topic] = self._metadata(topic)
+            self._fetched[topic] = time.monotonic()
         except BaseException:
             lib.rd_kafka_topic_destroy(rkt)
             raise
@@ -187,6 +224,17 @@ class NativeProducer:
                     f"topic {topic!r} has {self._partitions[topic]} partitions, a record "
                     f"asks for partition {top}"))
 
+    def _key_partitions(self, topic: str, keys: pa.Array) -> np.ndarray:
+        """The partition of every keyed record (-1 for a null key: librdkafka's
+        partitioner places it), as librdkafka's murmur2 partitioners would."""
+        if time.monotonic() - self._fetched.get(topic, 0.0) > self._refresh_s:
+            self._topic(topic, refresh=True)  # partitions may have been added since
+        count = np.uint32(self._partitions[topic])
+        place = ((murmur2(keys) & np.uint32(0x7FFFFFFF)) % count).astype(np.int32)
+        if keys.null_count:
+            place[keys.is_null().to_numpy(zero_copy_only=False)] = RD_KAFKA_PARTITION_UA
+        return place
+
     def produce(self, topic: str, values: pa.Array, keys: pa.Array | None,
                 partitions: pa.Array | None) -> int:
         """Enqueue every record (into the open transaction); returns the count.
@@ -197,39 +245,71 @@ class NativeProducer:
         n = len(values)
         if n == 0:
             return 0
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
         # The arrays the addresses point into stay referenced until the function returns.
         payload, length, _values = _pointers(values)
         key, key_len, _keys = _pointers(keys) if keys is not None else (None, None, None)
-        part = None
-        if partitions is not None:
-            part = pc.fill_null(pc.cast(partitions, pa.int32()), RD_KAFKA_PARTITION_UA)
-            part = part.to_numpy(zero_copy_only=False)
-        flags = RD_KAFKA_MSG_F_COPY | (RD_KAFKA_MSG_F_PARTITION if part is not None else 0)
-        lib = self._lib.lib
         rkt = self._topic(topic)
-        if part is not None:
-            self._check_partitions(topic, part)
-        msgs = np.zeros(min(n, CHUNK), MESSAGE)
+        place = None  # destination partition per record, -1: librdkafka's partitioner
+        if partitions is not None:
+            place = pc.fill_null(pc.cast(partitions, pa.int32()), RD_KAFKA_PARTITION_UA)
+            place = place.to_numpy(zero_copy_only=False)
+            self._check_partitions(topic, place)
+        if self.by_key and keys is not None and (place is None or (place < 0).any()):
+            by_key = self._key_partitions(topic, keys)
+            place = by_key if place is None else np.where(place < 0, by_key, place)
+        lib = self._lib.lib
+        msgs = self._messages()
+        # Grouped by partition only when every record's partition is known: a record left
+        # to librdkafka's partitioner could land in a partition between others, and each
+        # partition keeps the records' order.
+        grouped = place is not None and not (place < 0).any()
+        order = np.argsort(place, kind="stable") if grouped and place is not None else None
         for start in range(0, n, CHUNK):
             end = min(n, start + CHUNK)
             m = msgs[: end - start]
+            rows = slice(start, end) if order is None else order[start:end]
             m["err"] = 0
-            m["payload"] = payload[start:end]
-            m["len"] = length[start:end]
+            m["payload"] = payload[rows]
+            m["len"] = length[rows]
             if key is not None and key_len is not None:
-                m["key"] = key[start:end]
-                m["key_len"] = key_len[start:end]
-            if part is not None:
-                m["partition"] = part[start:end]
-            self._enqueue(lib, rkt, m, flags)
+                m["key"] = key[rows]
+                m["key_len"] = key_len[rows]
+            else:
+                m["key"] = 0
+                m["key_len"] = 0
+            if place is None:
+                self._enqueue(lib, rkt, m, RD_KAFKA_PARTITION_UA, 0)
+            elif not grouped:
+                m["partition"] = place[rows]
+                self._enqueue(lib, rkt, m, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_PARTITION)
+            else:
+                # The chunk is sorted by partition: one call per partition.
+                dest = place[rows]
+                cuts = [0, *(np.flatnonzero(dest[1:] != dest[:-1]) + 1).tolist(), len(m)]
+                for a, b in itertools.pairwise(cuts):
+                    self._enqueue(lib, rkt, m[a:b], int(dest[a]), 0)
             self.producer.poll(0)
         return n
 
-    def _enqueue(self, lib: Any, rkt: int, m: np.ndarray, flags: int) -> None:
+    def _messages(self) -> np.ndarray:
+        """This producer's ``rd_kafka_message_t`` array (:data:`CHUNK` records), allocated
+        once: a new one per call (1.2 MB, zeroed pages) cost page faults every time.
+        librdkafka writes only ``err``; every other field the caller sets is set again for
+        each chunk (``_private``, the per-record opaque, stays 0)."""
+        if self._msgs is None:
+            self._msgs = np.zeros(CHUNK, MESSAGE)
+        return self._msgs
+
+    def _enqueue(self, lib: Any, rkt: int, m: np.ndarray, partition: int, flags: int) -> None:
+        """Enqueue ``m`` to ``partition`` (``RD_KAFKA_PARTITION_UA``: each record's own
+        partition with ``RD_KAFKA_MSG_F_PARTITION``, else the partitioner's choice),
+        copying each payload."""
         done = 0
         while done < len(m):
             rest = m[done:]
-            good = lib.rd_kafka_produce_batch(rkt, RD_KAFKA_PARTITION_UA, flags,
+            good = lib.rd_kafka_produce_batch(rkt, partition, RD_KAFKA_MSG_F_COPY | flags,
                                               rest.ctypes.data, len(rest))
             if good == len(rest):
                 return
@@ -276,8 +356,69 @@ def _pointers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, 
     return address, length, arr
 
 
-def attach(producer: Producer, timeout: float = 30.0) -> NativeProducer | None:
-    """Batch produce for ``producer``, or ``None`` (then produce record by record)."""
+def murmur2(keys: pa.Array) -> np.ndarray:
+    """Kafka's murmur2 hash (``org.apache.kafka.common.utils.Utils.murmur2``, librdkafka's
+    ``rd_murmur2``) of every value of a string/binary array, as ``uint32``; a null value
+    hashes as the empty one. Vectorised: one pass per 4-byte block of the longest value.
+
+    Example::
+
+        >>> int(murmur2(pa.array([b"21"]))[0]) - 2**32  # Kafka's UtilsTest: -973932308
+        -973932308
+    """
+    n = len(keys)
+    large = pa.types.is_large_binary(keys.type) or pa.types.is_large_string(keys.type)
+    _, offsets_buf, data_buf = keys.buffers()
+    assert offsets_buf is not None
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if large else np.int32,
+                            count=n + 1, offset=keys.offset * (8 if large else 4))
+    start = offsets[:-1].astype(np.int64)
+    size = np.diff(offsets).astype(np.int64)
+    if keys.null_count:
+        size[keys.is_null().to_numpy(zero_copy_only=False)] = 0
+    data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None and data_buf.size
+            else np.zeros(0, np.uint8))
+    h = _SEED ^ size.astype(np.uint32)
+    blocks = size >> 2
+    whole = int(blocks.min()) if n else 0  # blocks that every value has
+    with np.errstate(over="ignore"):
+        for i in range(int(blocks.max()) if n else 0):
+            rows = None if i < whole else np.flatnonzero(blocks > i)
+            at = (start if rows is None else start[rows]) + 4 * i
+            k = (data[at].astype(np.uint32) | (data[at + 1].astype(np.uint32) << 8)
+                 | (data[at + 2].astype(np.uint32) << 16)
+                 | (data[at + 3].astype(np.uint32) << 24))
+            k *= _M
+            k ^= k >> np.uint32(24)
+            k *= _M
+            if rows is None:
+                h *= _M
+                h ^= k
+            else:
+                h[rows] = (h[rows] * _M) ^ k
+        tail = size & 3
+        at = start + (blocks << 2)
+        rows = np.flatnonzero(tail == 3)
+        h[rows] ^= data[at[rows] + 2].astype(np.uint32) << 16
+        rows = np.flatnonzero(tail >= 2)
+        h[rows] ^= data[at[rows] + 1].astype(np.uint32) << 8
+        rows = np.flatnonzero(tail >= 1)
+        h[rows] = (h[rows] ^ data[at[rows]].astype(np.uint32)) * _M
+        h ^= h >> np.uint32(13)
+        h *= _M
+        h ^= h >> np.uint32(15)
+    return h
+
+
+def attach(producer: Producer, timeout: float = 30.0, *,
+           partitioner: str | None = None,
+           refresh_ms: int = METADATA_REFRESH_MS) -> NativeProducer | None:
+    """Batch produce for ``producer``, or ``None`` (then produce record by record).
+
+    ``partitioner``: the producer's ``partitioner`` setting; with one of
+    :data:`MURMUR2_PARTITIONERS`, keyed records are placed here (see the module docstring).
+    ``refresh_ms``: its ``topic.metadata.refresh.interval.ms``.
+    """
     lib = _library()
     if lib is None or not isinstance(producer, Producer):
         return None
@@ -286,5 +427,6 @@ def attach(producer: Producer, timeout: float = 30.0) -> NativeProducer | None:
         logger.info("batch produce unavailable (unexpected confluent-kafka handle layout): "
                     "records are produced one by one")
         return None
-    return NativeProducer(producer, rk, lib, timeout)
+    return NativeProducer(producer, rk, lib, timeout,
+                          by_key=partitioner in MURMUR2_PARTITIONERS, refresh_ms=refresh_ms)
 

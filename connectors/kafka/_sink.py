@@ -655,7 +655,11 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 raise cause from None
             raise
         SLOT_OWNERS.claim(self._pool_key(transactional_id))
-        native = attach(producer, self._timeout) if self.options.batch_produce else None
+        native = None
+        if self.options.batch_produce:
+            partitioner, refresh_ms = self.config.partitioner()
+            native = attach(producer, self._timeout, partitioner=partitioner,
+                            refresh_ms=refresh_ms)
         return PooledProducer(producer, errors, reported, native)
 
     def open_slot(self, slot: SlotTransaction) -> _Slot:

@@ -190,3 +190,15 @@ def test_fatal_errors_are_fatal_and_others_transient() -> None:
     retriable = KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, retriable=True)
     assert isinstance(translate(KafkaException(retriable), doing="x", secrets=[]),
                       TransientError)
+
+
+def test_partitioner_for_batch_produce_placement() -> None:
+    base = {"bootstrap.servers": "b:9092"}
+    assert KafkaConfig(base).partitioner() == ("murmur2_random", 300_000)
+    assert KafkaConfig({**base, "partitioner": "consistent",
+                        "topic.metadata.refresh.interval.ms": "5000"}).partitioner() == (
+        "consistent", 5000)
+    # A topic-level config may set its own partitioner: batch produce then leaves keyed
+    # records to librdkafka's.
+    nested = {**base, "default.topic.config": {"partitioner": "fnv1a"}}
+    assert KafkaConfig(nested).partitioner()[0] is None

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 
-from connectors.kafka._native import MESSAGE, _library, _pointers, attach
+from connectors.kafka._native import MESSAGE, _library, _pointers, attach, murmur2
 
 
 class _RdKafkaMessage(ctypes.Structure):
@@ -87,3 +87,59 @@ def test_another_confluent_kafka_major_version_falls_back(monkeypatch: pytest.Mo
         monkeypatch.undo()
         _library.cache_clear()
     assert _library() is not None
+
+
+def _librdkafka_murmur2(cdll: ctypes.CDLL, key: bytes | None, partitions: int) -> int:
+    """librdkafka's own ``rd_kafka_msg_partitioner_murmur2`` (public API; it reads neither
+    the topic handle nor the opaques)."""
+    fn = cdll.rd_kafka_msg_partitioner_murmur2
+    fn.restype = ctypes.c_int32
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32,
+                   ctypes.c_void_p, ctypes.c_void_p]
+    buf = ctypes.create_string_buffer(key or b"", max(len(key or b""), 1))
+    return int(fn(None, buf, len(key or b""), partitions, None, None))
+
+
+def test_murmur2_is_kafka_s() -> None:
+    # org.apache.kafka.common.utils.UtilsTest#testMurmur2
+    cases = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
+             b"a-little-bit-longer-string": -1486304829,
+             b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+             b"abc": 479470107}
+    got = murmur2(pa.array(list(cases), pa.binary()))
+    assert got.dtype == np.uint32
+    assert [int(h) - (1 << 32) if h >= 1 << 31 else int(h) for h in got] == list(cases.values())
+
+
+@pytest.mark.parametrize("typ", [pa.binary(), pa.string(), pa.large_binary(),
+                                 pa.large_string()])
+def test_murmur2_places_keys_where_librdkafka_s_partitioner_does(typ: pa.DataType) -> None:
+    lib = _library()
+    assert lib is not None
+    rng = np.random.default_rng(7)
+    raw = [bytes(rng.integers(0, 256, size=int(rng.integers(0, 41)), dtype=np.uint8))
+           for _ in range(3000)] + [b"", b"k", b"k1", b"k12", b"k123", "\u00e9".encode()]
+    text = pa.types.is_string(typ) or pa.types.is_large_string(typ)
+    if text:
+        raw = [r.decode("utf-8", errors="replace").encode() for r in raw]
+    arr = pa.array([r.decode() if text else r for r in raw], typ)
+    # A slice (offsets into the buffers) and a null, which hashes as the empty key.
+    sliced = pa.concat_arrays([pa.array([None], typ), arr]).slice(1)
+    for keys in (arr, sliced):
+        hashes = murmur2(keys)
+        for partitions in (1, 3, 7, 64):
+            ours = (hashes & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)
+            theirs = [_librdkafka_murmur2(lib.lib, r, partitions) for r in raw]
+            assert ours.tolist() == theirs
+    with_null = pa.array([b"a", None, b"abc"], pa.binary())
+    assert murmur2(with_null)[1] == murmur2(pa.array([b""]))[0]
+    assert murmur2(pa.array([], pa.binary())).tolist() == []
+    assert murmur2(pa.array([b"", None], pa.binary())).tolist() == [murmur2(pa.array([b""]))[0]] * 2
+
+
+def test_attach_places_keys_itself_only_under_a_murmur2_partitioner() -> None:
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9"})
+    for partitioner, by_key in (("murmur2_random", True), ("murmur2", True),
+                                ("consistent_random", False), (None, False)):
+        native = attach(producer, partitioner=partitioner)
+        assert native is not None and native.by_key is by_key
