@@ -18,6 +18,7 @@ __all__ = [
     "fetch_maven_jar",
     "format_table",
     "load_service_env",
+    "machine_cpu_seconds",
     "median",
     "stopwatch",
 ]
@@ -125,6 +126,22 @@ def ratio_interval(
     ratios.sort()
     tail = (1 - level) / 2
     return ratios[int(tail * resamples)], ratios[min(resamples - 1, int((1 - tail) * resamples))]
+
+
+def machine_cpu_seconds() -> float | None:
+    """CPU-seconds the whole machine has spent busy so far (every process: Spark's JVM, its
+    Python workers, a local broker), from ``/proc/stat`` (user, nice, system, irq, softirq,
+    steal); ``None`` where there is no ``/proc/stat``. The difference around a run is the
+    CPU the run cost, which moves less than its wall time on a noisy machine."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    busy = [int(v) for v in fields[1:4]] + [int(v) for v in fields[6:9]]
+    return sum(busy) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager

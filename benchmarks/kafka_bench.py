@@ -3,7 +3,7 @@ confluent-kafka producer loop.
 
 Run from the repository root, with Kafka up (``scripts/services start``)::
 
-    python -m benchmarks.kafka_bench            # 500,000 records per run, 5 runs each
+    python -m benchmarks.kafka_bench            # 500,000 records per run, 9 runs each
     python -m benchmarks.kafka_bench --quick    # 100,000 records, 1 run: a smoke test
 
 For each value size (``--sizes``, default 100 and 1000 bytes) every contender writes the
@@ -57,7 +57,14 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from benchmarks._common import format_table, load_service_env, median, stopwatch
+from benchmarks._common import (
+    format_table,
+    load_service_env,
+    machine_cpu_seconds,
+    median,
+    ratio_interval,
+    stopwatch,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -149,9 +156,9 @@ def plain_producer(bootstrap: str, topic: str, rows: int, size: int, procs: int)
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=500_000, help="records per run (500,000)")
-    p.add_argument("--runs", type=int, default=5,
-                   help="timed runs per contender (5; Spark's writer alone moved by up to "
-                        "25 %% between runs of 3)")
+    p.add_argument("--runs", type=int, default=9,
+                   help="timed runs per contender (9; single rounds of Spark's writer moved "
+                        "by up to 30 %% within one run on a 2-core machine)")
     p.add_argument("--warm-runs", type=int, default=5,
                    help="untimed full-size runs per Spark contender first (5): Spark's "
                         "writer reached its steady pace (JIT) only after ~6 batches of 500k")
@@ -215,9 +222,12 @@ def main(argv: list[str] | None = None) -> int:
             batch_ids[key] = 0
         return sinks[key]
 
+    cpu: dict[str, list[float]] = {}
+
     def run(name: str, df: DataFrame, rows: int, size: int, phase: str) -> float:
         topic = topic_for(name if phase == "big" else f"{name}-t", size)
         before = end_offsets(bootstrap, topic)
+        cpu_before = machine_cpu_seconds()
         if name == "plain-producer":
             seconds = plain_producer(bootstrap, topic, rows, size, args.partitions)
         elif name == "spark-kafka":
@@ -237,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                 results.setdefault("metrics", []).append(
                     {"contender": name, "size": size, "phase": phase, **m.extra,
                      "prepare_ms": m.prepare_ms, "decide_ms": m.decide_ms})
+        cpu_after = machine_cpu_seconds()
+        if cpu_before is not None and cpu_after is not None:
+            cpu.setdefault(f"{name}/{phase}/{size}", []).append(cpu_after - cpu_before)
         grown = end_offsets(bootstrap, topic) - before
         assert grown >= rows, f"{name}: the topic grew by {grown} < {rows} records"
         return seconds
@@ -255,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                     if name != "plain-producer":  # new processes every run: nothing to warm
                         run(name, df, args.rows, size, "big")
             times: dict[str, list[float]] = {n: [] for n in CONTENDERS}
+            cpu.clear()  # the timed runs only
             for r in range(args.runs):
                 order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[:r % len(CONTENDERS)]
                 for name in order:
@@ -267,23 +281,31 @@ def main(argv: list[str] | None = None) -> int:
             tiny.unpersist()
             rates = {n: args.rows / median(ts) for n, ts in times.items()}
             tiny_ms = {n: 1000 * median(ts) for n, ts in tiny_times.items()}
+            # Machine CPU-seconds per timed run (every process, the broker included).
+            cpu_s = {n: median(cpu[k]) for n in CONTENDERS
+                     if (k := f"{n}/big/{size}") in cpu and cpu[k]}
             results["sizes"][str(size)] = {"msgs_per_s": rates, "seconds": times,
-                                           "tiny_batch_ms": tiny_ms}
+                                           "tiny_batch_ms": tiny_ms, "cpu_seconds": cpu_s}
             rows_out = [
                 [n, f"{rates[n]:,.0f}", f"{rates[n] * size / 1e6:,.1f}",
                  f"{rates[n] / rates['spark-kafka']:.2f}x",
+                 f"{cpu_s[n]:.2f}" if n in cpu_s else "-",
                  f"{tiny_ms[n]:.0f}" if n in tiny_ms else "-"]
                 for n in CONTENDERS
             ]
             print(f"\n## value {size} B, {args.rows:,} records, {args.partitions} partitions, "
                   f"median of {args.runs}")
             print(format_table(["contender", "msgs/s", "MB/s (values)", "vs spark-kafka",
+                                "machine CPU-s per run",
                                 f"{args.tiny_rows}-record batch ms"], rows_out))
             ratio = rates["kafka-sink"] / rates["spark-kafka"]
             # Per round (the contenders ran back to back): Spark's writer's time / the sink's.
             paired = sorted(a / b for a, b in zip(times["spark-kafka"], times["kafka-sink"],
                                                   strict=True))
             results["sizes"][str(size)]["paired_ratios"] = paired
+            # Bootstrap over the rounds: how far the machine's noise moves the ratio.
+            low, high = ratio_interval(times["spark-kafka"], times["kafka-sink"])
+            results["sizes"][str(size)]["ratio_interval_95"] = [low, high]
             overhead = tiny_ms["kafka-sink"] - tiny_ms["spark-kafka"]
             overhead_b = tiny_ms["kafka-sink-barrier"] - tiny_ms["spark-kafka"]
             verdict = "met" if ratio >= TARGET_VS_SPARK else "NOT met"
@@ -294,7 +316,14 @@ def main(argv: list[str] | None = None) -> int:
                   f" (reuse: {rates['kafka-sink'] / rates['kafka-sink-fresh']:.2f}x); per-batch "
                   f"overhead over Spark's writer: {overhead:.0f} ms (default), "
                   f"{overhead_b:.0f} ms (barrier=True); paired per round: median "
-                  f"{median(paired):.2f}x, {paired[0]:.2f}x-{paired[-1]:.2f}x")
+                  f"{median(paired):.2f}x, {paired[0]:.2f}x-{paired[-1]:.2f}x; total time "
+                  f"over the rounds {sum(times['spark-kafka']) / sum(times['kafka-sink']):.2f}x, "
+                  f"95 % bootstrap interval {low:.2f}x-{high:.2f}x")
+            if "spark-kafka" in cpu_s and "kafka-sink" in cpu_s:
+                mine, theirs = cpu_s["kafka-sink"], cpu_s["spark-kafka"]
+                print(f"Machine CPU per {args.rows:,}-record run (JVM, Python workers, broker): "
+                      f"KafkaSink {mine:.2f} s, Spark's writer {theirs:.2f} s "
+                      f"({mine / theirs:.2f}x)")
         tiny_metrics = [m for m in results.get("metrics", []) if m["phase"] == "tiny"]
         if tiny_metrics:
             for name in ("kafka-sink", "kafka-sink-fresh", "kafka-sink-barrier"):
