@@ -56,6 +56,7 @@ import ctypes
 import functools
 import itertools
 import logging
+import math
 import platform
 import time
 from typing import Any
@@ -155,7 +156,8 @@ class NativeProducer:
         #: Keyed records are placed by :func:`murmur2` here (the producer's partitioner
         #: is one of :data:`MURMUR2_PARTITIONERS`).
         self.by_key = by_key
-        self._refresh_s = max(refresh_ms, 1000) / 1000
+        # -1 turns librdkafka's periodic refresh off; at most one metadata request a second.
+        self._refresh_s = math.inf if refresh_ms < 0 else max(refresh_ms, 1000) / 1000
         #: Topic handles (``rd_kafka_topic_t *``) of this producer, released in ``__del__``.
         self._topics: dict[str, int] = {}
         #: Partition counts of those topics, from the metadata fetched by ``_topic``, and

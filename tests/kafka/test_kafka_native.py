@@ -143,3 +143,10 @@ def test_attach_places_keys_itself_only_under_a_murmur2_partitioner() -> None:
                                 ("consistent_random", False), (None, False)):
         native = attach(producer, partitioner=partitioner)
         assert native is not None and native.by_key is by_key
+
+
+def test_a_negative_refresh_interval_never_refreshes_the_partition_count() -> None:
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9"})
+    never, often = (attach(producer, partitioner="murmur2", refresh_ms=ms) for ms in (-1, 10))
+    assert never is not None and never._refresh_s == float("inf")
+    assert often is not None and often._refresh_s == 1.0  # at most one request a second
