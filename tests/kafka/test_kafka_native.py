@@ -150,3 +150,19 @@ def test_a_negative_refresh_interval_never_refreshes_the_partition_count() -> No
     never, often = (attach(producer, partitioner="murmur2", refresh_ms=ms) for ms in (-1, 10))
     assert never is not None and never._refresh_s == float("inf")
     assert often is not None and often._refresh_s == 1.0  # at most one request a second
+
+
+@pytest.mark.parametrize("length", [1, 3, 4, 5, 8, 36])
+def test_murmur2_of_keys_of_one_length_matches_librdkafka(length: int) -> None:
+    """Equal lengths take the matrix path: same hashes as librdkafka, sliced or not."""
+    lib = _library()
+    assert lib is not None
+    rng = np.random.default_rng(length)
+    raw = [bytes(rng.integers(0, 256, size=length, dtype=np.uint8)) for _ in range(500)]
+    arr = pa.array(raw, pa.binary())
+    for keys, expected in ((arr, raw), (arr.slice(7, 300), raw[7:307])):
+        ours = (murmur2(keys) & np.uint32(0x7FFFFFFF)) % np.uint32(5)
+        assert ours.tolist() == [_librdkafka_murmur2(lib.lib, r, 5) for r in expected]
+    uuids = pa.array([f"{i:08x}-0000-4000-8000-{i:012x}" for i in range(200)], pa.string())
+    mixed = pa.concat_arrays([uuids, pa.array(["short"], pa.string())])
+    assert murmur2(uuids).tolist() == murmur2(mixed)[:200].tolist()
