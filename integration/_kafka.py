@@ -94,9 +94,25 @@ def _bytes(value: str | bytes | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
-def read_all(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Message]:
-    """Every record a ``read_committed`` consumer sees in ``topic``, up to the end."""
-    ends = _offsets(bootstrap, topic, "read_committed")
+def read_all(bootstrap: str, topic: str, timeout: float = 60.0,
+             settle: float = 10.0) -> list[Message]:
+    """Every record a ``read_committed`` consumer sees in ``topic``, up to the end.
+
+    ``commit_transaction`` returns once the coordinator has logged the decision; it writes
+    the commit markers into the partitions after that, and until then a ``read_committed``
+    end (the last stable offset) stops before the transaction's records: read at once, a
+    batch committed a moment ago looked empty (seen in CI). So the read first waits up to
+    ``settle`` seconds for every partition's last stable offset to reach its high
+    watermark (at once in the usual case; a transaction left open on purpose reads as
+    before, after the wait)."""
+    deadline = time.monotonic() + settle
+    while True:
+        ends = _offsets(bootstrap, topic, "read_committed")
+        latest = _offsets(bootstrap, topic, "read_uncommitted")
+        if all(ends[p][1] == latest.get(p, ends[p])[1] for p in ends) or (
+                time.monotonic() > deadline):
+            break
+        time.sleep(0.1)
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"eos-read-{uuid.uuid4().hex[:8]}",
         "isolation.level": "read_committed", "enable.auto.commit": False,
