@@ -65,13 +65,19 @@ def _offsets(bootstrap: str, topic: str, isolation: str) -> dict[int, tuple[int,
         consumer.close()
 
 
+def _stable_offsets(bootstrap: str, topic: str) -> tuple[dict[int, tuple[int, int]], list[int]]:
+    """``topic``'s read_committed (low, last stable offset) per partition, and the
+    partitions whose last stable offset is below the high watermark."""
+    committed = _offsets(bootstrap, topic, "read_committed")
+    latest = _offsets(bootstrap, topic, "read_uncommitted")
+    return committed, [p for p in committed if committed[p][1] != latest.get(p, (0, -1))[1]]
+
+
 def open_transactions(bootstrap: str, topics: Iterable[str]) -> dict[str, list[int]]:
     """Partitions whose last stable offset is below the high watermark, per topic."""
     stuck: dict[str, list[int]] = {}
     for topic in topics:
-        committed = _offsets(bootstrap, topic, "read_committed")
-        latest = _offsets(bootstrap, topic, "read_uncommitted")
-        bad = [p for p in committed if committed[p][1] != latest[p][1]]
+        bad = _stable_offsets(bootstrap, topic)[1]
         if bad:
             stuck[topic] = bad
     return stuck
@@ -106,13 +112,10 @@ def read_all(bootstrap: str, topic: str, timeout: float = 60.0,
     watermark (at once in the usual case; a transaction left open on purpose reads as
     before, after the wait)."""
     deadline = time.monotonic() + settle
-    while True:
-        ends = _offsets(bootstrap, topic, "read_committed")
-        latest = _offsets(bootstrap, topic, "read_uncommitted")
-        if all(ends[p][1] == latest.get(p, ends[p])[1] for p in ends) or (
-                time.monotonic() > deadline):
-            break
+    ends, open_ = _stable_offsets(bootstrap, topic)
+    while open_ and time.monotonic() < deadline:
         time.sleep(0.1)
+        ends, open_ = _stable_offsets(bootstrap, topic)
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": f"eos-read-{uuid.uuid4().hex[:8]}",
         "isolation.level": "read_committed", "enable.auto.commit": False,

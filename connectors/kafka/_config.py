@@ -173,7 +173,7 @@ class KafkaConfig(Mapping[str, Any]):
         """The slot producers' ``partitioner`` (``None`` when ``default.topic.config`` may
         override it) and ``topic.metadata.refresh.interval.ms``, for batch produce's own
         placement of keyed records (:mod:`connectors.kafka._native`)."""
-        conf = {**_PRODUCER_DEFAULTS, **self._data}
+        conf = self.producer("-", DEFAULT_TRANSACTION_TIMEOUT_MS)  # as every slot's
         name = None if "default.topic.config" in conf else conf.get("partitioner")
         try:
             refresh = int(conf.get("topic.metadata.refresh.interval.ms", 300_000))

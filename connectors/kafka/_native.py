@@ -59,6 +59,7 @@ import logging
 import math
 import platform
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -226,15 +227,15 @@ class NativeProducer:
                     f"topic {topic!r} has {self._partitions[topic]} partitions, a record "
                     f"asks for partition {top}"))
 
-    def _key_partitions(self, topic: str, keys: pa.Array) -> np.ndarray:
+    def _key_partitions(self, topic: str, keys: _Layout) -> np.ndarray:
         """The partition of every keyed record (-1 for a null key: librdkafka's
         partitioner places it), as librdkafka's murmur2 partitioners would."""
         if time.monotonic() - self._fetched.get(topic, 0.0) > self._refresh_s:
             self._topic(topic, refresh=True)  # partitions may have been added since
         count = np.uint32(self._partitions[topic])
-        place = ((murmur2(keys) & np.uint32(0x7FFFFFFF)) % count).astype(np.int32)
-        if keys.null_count:
-            place[keys.is_null().to_numpy(zero_copy_only=False)] = RD_KAFKA_PARTITION_UA
+        place = ((_murmur2(keys) & np.uint32(0x7FFFFFFF)) % count).astype(np.int32)
+        if keys.nulls is not None:
+            place[keys.nulls] = RD_KAFKA_PARTITION_UA
         return place
 
     def produce(self, topic: str, values: pa.Array, keys: pa.Array | None,
@@ -247,26 +248,28 @@ class NativeProducer:
         n = len(values)
         if n == 0:
             return 0
-        if isinstance(keys, pa.ChunkedArray):
-            keys = keys.combine_chunks()
         # The arrays the addresses point into stay referenced until the function returns.
         payload, length, _values = _pointers(values)
-        key, key_len, _keys = _pointers(keys) if keys is not None else (None, None, None)
+        key_layout = _layout(keys) if keys is not None else None
+        key, key_len, _keys = (_pointers(key_layout) if key_layout is not None
+                               else (None, None, None))
         rkt = self._topic(topic)
         place = None  # destination partition per record, -1: librdkafka's partitioner
         if partitions is not None:
             place = pc.fill_null(pc.cast(partitions, pa.int32()), RD_KAFKA_PARTITION_UA)
             place = place.to_numpy(zero_copy_only=False)
             self._check_partitions(topic, place)
-        if self.by_key and keys is not None and (place is None or (place < 0).any()):
-            by_key = self._key_partitions(topic, keys)
+        unknown = place is None or bool((place < 0).any())
+        if self.by_key and key_layout is not None and unknown:
+            by_key = self._key_partitions(topic, key_layout)
             place = by_key if place is None else np.where(place < 0, by_key, place)
+            unknown = bool((place < 0).any())
         lib = self._lib.lib
         msgs = self._messages()
         # Grouped by partition only when every record's partition is known: a record left
         # to librdkafka's partitioner could land in a partition between others, and each
         # partition keeps the records' order.
-        grouped = place is not None and not (place < 0).any()
+        grouped = place is not None and not unknown
         order = np.argsort(place, kind="stable") if grouped and place is not None else None
         for start in range(0, n, CHUNK):
             end = min(n, start + CHUNK)
@@ -334,31 +337,56 @@ class NativeProducer:
         return KafkaError(code, f"librdkafka refused a record: {KafkaError(code).str()}")
 
 
-def _pointers(arr: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-    """(address, length) of every value of a string/binary array (null: (0, 0)), and the
-    array they point into: keep it alive while the addresses are in use."""
+@dataclass(frozen=True)
+class _Layout:
+    """Where the values of a string/binary array are, read once from its Arrow buffers."""
+
+    #: The (combined) array: keep it alive while its data is in use.
+    arr: pa.Array
+    #: Offset of every value in ``data``.
+    start: np.ndarray
+    #: Bytes of every value (0 for a null).
+    size: np.ndarray
+    #: Which values are null (``None``: none is).
+    nulls: np.ndarray | None
+    #: The data buffer as bytes (empty when there is none).
+    data: np.ndarray
+    #: Its address, or that of :data:`_EMPTY` when there is none.
+    base: int
+
+
+def _layout(arr: pa.Array | pa.ChunkedArray) -> _Layout:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
-    width = 8 if large else 4
     _, offsets_buf, data_buf = arr.buffers()
     assert offsets_buf is not None
     offsets = np.frombuffer(offsets_buf, dtype=np.int64 if large else np.int32,
-                            count=len(arr) + 1, offset=arr.offset * width)
-    start = offsets[:-1].astype(np.uint64)
-    length = np.diff(offsets).astype(np.uint64)
+                            count=len(arr) + 1, offset=arr.offset * (8 if large else 4))
+    start = offsets[:-1].astype(np.int64)
+    size = np.diff(offsets).astype(np.int64)
+    nulls = arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
+    if nulls is not None:
+        size[nulls] = 0
+    if data_buf is not None and data_buf.size > 0:
+        return _Layout(arr, start, size, nulls, np.frombuffer(data_buf, dtype=np.uint8),
+                       data_buf.address)
+    return _Layout(arr, start, size, nulls, np.zeros(0, np.uint8), ctypes.addressof(_EMPTY))
+
+
+def _pointers(arr: pa.Array | pa.ChunkedArray | _Layout,
+              ) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """(address, length) of every value of a string/binary array (null: (0, 0)), and the
+    array they point into: keep it alive while the addresses are in use."""
+    values = arr if isinstance(arr, _Layout) else _layout(arr)
     # An empty value is a non-NULL pointer with length 0 (NULL is a null value).
-    has_data = data_buf is not None and data_buf.size > 0
-    base = np.uint64(data_buf.address if has_data else ctypes.addressof(_EMPTY))
-    address = start + base
-    if arr.null_count:
-        nulls = arr.is_null().to_numpy(zero_copy_only=False)
-        address[nulls] = 0
-        length[nulls] = 0
-    return address, length, arr
+    address = values.start.astype(np.uint64) + np.uint64(values.base)
+    if values.nulls is not None:
+        address[values.nulls] = 0
+    return address, values.size.astype(np.uint64), values.arr
 
 
-def murmur2(keys: pa.Array) -> np.ndarray:
+def murmur2(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Kafka's murmur2 hash (``org.apache.kafka.common.utils.Utils.murmur2``, librdkafka's
     ``rd_murmur2``) of every value of a string/binary array, as ``uint32``; a null value
     hashes as the empty one. Vectorised: one pass per 4-byte block of the longest value.
@@ -368,45 +396,26 @@ def murmur2(keys: pa.Array) -> np.ndarray:
         >>> int(murmur2(pa.array([b"21"]))[0]) - 2**32  # Kafka's UtilsTest: -973932308
         -973932308
     """
-    n = len(keys)
-    large = pa.types.is_large_binary(keys.type) or pa.types.is_large_string(keys.type)
-    _, offsets_buf, data_buf = keys.buffers()
-    assert offsets_buf is not None
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64 if large else np.int32,
-                            count=n + 1, offset=keys.offset * (8 if large else 4))
-    start = offsets[:-1].astype(np.int64)
-    size = np.diff(offsets).astype(np.int64)
-    if keys.null_count:
-        size[keys.is_null().to_numpy(zero_copy_only=False)] = 0
-    data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None and data_buf.size
-            else np.zeros(0, np.uint8))
+    return _murmur2(_layout(keys))
+
+
+def _murmur2(keys: _Layout) -> np.ndarray:
+    start, size, data = keys.start, keys.size, keys.data
+    n = len(size)
     h = _SEED ^ size.astype(np.uint32)
-    if n and int(size.min()) == int(size.max()) > 0:
-        return _murmur2_same_length(data, int(start[0]), n, int(size[0]), h)
     blocks = size >> 2
-    whole = int(blocks.min()) if n else 0  # blocks that every value has
     with np.errstate(over="ignore"):
-        for i in range(int(blocks.max()) if n else 0):
-            rows = None if i < whole else np.flatnonzero(blocks > i)
-            at = (start if rows is None else start[rows]) + 4 * i
-            k = (data[at].astype(np.uint32) | (data[at + 1].astype(np.uint32) << 8)
-                 | (data[at + 2].astype(np.uint32) << 16)
-                 | (data[at + 3].astype(np.uint32) << 24))
-            k *= _M
-            k ^= k >> np.uint32(24)
-            k *= _M
-            if rows is None:
-                h *= _M
-                h ^= k
-            else:
-                h[rows] = (h[rows] * _M) ^ k
+        if n and int(size.min()) == int(size.max()):
+            _mix_blocks_one_length(h, data, int(start[0]), n, int(size[0]))
+        else:
+            _mix_blocks(h, data, start, blocks)
         tail = size & 3
         at = start + (blocks << 2)
-        rows = np.flatnonzero(tail == 3)
+        rows = _where(tail == 3)
         h[rows] ^= data[at[rows] + 2].astype(np.uint32) << 16
-        rows = np.flatnonzero(tail >= 2)
+        rows = _where(tail >= 2)
         h[rows] ^= data[at[rows] + 1].astype(np.uint32) << 8
-        rows = np.flatnonzero(tail >= 1)
+        rows = _where(tail >= 1)
         h[rows] = (h[rows] ^ data[at[rows]].astype(np.uint32)) * _M
         h ^= h >> np.uint32(13)
         h *= _M
@@ -414,36 +423,49 @@ def murmur2(keys: pa.Array) -> np.ndarray:
     return h
 
 
-def _murmur2_same_length(data: np.ndarray, first: int, n: int, length: int,
-                         h: np.ndarray) -> np.ndarray:
-    """:func:`murmur2` of ``n`` values of ``length`` bytes each, back to back from
-    ``data[first]`` (equal lengths leave no gap between them): the 4-byte blocks of every
-    value read as one ``uint32`` matrix instead of four byte gathers per block (10k keys of 36
-    bytes: 0.64 instead of 1.5 ms)."""
-    rows = data[first:first + n * length].reshape(n, length)
+def _where(mask: np.ndarray) -> slice | np.ndarray:
+    """The rows where ``mask`` holds: every row as a slice (a view, no gather) when all do."""
+    return slice(None) if mask.all() else np.flatnonzero(mask)
+
+
+def _mix_block(h: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """murmur2's step for one 4-byte block ``k`` of every value: the new ``h``."""
+    k *= _M
+    k ^= k >> np.uint32(24)
+    k *= _M
+    mixed: np.ndarray = (h * _M) ^ k
+    return mixed
+
+
+def _mix_blocks(h: np.ndarray, data: np.ndarray, start: np.ndarray,
+                blocks: np.ndarray) -> None:
+    """Mix every value's whole 4-byte blocks into ``h`` (values of any lengths)."""
+    whole = int(blocks.min()) if len(blocks) else 0  # blocks that every value has
+    for i in range(int(blocks.max()) if len(blocks) else 0):
+        rows = None if i < whole else np.flatnonzero(blocks > i)
+        at = (start if rows is None else start[rows]) + 4 * i
+        k = (data[at].astype(np.uint32) | (data[at + 1].astype(np.uint32) << 8)
+             | (data[at + 2].astype(np.uint32) << 16) | (data[at + 3].astype(np.uint32) << 24))
+        if rows is None:
+            h[:] = _mix_block(h, k)
+        else:
+            h[rows] = _mix_block(h[rows], k)
+
+
+def _mix_blocks_one_length(h: np.ndarray, data: np.ndarray, first: int, n: int,
+                           length: int) -> None:
+    """:func:`_mix_blocks` for ``n`` values of ``length`` bytes each, back to back from
+    ``data[first]`` (equal lengths leave no gap between them): their blocks read as one
+    ``uint32`` matrix instead of four byte gathers per block (10k keys of 36 bytes: 0.64
+    instead of 1.5 ms)."""
     blocks = length >> 2
-    with np.errstate(over="ignore"):
-        if blocks:
-            # One row per block (contiguous), from the (value, block) matrix.
-            k = np.ascontiguousarray(rows[:, :blocks * 4]).view("<u4").T.astype(np.uint32)
-            k *= _M
-            k ^= k >> np.uint32(24)
-            k *= _M
-            for i in range(blocks):
-                h *= _M
-                h ^= k[i]
-        tail, at = length & 3, blocks * 4
-        if tail == 3:
-            h ^= rows[:, at + 2].astype(np.uint32) << 16
-        if tail >= 2:
-            h ^= rows[:, at + 1].astype(np.uint32) << 8
-        if tail >= 1:
-            h ^= rows[:, at].astype(np.uint32)
-            h *= _M
-        h ^= h >> np.uint32(13)
-        h *= _M
-        h ^= h >> np.uint32(15)
-    return h
+    if not blocks:
+        return
+    rows = data[first:first + n * length].reshape(n, length)
+    # One row per block (contiguous), from the (value, block) matrix.
+    k = np.ascontiguousarray(rows[:, :blocks * 4]).view("<u4").T.astype(np.uint32)
+    for i in range(blocks):
+        h[:] = _mix_block(h, k[i])
 
 
 def attach(producer: Producer, timeout: float = 30.0, *,
