@@ -26,10 +26,13 @@ size; ``--partitions`` partitions, materialised before any timing) into its own 
                         ``produce()`` loop over pre-built Python bytes (what a Python
                         producer record by record reaches without Spark)
 
-Before timing, every Spark contender writes ``--warm-runs`` (5) full-size batches, untimed:
-written back to back, Spark's writer took 0.97 s for its second 500k-record batch of 100 B
-and 0.51-0.56 s from the seventh on (its JIT warmed), so fewer warm-up runs flattered the
-sink. Timed runs are interleaved (round ``r`` starts with contender ``r``), every run is checked
+Before timing, every Spark contender writes ``--warm-runs`` (12) full-size batches,
+untimed, in rounds: the JVM's JIT compilers still took 1-2 CPU-s per round of the four
+contenders (up to a third of the machine) until round ~8, and 0.1-0.5 CPU-s from round ~10
+on; a stream that runs for hours sees the latter. Written alone, Spark's writer took 0.97 s
+for its second 500k-record batch of 100 B and 0.51-0.56 s from the seventh on. The table's
+"JIT ms per run" (the compilers' time during a timed run, median) shows how settled the
+JVM was. Timed runs are interleaved (round ``r`` starts with contender ``r``), every run is checked
 (the topic's ``read_committed`` end offsets grew by at least the record count), and
 msgs/s is the median over the runs; the sink's ratio is also given per round (Spark's
 writer's time over the sink's in the same round), whose median moves less than the ratio
@@ -112,8 +115,16 @@ def end_offsets(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
+#: Per output partition: the broker keeps about this much (older segments deleted), so that
+#: a run, which writes ~45 GB at 1 KB, does not fill the broker's disk. The checks read end
+#: offsets, which deletion leaves alone.
+RETAINED_BYTES = 256 * 1024 * 1024
+SEGMENT_BYTES = 64 * 1024 * 1024
+
+
 def create_topic(admin: AdminClient, name: str, partitions: int) -> None:
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+    config = {"retention.bytes": str(RETAINED_BYTES), "segment.bytes": str(SEGMENT_BYTES)}
+    admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(60)
 
 
 def _plain_worker(args: tuple[str, str, int, int, int]) -> int:
@@ -159,9 +170,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=9,
                    help="timed runs per contender (9; single rounds of Spark's writer moved "
                         "by up to 30 %% within one run on a 2-core machine)")
-    p.add_argument("--warm-runs", type=int, default=5,
-                   help="untimed full-size runs per Spark contender first (5): Spark's "
-                        "writer reached its steady pace (JIT) only after ~6 batches of 500k")
+    p.add_argument("--warm-runs", type=int, default=12,
+                   help="untimed full-size runs per Spark contender first (12): the JVM's "
+                        "JIT compilers took ~1-2 CPU-s per round of the four contenders "
+                        "until round ~8 and ~0.1-0.5 from round ~10 on")
     p.add_argument("--quick", action="store_true", help="smoke test: 100,000 rows, 1 run")
     p.add_argument("--sizes", default="100,1000", help="value sizes in bytes (100,1000)")
     p.add_argument("--partitions", type=int, default=2, help="input partitions = slots (2)")
@@ -223,11 +235,17 @@ def main(argv: list[str] | None = None) -> int:
         return sinks[key]
 
     cpu: dict[str, list[float]] = {}
+    jit: dict[str, list[float]] = {}
+    # The JVM's JIT compilers' time (ms, all compiler threads): a run that still pays for
+    # compiling Spark's planner and the task code is not at its steady pace.
+    compilation = spark.sparkContext._jvm.java.lang.management.ManagementFactory \
+        .getCompilationMXBean()
 
     def run(name: str, df: DataFrame, rows: int, size: int, phase: str) -> float:
         topic = topic_for(name if phase == "big" else f"{name}-t", size)
         before = end_offsets(bootstrap, topic)
         cpu_before = machine_cpu_seconds()
+        jit_before = compilation.getTotalCompilationTime()
         if name == "plain-producer":
             seconds = plain_producer(bootstrap, topic, rows, size, args.partitions)
         elif name == "spark-kafka":
@@ -250,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         cpu_after = machine_cpu_seconds()
         if cpu_before is not None and cpu_after is not None:
             cpu.setdefault(f"{name}/{phase}/{size}", []).append(cpu_after - cpu_before)
+        if name != "plain-producer":
+            jit.setdefault(f"{name}/{phase}/{size}", []).append(
+                compilation.getTotalCompilationTime() - jit_before)
         grown = end_offsets(bootstrap, topic) - before
         assert grown >= rows, f"{name}: the topic grew by {grown} < {rows} records"
         return seconds
@@ -269,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
                         run(name, df, args.rows, size, "big")
             times: dict[str, list[float]] = {n: [] for n in CONTENDERS}
             cpu.clear()  # the timed runs only
+            jit.clear()
             for r in range(args.runs):
                 order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[:r % len(CONTENDERS)]
                 for name in order:
@@ -284,19 +306,23 @@ def main(argv: list[str] | None = None) -> int:
             # Machine CPU-seconds per timed run (every process, the broker included).
             cpu_s = {n: median(cpu[k]) for n in CONTENDERS
                      if (k := f"{n}/big/{size}") in cpu and cpu[k]}
+            jit_ms = {n: median(jit[k]) for n in CONTENDERS
+                      if (k := f"{n}/big/{size}") in jit and jit[k]}
             results["sizes"][str(size)] = {"msgs_per_s": rates, "seconds": times,
-                                           "tiny_batch_ms": tiny_ms, "cpu_seconds": cpu_s}
+                                           "tiny_batch_ms": tiny_ms, "cpu_seconds": cpu_s,
+                                           "jit_ms": jit_ms}
             rows_out = [
                 [n, f"{rates[n]:,.0f}", f"{rates[n] * size / 1e6:,.1f}",
                  f"{rates[n] / rates['spark-kafka']:.2f}x",
                  f"{cpu_s[n]:.2f}" if n in cpu_s else "-",
+                 f"{jit_ms[n]:.0f}" if n in jit_ms else "-",
                  f"{tiny_ms[n]:.0f}" if n in tiny_ms else "-"]
                 for n in CONTENDERS
             ]
             print(f"\n## value {size} B, {args.rows:,} records, {args.partitions} partitions, "
                   f"median of {args.runs}")
             print(format_table(["contender", "msgs/s", "MB/s (values)", "vs spark-kafka",
-                                "machine CPU-s per run",
+                                "machine CPU-s per run", "JIT ms per run",
                                 f"{args.tiny_rows}-record batch ms"], rows_out))
             ratio = rates["kafka-sink"] / rates["spark-kafka"]
             # Per round (the contenders ran back to back): Spark's writer's time / the sink's.
