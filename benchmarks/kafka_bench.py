@@ -27,13 +27,14 @@ size; ``--partitions`` partitions, materialised before any timing) into its own 
                         producer record by record reaches without Spark)
 
 Before timing, every Spark contender writes ``--warm-runs`` (12) full-size batches,
-untimed, in rounds: the JVM's JIT compilers still took 1-2 CPU-s per round of the four
-contenders (up to a third of the machine) until round ~8, and 0.1-0.5 CPU-s from round ~10
-on; a stream that runs for hours sees the latter. Written alone, Spark's writer took 0.97 s
-for its second 500k-record batch of 100 B and 0.51-0.56 s from the seventh on. The table's
-"JIT ms per run" (the compilers' time during a timed run, median) shows how settled the
-JVM was. Timed runs are interleaved (round ``r`` starts with contender ``r``), every run is checked
-(the topic's ``read_committed`` end offsets grew by at least the record count), and
+untimed, in rounds: the JVM's JIT compilers still took 1.6-2.1 CPU-s per round of the four
+contenders in rounds 2-6 (about half a core over a ~3.7 s round), and 0.3-1.2 CPU-s (median
+0.6) in rounds 10-29; a stream that runs for hours is further along still. Written alone,
+Spark's writer took 0.97 s for its second 500k-record batch of 100 B and 0.51-0.56 s from
+the seventh on. The table's "JIT ms per run" (the compilers' time during a timed run,
+median) shows how settled the JVM was. Timed runs are interleaved (round ``r`` starts
+with contender ``r``), every run is checked (the topic's ``read_committed`` end offsets
+grew by at least the record count), and
 msgs/s is the median over the runs; the sink's ratio is also given per round (Spark's
 writer's time over the sink's in the same round), whose median moves less than the ratio
 of the medians when the machine's pace drifts during a run. A second part writes tiny
@@ -172,8 +173,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "by up to 30 %% within one run on a 2-core machine)")
     p.add_argument("--warm-runs", type=int, default=12,
                    help="untimed full-size runs per Spark contender first (12): the JVM's "
-                        "JIT compilers took ~1-2 CPU-s per round of the four contenders "
-                        "until round ~8 and ~0.1-0.5 from round ~10 on")
+                        "JIT compilers took 1.6-2.1 CPU-s per round of the four "
+                        "contenders in rounds 2-6, 0.3-1.2 in rounds 10-29")
     p.add_argument("--quick", action="store_true", help="smoke test: 100,000 rows, 1 run")
     p.add_argument("--sizes", default="100,1000", help="value sizes in bytes (100,1000)")
     p.add_argument("--partitions", type=int, default=2, help="input partitions = slots (2)")
