@@ -429,7 +429,8 @@ def _where(mask: np.ndarray) -> slice | np.ndarray:
 
 
 def _mix_block(h: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """murmur2's step for one 4-byte block ``k`` of every value: the new ``h``."""
+    """murmur2's step for one 4-byte block ``k`` of every value: the new ``h`` (``k`` is
+    overwritten: pass a fresh array)."""
     k *= _M
     k ^= k >> np.uint32(24)
     k *= _M
