@@ -11,7 +11,7 @@ __all__ = ["require"]
 
 
 def require(module: str, *, extra: str, feature: str) -> ModuleType:
-    """Import ``module`` or raise :class:`DependencyError` naming ``connectors[extra]``.
+    """Import ``module`` or raise :class:`DependencyError` naming ``spark-exactly-once[extra]``.
 
     Example::
 
@@ -22,5 +22,5 @@ def require(module: str, *, extra: str, feature: str) -> ModuleType:
     except ImportError as exc:
         raise DependencyError(
             f"{feature} needs the Python package {module!r}, which is not installed: "
-            f"pip install 'connectors[{extra}]'"
+            f"pip install 'spark-exactly-once[{extra}]'"
         ) from exc

@@ -190,7 +190,7 @@ def _delta_version() -> str:
             continue
     raise ConfigurationError(
         "The 'delta' jars match the installed delta-spark Python package, which is not "
-        "installed: pip install 'connectors[delta]' (or delta-spark), set EOS_DELTA_VERSION "
+        "installed: pip install 'spark-exactly-once[delta]' (or delta-spark), set EOS_DELTA_VERSION "
         "to the Delta Lake version wanted, or leave 'delta' out of components."
     )
 

@@ -174,7 +174,7 @@ def test_target_sinks_load_lazily_and_a_missing_extra_names_it(
     name: str, modules: tuple[str, ...], extra: str
 ) -> None:
     """``import connectors`` imports no client library; naming a sink without its extra
-    raises an ImportError that says ``pip install 'connectors[<extra>]'``."""
+    raises an ImportError that says ``pip install 'spark-exactly-once[<extra>]'``."""
     code = (
         "import sys, builtins\n"
         "real = builtins.__import__\n"
@@ -192,4 +192,4 @@ def test_target_sinks_load_lazily_and_a_missing_extra_names_it(
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert "DependencyError" in out and f"connectors[{extra}]" in out
+    assert "DependencyError" in out and f"spark-exactly-once[{extra}]" in out

@@ -87,6 +87,17 @@ def _drive(cmd: list[str], env: dict[str, str], log: Path, label: str, checkpoin
     return proc.returncode, time.monotonic() - start
 
 
+def _workdir(requested: str | None) -> Path:
+    """The demo's work directory: ``requested``, emptied first, or a new temp directory."""
+    if not requested:
+        return Path(tempfile.mkdtemp(prefix="connectors-demo-"))  # creates it, empty
+    root = Path(requested)
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    return root
+
+
 def run(args: argparse.Namespace) -> int:
     if args.sink == "postgres" and not args.conninfo:
         raise ConfigurationError("--sink postgres needs --conninfo (or $EOS_POSTGRES_CONNINFO)")
@@ -94,10 +105,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("--sink kafka needs --bootstrap (or $EOS_KAFKA_BOOTSTRAP)")
     if not 0 <= args.crash_batch < args.files - 1:
         raise ConfigurationError("--crash-batch must be below --files - 1")
-    root = Path(args.workdir or tempfile.mkdtemp(prefix="connectors-demo-"))
-    if args.workdir and root.exists():
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
+    root = _workdir(args.workdir)
     tag = f"{int(time.time())}-{os.getpid()}"
     inp, ckpt = root / "input", root / "checkpoint"
     target = {"delta": str(root / "delta-table"),

@@ -1,6 +1,6 @@
 """Delta Lake: exactly-once appends, overwrites and MERGEs with Delta's transaction ids.
 
-Needs the ``delta`` extra: ``pip install 'connectors[delta]'`` (and the Delta jars on the
+Needs the ``delta`` extra: ``pip install 'spark-exactly-once[delta]'`` (and the Delta jars on the
 Spark session, e.g. :func:`connectors.spark.get_session`).
 
 Example::

@@ -1,6 +1,6 @@
 """Kafka: exactly-once with one transactional producer per slot and replay markers.
 
-Needs the ``kafka`` extra: ``pip install 'connectors[kafka]'``.
+Needs the ``kafka`` extra: ``pip install 'spark-exactly-once[kafka]'``.
 
 Example::
 

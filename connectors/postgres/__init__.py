@@ -1,6 +1,6 @@
 """PostgreSQL: exactly-once with prepared transactions (XA style).
 
-Needs the ``postgres`` extra: ``pip install 'connectors[postgres]'``.
+Needs the ``postgres`` extra: ``pip install 'spark-exactly-once[postgres]'``.
 
 Example::
 

@@ -1,4 +1,5 @@
-"""pytest plugin of ``connectors.testing`` (loaded automatically through its entry point).
+"""pytest plugin of ``connectors.testing``: opt in with ``-p connectors.testing.plugin`` (or
+``pytest_plugins = ["connectors.testing.plugin"]`` in your top-level conftest.py).
 
 Fixtures:
 

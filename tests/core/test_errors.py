@@ -125,9 +125,9 @@ def test_every_error_is_caught_as_connector_error() -> None:
 
 def test_dependency_error_is_caught_by_import_error_handlers() -> None:
     try:
-        raise E.DependencyError("pip install 'connectors[kafka]'")
+        raise E.DependencyError("pip install 'spark-exactly-once[kafka]'")
     except ImportError as exc:
-        assert "connectors[kafka]" in str(exc)
+        assert "spark-exactly-once[kafka]" in str(exc)
 
 
 def test_no_secret_in_str_or_pickle_when_built_from_redacted_text() -> None:
