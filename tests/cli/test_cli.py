@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
-from connectors.cli import build_parser, main
+from connectors.cli import _demo, build_parser, main
 from connectors.cli._model import EXIT_USAGE, render_table
 
 
@@ -39,3 +42,39 @@ def test_usage_errors_exit_2_and_name_the_fix(capsys: pytest.CaptureFixture[str]
 def test_demo_refuses_a_crash_batch_it_never_reaches(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--files", "3", "--crash-batch", "5"]) == EXIT_USAGE
     assert "--crash-batch" in capsys.readouterr().err
+
+
+class _StopAfterSetUp(Exception):
+    pass
+
+
+def _stop(*args: object, **kwargs: object) -> tuple[int, float]:
+    raise _StopAfterSetUp
+
+
+def test_demo_sets_up_in_a_new_temp_dir_without_workdir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's ``bash scripts/demo`` passes no --workdir: the set-up must work with the
+    temp dir ``mkdtemp`` already created (it once crashed there with FileExistsError)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(_demo, "_drive", _stop)  # stop before the first Spark driver starts
+    args = build_parser().parse_args(["demo", "--files", "2", "--rows-per-file", "10",
+                                      "--crash-batch", "0"])
+    assert args.workdir is None
+    with pytest.raises(_StopAfterSetUp):
+        _demo.run(args)
+    (root,) = tmp_path.iterdir()
+    assert root.name.startswith("connectors-demo-")
+    assert sorted(p.name for p in root.iterdir()) == ["input"]
+    assert len(list((root / "input").iterdir())) == 2
+    assert f"work dir {root}" in capsys.readouterr().out
+
+
+def test_demo_empties_a_given_workdir(tmp_path: Path) -> None:
+    old = tmp_path / "demo" / "checkpoint"
+    old.mkdir(parents=True)
+    assert _demo._workdir(str(tmp_path / "demo")) == tmp_path / "demo"
+    assert list((tmp_path / "demo").iterdir()) == []
+    fresh = tmp_path / "new" / "nested"
+    assert _demo._workdir(str(fresh)).is_dir()
