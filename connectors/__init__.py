@@ -13,7 +13,7 @@ Example::
     from connectors import DeltaSink, KafkaSink, PostgresSink
     sink = PostgresSink("postgresql://user@host:5432/db", "public.events", sink_id="events-pg")
     sink = KafkaSink("events", {"bootstrap.servers": "localhost:9092"}, sink_id="events-kafka")
-    sink = DeltaSink("/data/events", sink_id="events-delta")
+    sink = DeltaSink(f"{path}/events", sink_id="events-delta", create_table=True)
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
 
 The sinks of each target load lazily: ``PostgresSink`` needs the ``postgres`` extra,

@@ -300,7 +300,8 @@ def call_with_retry(
 
     Example::
 
-        call_with_retry(lambda: conn.commit_prepared(xid), policy=DEFAULT_COMMIT_RETRY,
+        xid = "eos1|events-pg|1f2e3d4c|7|42"
+        call_with_retry(lambda: commit(xid), policy=DEFAULT_COMMIT_RETRY,
                         description=f"COMMIT PREPARED {xid}", transaction_id=xid)
     """
     tracker = policy.new_tracker(rng)

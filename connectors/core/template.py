@@ -12,7 +12,8 @@ Connector authors subclass one of the three protocol families
 says who calls it (a task on an executor, or the driver), when, and which idempotency it
 must guarantee.
 
-Example (the full example lives in ``examples/fs_sink.py``)::
+The hooks of a prepared-transaction sink, in outline (a complete, runnable sink is
+``examples/fs_sink.py``; the README's ``my_sink.py`` is a driver-commit one)::
 
     class MySink(PreparedTransactionSink[MyTxn]):
         def create_ledger(self): ...

@@ -6,7 +6,7 @@ Spark session, e.g. :func:`connectors.spark.get_session`).
 Example::
 
     from connectors.delta import DeltaSink
-    sink = DeltaSink("/data/events", sink_id="events-delta", create_table=True)
+    sink = DeltaSink(f"{path}/events", sink_id="events-delta", create_table=True)
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
 
 See ``docs/delta.md`` for the protocol, the ledger and what a replay check covers.

@@ -303,9 +303,9 @@ class DeltaSink(DriverCommitSink):
 
         from connectors.delta import DeltaSink
 
-        sink = DeltaSink("/data/events", sink_id="events-delta", create_table=True)
+        sink = DeltaSink(f"{path}/events", sink_id="events-delta", create_table=True)
         query = (df.writeStream.foreachBatch(sink)
-                 .option("checkpointLocation", "/chk/events").start())
+                 .option("checkpointLocation", ckpt).start())
 
         upsert = DeltaSink(table="lake.users", sink_id="users", merge_on=["user_id"])
 
@@ -924,10 +924,11 @@ class DeltaSinks:
     Example::
 
         sinks = DeltaSinks([
-            DeltaSink("/data/events", sink_id="events"),
-            DeltaSink("/data/users", sink_id="users", merge_on=["user_id"]),
+            DeltaSink(f"{path}/events", sink_id="events", create_table=True),
+            DeltaSink(f"{path}/users", sink_id="users", merge_on=["user_id"],
+                      create_table=True),
         ])
-        query = df.writeStream.foreachBatch(sinks).option("checkpointLocation", c).start()
+        query = df.writeStream.foreachBatch(sinks).option("checkpointLocation", ckpt).start()
     """
 
     def __init__(self, sinks: Iterable[DeltaSink], *, persist: bool = True) -> None:

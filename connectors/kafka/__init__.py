@@ -5,7 +5,7 @@ Needs the ``kafka`` extra: ``pip install 'spark-exactly-once[kafka]'``.
 Example::
 
     from connectors.kafka import KafkaSink
-    sink = KafkaSink("events", {"bootstrap.servers": "localhost:9092"}, sink_id="events-kafka")
+    sink = KafkaSink(topic, {"bootstrap.servers": bootstrap}, sink_id=sink_id, create_topic=True)
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
 """
 

@@ -189,11 +189,11 @@ class KafkaSink(TaskCommitSink[_Slot]):
     Example::
 
         from connectors.kafka import KafkaSink
-        sink = KafkaSink("events", {"bootstrap.servers": "localhost:9092"},
-                         sink_id="events-kafka")
+        sink = KafkaSink(topic, {"bootstrap.servers": bootstrap}, sink_id=sink_id,
+                         create_topic=True)
         query = (df.selectExpr("CAST(id AS STRING) AS key", "to_json(struct(*)) AS value")
                  .writeStream.foreachBatch(sink)
-                 .option("checkpointLocation", "/chk/events").start())
+                 .option("checkpointLocation", ckpt).start())
 
     Consumers must read with ``isolation.level=read_committed``. Transaction markers take
     offsets, so a consumer's lag never quite reaches 0.

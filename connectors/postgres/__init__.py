@@ -5,7 +5,7 @@ Needs the ``postgres`` extra: ``pip install 'spark-exactly-once[postgres]'``.
 Example::
 
     from connectors.postgres import PostgresSink
-    sink = PostgresSink("postgresql://user@host:5432/db", "public.events", sink_id="events-pg")
+    sink = PostgresSink(conninfo, "public.events", sink_id="events-pg", create_table=True)
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
 """
 

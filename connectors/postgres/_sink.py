@@ -94,10 +94,10 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
 
     Example::
 
-        sink = PostgresSink("postgresql://app@db:5432/prod", "public.events",
-                            sink_id="events-pg")
+        sink = PostgresSink(conninfo, "public.events", sink_id="events-pg",
+                            create_table=True)
         query = (df.writeStream.foreachBatch(sink)
-                 .option("checkpointLocation", "/chk/events").start())
+                 .option("checkpointLocation", ckpt).start())
 
     The server needs ``max_prepared_transactions`` at least the number of tasks of a
     batch (the sink checks and says what to set).

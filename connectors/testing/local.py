@@ -57,6 +57,9 @@ class LocalBatch(BatchInput):
 
     Example::
 
+        from connectors.testing import InMemoryPreparedSink, InMemoryTarget
+
+        sink = InMemoryPreparedSink(InMemoryTarget(), sink_id="mem")
         batch = LocalBatch(pa.table({"x": [1, 2, 3]}), partitions=2, speculate={0})
         sink.write_batch(batch, batch_id=0)
     """

@@ -153,6 +153,8 @@ class InMemoryPreparedSink(PreparedTransactionSink[_MemTxn]):
 
     Example::
 
+        from connectors.testing import LocalBatch
+
         target = InMemoryTarget()
         sink = InMemoryPreparedSink(target, sink_id="mem")
         sink.write_batch(LocalBatch(pa.table({"x": [1, 2]})), 0)
