@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STALE = re.compile(r"(?<![\w.-])connectors\[")
+STALE = re.compile(r"(?<![\w.-])connectors\\?\[")  # also connectors\[ in a regex
 
 
 def test_no_install_hint_names_the_old_distribution() -> None:

@@ -153,7 +153,7 @@ class TestErrorTranslation:
 
 
 def test_missing_extra_names_it() -> None:
-    with pytest.raises(DependencyError, match=r"connectors\[postgres\]"):
+    with pytest.raises(DependencyError, match=r"spark-exactly-once\[postgres\]"):
         require("no_such_module_xyz", extra="postgres", feature="PostgresSink")
 
 
