@@ -34,6 +34,11 @@ Maven is ``mvn`` on ``PATH`` (or ``$EOS_MVN``); the repository is Maven's defaul
 unless ``$EOS_MAVEN_REPO`` names another one. When an exact artifact is not published (a
 pip release of delta-spark that has no Maven twin yet, or a mirror that lags), the newest
 older release of the same line is used instead and a warning says so; the stamp records it.
+A Delta jar is replaced only within its minor version (4.4.1 by 4.4.0); anything further is
+refused with a ConfigurationError that names the fix. Each :func:`resolve_jars` call (so
+each session start) prints one line per component to stderr: what is on the class path,
+and "substituted X for Y" when a substitution happened; :func:`jar_report` (used by
+``connectors doctor``) tells the same from the cache alone.
 """
 
 from __future__ import annotations
@@ -65,7 +70,8 @@ from pyspark.sql import SparkSession
 
 from connectors.core.errors import ConfigurationError
 
-__all__ = ["check_components", "get_session", "resolve_jars", "session_builder"]
+__all__ = ["JarChoice", "check_components", "get_session", "jar_report", "resolve_jars",
+           "session_builder"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,11 +130,48 @@ class _Artifact:
 
 @dataclass(frozen=True)
 class _Plan:
-    """What one component needs: Maven roots and the cache directory name."""
+    """What one component needs: Maven roots and the cache directory name.
+
+    ``pinned_group``: artifacts of this group (the root's and its transitive ones) may be
+    substituted only by a release of the same minor version as the root's.
+    """
 
     component: str
     dirname: str
     roots: tuple[_Artifact, ...]
+    pinned_group: str | None = None
+
+
+@dataclass(frozen=True)
+class JarChoice:
+    """The jars :func:`resolve_jars` chose, or would choose, for one component.
+
+    ``used`` are the root coordinates actually on the class path (``requested`` unless a
+    substitution happened); ``substitutions`` are ``(group:artifact, requested version,
+    used version)``; ``jars`` is the number of jar files, ``None`` while the component is
+    not resolved yet (then ``note`` says what the first session will do).
+    """
+
+    component: str
+    requested: tuple[str, ...]
+    used: tuple[str, ...]
+    substitutions: tuple[tuple[str, str, str], ...] = ()
+    jars: int | None = None
+    directory: str = ""
+    note: str = ""
+
+    def line(self) -> str:
+        """One line: component, coordinates, any substitution, where the jars are."""
+        text = f"{self.component}: {', '.join(self.used) or 'no jars'}"
+        roots = {u.rsplit(":", 1)[0] for u in self.used}
+        for key, wanted, got in self.substitutions:
+            what = got if key in roots else f"{key}:{got}"
+            text += f"; substituted {what} for {wanted}"
+        if self.jars is not None:
+            text += f" ({self.jars} jars in {self.directory})"
+        if self.note:
+            text += f" ({self.note})"
+        return text
 
 
 # --------------------------------------------------------------------------- versions
@@ -190,8 +233,8 @@ def _delta_version() -> str:
             continue
     raise ConfigurationError(
         "The 'delta' jars match the installed delta-spark Python package, which is not "
-        "installed: pip install 'spark-exactly-once[delta]' (or delta-spark), set EOS_DELTA_VERSION "
-        "to the Delta Lake version wanted, or leave 'delta' out of components."
+        "installed: pip install 'spark-exactly-once[delta]' (or delta-spark), set "
+        "EOS_DELTA_VERSION to the Delta Lake version wanted, or leave 'delta' out of components."
     )
 
 
@@ -208,7 +251,8 @@ def _plan(component: str, spark_home: Path) -> _Plan:
     if component == "delta":
         delta = _delta_version()
         artifact = _Artifact("io.delta", _delta_artifact_id(delta, spark, scala), delta)
-        return _Plan("delta", f"delta-{delta}-spark{spark}_{scala}", (artifact,))
+        return _Plan("delta", f"delta-{delta}-spark{spark}_{scala}", (artifact,),
+                     pinned_group=artifact.group)
     if component == "kafka":
         artifact = _Artifact("org.apache.spark", f"spark-sql-kafka-0-10_{scala}", spark)
         return _Plan("kafka", f"kafka-{spark}_{scala}", (artifact,))
@@ -233,7 +277,14 @@ def resolve_jars(
     reads the cache's stamp file. Safe to call from several processes at once. When an
     exact version is not in the Maven repository, the newest older release of the same
     line is used and a warning logged (the stamp's ``substituted`` records it); delete the
-    component's directory to resolve again.
+    component's directory to resolve again. A Delta jar (any ``io.delta`` artifact) is
+    only ever replaced by a release of the same minor version (4.4.1 by 4.4.0, never by
+    4.3.x): Delta's Python package and its jars must match.
+
+    Every call prints one line per component to stderr: the coordinates used, any
+    substitution ("substituted io.delta:delta-spark_4.2_2.13:4.4.0 for 4.4.1") and the
+    cache directory (see :class:`JarChoice`; :func:`jar_report` tells the same without
+    resolving anything).
 
     Args:
         components: any of ``"delta"`` and ``"kafka"``; a single string is one component.
@@ -244,13 +295,16 @@ def resolve_jars(
         Absolute jar paths, without duplicates, ready for ``spark.jars``.
 
     Raises:
-        ConfigurationError: unknown component, ``mvn`` missing, or the download failed;
-            the message names the fix.
+        ConfigurationError: unknown component, ``mvn`` missing, the download failed, or
+            a Delta jar of the wanted minor version is not published; the message names
+            the fix.
+
+    .. example-needs: spark
 
     Example:
-        >>> jars = resolve_jars(["kafka"])                    # doctest: +SKIP
-        >>> [p.rsplit("/", 1)[-1] for p in jars]              # doctest: +SKIP
-        ['commons-pool2-2.13.1.jar', 'kafka-clients-3.9.2.jar', ...]
+        >>> jars = resolve_jars(["kafka"])
+        >>> sorted(p.rsplit("/", 1)[-1] for p in jars)
+        [...'kafka-clients-...jar'...]
     """
     names = (components,) if isinstance(components, str) else tuple(components)
     if not names:
@@ -261,12 +315,96 @@ def resolve_jars(
     out: list[str] = []
     seen: set[str] = set()
     for plan in plans:
-        for path in _resolve_plan(plan, jars_root, spark_home):
+        paths, stamp = _resolve_plan(plan, jars_root, spark_home)
+        choice = _choice(plan, jars_root / plan.dirname, stamp, len(paths))
+        print(f"connectors.spark: jars for {choice.line()}", file=sys.stderr, flush=True)
+        for path in paths:
             base = os.path.basename(path)
             if base not in seen:
                 seen.add(base)
                 out.append(path)
     return out
+
+
+def jar_report(
+    components: Iterable[str] = COMPONENTS, *, cache_dir: str | None = None
+) -> list[JarChoice]:
+    """What :func:`resolve_jars` would put on the class path, from its cache alone.
+
+    Starts no JVM and no Maven, and reads no network: a component that is not cached yet
+    is reported with the coordinates the first session will fetch; ``"delta"`` without
+    delta-spark installed (and no ``EOS_DELTA_VERSION``) is reported as needing none. A
+    cached Delta substitution across minor versions raises, as :func:`resolve_jars` would.
+
+    Example (prints e.g. ``delta: io.delta:delta-spark_4.2_2.13:4.4.0; substituted 4.4.0
+    for 4.4.1 (8 jars in ...)`` and ``kafka: ... (not resolved yet: ...)``)::
+
+        for choice in jar_report():
+            print(choice.line())
+    """
+    names = (components,) if isinstance(components, str) else tuple(components)
+    spark_home = _spark_home()
+    jars_root = _cache_root(cache_dir) / "jars"
+    out: list[JarChoice] = []
+    for name in dict.fromkeys(names):
+        try:
+            plan = _plan(name, spark_home)
+        except ConfigurationError:
+            if name != "delta":
+                raise
+            out.append(JarChoice("delta", (), (), note="delta-spark is not installed and "
+                                 "EOS_DELTA_VERSION is not set: sessions get no Delta jars"))
+            continue
+        target = jars_root / plan.dirname
+        stamp = _read_stamp(target)
+        if stamp is None:
+            out.append(JarChoice(
+                plan.component, tuple(map(str, plan.roots)), tuple(map(str, plan.roots)),
+                directory=str(target),
+                note=f"not resolved yet: the first session fetches it with Maven into {target}"))
+        else:
+            _refuse_cross_minor(plan, target, stamp[1])
+            out.append(_choice(plan, target, stamp[1], len(stamp[0])))
+    return out
+
+
+def _choice(plan: _Plan, target: Path, stamp: Mapping[str, object], jars: int) -> JarChoice:
+    """The :class:`JarChoice` a completion stamp records."""
+    substituted = _str_map(stamp.get("substituted"))
+    wanted_from = _str_map(stamp.get("substituted_from"))
+    roots = {r.key: r for r in plan.roots}
+    subs = []
+    for key, got in substituted.items():
+        group, _, artifact = key.partition(":")
+        root = roots.get((group, artifact))
+        wanted = root.version if root is not None else wanted_from.get(key, "?")
+        subs.append((key, wanted, got))
+    used = tuple(
+        str(_Artifact(r.group, r.artifact, substituted.get(f"{r.group}:{r.artifact}", r.version)))
+        for r in plan.roots
+    )
+    return JarChoice(plan.component, tuple(map(str, plan.roots)), used, tuple(subs), jars,
+                     str(target))
+
+
+def _str_map(value: object) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _refuse_cross_minor(plan: _Plan, target: Path, stamp: Mapping[str, object]) -> None:
+    """Raise if a cached stamp records a pinned artifact substituted by another minor."""
+    if plan.pinned_group is None:
+        return
+    root = next(r for r in plan.roots if r.group == plan.pinned_group)
+    for key, got in _str_map(stamp.get("substituted")).items():
+        if key.partition(":")[0] != plan.pinned_group:
+            continue
+        if _version_tuple(got)[:2] != _version_tuple(root.version)[:2]:
+            raise ConfigurationError(
+                f"The cached {plan.component!r} jars in {target} use {key}:{got} for "
+                f"{root}: another minor version, which is refused. "
+                f"{_delta_fix(root, got)}; then delete {target} to resolve again."
+            )
 
 
 def session_builder(
@@ -301,10 +439,13 @@ def session_builder(
     SparkContext lives in a process: when one already runs, ``getOrCreate()`` returns it
     and the jars and master given here do not apply.
 
-    Example:
-        >>> b = session_builder("t", master="local-cluster[2,1,1024]",
-        ...                     conf={"spark.sql.shuffle.partitions": "4"})  # doctest: +SKIP
-        >>> spark = b.getOrCreate()                                            # doctest: +SKIP
+    Example (``b.getOrCreate()`` then starts the session; ``integration/test_spark_session.py``
+    runs a ``local-cluster`` one in a process of its own)::
+
+        >>> b = session_builder("t", master="local-cluster[2,1,1024]", components=[],
+        ...                     conf={"spark.sql.shuffle.partitions": "4"})
+        >>> type(b).__name__
+        'Builder'
     """
     names = (components,) if isinstance(components, str) else tuple(components)
     settings = _session_conf(app_name, master, names, dict(conf or {}))
@@ -325,10 +466,13 @@ def get_session(
 ) -> SparkSession:
     """Return ``session_builder(...).getOrCreate()``; same arguments.
 
+    .. example-needs: spark
+
     Example:
-        >>> spark = get_session("t", components=["delta"])    # doctest: +SKIP
-        >>> spark.range(2).write.format("delta").save("/tmp/t")  # doctest: +SKIP
-        >>> spark.stop()                                       # doctest: +SKIP
+        >>> spark = get_session("t", components=["delta"])
+        >>> spark.range(2).write.format("delta").save(f"{path}/t")
+        >>> spark.read.format("delta").load(f"{path}/t").count()
+        2
     """
     names = (components,) if isinstance(components, str) else tuple(components)
     spark = session_builder(app_name, master=master, components=names, conf=conf).getOrCreate()
@@ -430,8 +574,11 @@ def _cache_root(cache_dir: str | None) -> Path:
     return Path(raw).expanduser()
 
 
-def _read_stamp(target: Path) -> list[str] | None:
-    """The jars of a completed cache directory, or ``None`` when it is not complete."""
+_Stamped = tuple[list[str], dict[str, object]]
+
+
+def _read_stamp(target: Path) -> _Stamped | None:
+    """The jars and stamp of a completed cache directory, ``None`` when it is not complete."""
     try:
         data = json.loads((target / _STAMP).read_text(encoding="utf-8"))
         names = [str(n) for n in data["jars"]]
@@ -441,7 +588,7 @@ def _read_stamp(target: Path) -> list[str] | None:
     if not all(os.path.isfile(p) for p in paths):
         logger.warning("Jar cache %s is incomplete; resolving again", target)
         return None
-    return paths
+    return paths, data
 
 
 @contextlib.contextmanager
@@ -466,16 +613,16 @@ def _file_lock(path: Path) -> Iterator[None]:
         handle.close()  # closing releases the lock
 
 
-def _resolve_plan(plan: _Plan, jars_root: Path, spark_home: Path) -> list[str]:
+def _resolve_plan(plan: _Plan, jars_root: Path, spark_home: Path) -> _Stamped:
     target = jars_root / plan.dirname
     cached = _read_stamp(target)
-    if cached is not None:
-        return cached
-    with _file_lock(jars_root / _LOCK):
-        cached = _read_stamp(target)  # another process may have finished meanwhile
-        if cached is not None:
-            return cached
-        return _fetch(plan, target, spark_home)
+    if cached is None:
+        with _file_lock(jars_root / _LOCK):
+            cached = _read_stamp(target)  # another process may have finished meanwhile
+            if cached is None:
+                return _fetch(plan, target, spark_home)
+    _refuse_cross_minor(plan, target, cached[1])
+    return cached
 
 
 # --------------------------------------------------------------------------- maven
@@ -499,7 +646,7 @@ def _mvn_executable(plan: _Plan) -> str:
     return found
 
 
-def _fetch(plan: _Plan, target: Path, spark_home: Path) -> list[str]:
+def _fetch(plan: _Plan, target: Path, spark_home: Path) -> _Stamped:
     mvn = _mvn_executable(plan)
     jars_root = target.parent
     jars_root.mkdir(parents=True, exist_ok=True)
@@ -508,7 +655,7 @@ def _fetch(plan: _Plan, target: Path, spark_home: Path) -> list[str]:
     work = Path(tempfile.mkdtemp(prefix=f".{plan.dirname}.", dir=jars_root))
     try:
         out_dir = work / plan.dirname
-        substitutions = _run_maven(mvn, plan, work, out_dir, provided)
+        substitutions, originals = _run_maven(mvn, plan, work, out_dir, provided)
         jars = sorted(
             n
             for n in os.listdir(out_dir)
@@ -517,10 +664,11 @@ def _fetch(plan: _Plan, target: Path, spark_home: Path) -> list[str]:
         for name in os.listdir(out_dir):
             if name not in jars:
                 (out_dir / name).unlink()
-        stamp = {
+        stamp: dict[str, object] = {
             "component": plan.component,
             "requested": [str(a) for a in plan.roots],
             "substituted": {f"{g}:{a}": v for (g, a), v in substitutions.items()},
+            "substituted_from": {f"{g}:{a}": v for (g, a), v in originals.items()},
             "jars": jars,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -537,14 +685,18 @@ def _fetch(plan: _Plan, target: Path, spark_home: Path) -> list[str]:
         target,
         time.monotonic() - started,
     )
-    return [str(target / n) for n in jars]
+    return [str(target / n) for n in jars], stamp
 
 
 def _run_maven(
     mvn: str, plan: _Plan, work: Path, out_dir: Path, provided: frozenset[str]
-) -> dict[tuple[str, str], str]:
-    """Run Maven until it succeeds, swapping unpublished artifacts for older releases."""
+) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
+    """Run Maven until it succeeds, swapping unpublished artifacts for older releases.
+
+    Returns the substitutions (artifact -> version used) and the versions they replaced.
+    """
     substitutions: dict[tuple[str, str], str] = {}
+    originals: dict[tuple[str, str], str] = {}
     tried: dict[tuple[str, str], set[str]] = {}
     repo = os.environ.get("EOS_MAVEN_REPO")
     pom = work / "pom.xml"
@@ -586,7 +738,7 @@ def _run_maven(
                 f"Cannot run Maven ({mvn}): {exc}. Install Maven or set EOS_MVN."
             ) from exc
         if proc.returncode == 0 and out_dir.is_dir():
-            return substitutions
+            return substitutions, originals
         output = f"{proc.stdout}\n{proc.stderr}"
         missing = _missing_artifact(output)
         alternative = None
@@ -594,12 +746,15 @@ def _run_maven(
             key = missing.key
             tried.setdefault(key, set()).add(missing.version)
             requested = next((r for r in plan.roots if r.key == key), None)
+            pinned = requested is not None or missing.group == plan.pinned_group
             alternative = _older_release(
                 missing,
                 repo or _DEFAULT_REPO,
                 exclude=tried[key],
-                same_minor=requested is not None,
+                same_minor=pinned,
             )
+            if alternative is None and missing.group == plan.pinned_group:
+                raise _no_same_minor(plan, missing, repo or _DEFAULT_REPO, output)
         if missing is None or alternative is None:
             raise ConfigurationError(
                 f"Maven could not fetch the {plan.component!r} jars "
@@ -612,6 +767,7 @@ def _run_maven(
             missing,
             alternative,
         )
+        originals.setdefault(missing.key, missing.version)
         substitutions[missing.key] = alternative.version
     raise ConfigurationError(
         f"Maven could not fetch the {plan.component!r} jars after {_MAX_SUBSTITUTIONS} "
@@ -632,8 +788,25 @@ def _older_release(
     missing: _Artifact, repo: str, *, exclude: set[str], same_minor: bool
 ) -> _Artifact | None:
     """The newest published release below ``missing``: same major (and minor if asked)."""
+    wanted = _version_tuple(missing.version)
+    width = 2 if same_minor else 1
+    candidates = [
+        v
+        for v in _published_releases(missing, repo) or []
+        if v not in exclude
+        and _version_tuple(v)[:width] == wanted[:width]
+        and _version_tuple(v) < wanted
+    ]
+    if not candidates:
+        return None
+    best = max(candidates, key=_version_tuple)
+    return _Artifact(missing.group, missing.artifact, best)
+
+
+def _published_releases(artifact: _Artifact, repo: str) -> list[str] | None:
+    """The release versions of ``artifact`` in ``repo``'s metadata; ``None`` if unreadable."""
     url = (
-        f"{repo.rstrip('/')}/{missing.group.replace('.', '/')}/{missing.artifact}/"
+        f"{repo.rstrip('/')}/{artifact.group.replace('.', '/')}/{artifact.artifact}/"
         "maven-metadata.xml"
     )
     if not url.startswith(("https://", "http://")):
@@ -642,22 +815,72 @@ def _older_release(
         with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (http(s) only)
             root = ET.fromstring(response.read())  # noqa: S314 (Maven metadata we asked for)
     except (urllib.error.URLError, OSError, ET.ParseError) as exc:
-        logger.debug("No version list for %s from %s: %s", missing, url, exc)
+        logger.debug("No version list for %s from %s: %s", artifact, url, exc)
         return None
-    wanted = _version_tuple(missing.version)
-    width = 2 if same_minor else 1
-    candidates = [
-        v
-        for v in (e.text or "" for e in root.iter("version"))
-        if _RELEASE.match(v)
-        and v not in exclude
-        and _version_tuple(v)[:width] == wanted[:width]
-        and _version_tuple(v) < wanted
-    ]
-    if not candidates:
-        return None
-    best = max(candidates, key=_version_tuple)
-    return _Artifact(missing.group, missing.artifact, best)
+    return [v for v in (e.text or "" for e in root.iter("version")) if _RELEASE.match(v)]
+
+
+def _minor(version: str) -> str:
+    return ".".join(map(str, _version_tuple(version)[:2]))
+
+
+def _delta_fix(root: _Artifact, published: str | None) -> str:
+    """What to do when no Delta jar of ``root``'s minor version can be had; ``published``
+    is a release of ``root``'s artifact that the repository has, if any."""
+    fix = "Delta's Python package and its jars must be the same minor version: "
+    if published:
+        fix += (
+            f"install delta-spark {_minor(published)}.x, whose jars are published for this "
+            f"Spark (pip install 'delta-spark=={published}'), or set "
+            f"EOS_DELTA_VERSION={published}, or "
+        )
+    return fix + (
+        f"set EOS_MAVEN_REPO to a repository that has {root.group}:{root.artifact}:"
+        f"{_minor(root.version)}.x"
+    )
+
+
+def _no_same_minor(plan: _Plan, missing: _Artifact, repo: str, output: str) -> ConfigurationError:
+    """The refusal when a pinned (Delta) artifact has no release of its own minor version."""
+    root = next((r for r in plan.roots if r.group == plan.pinned_group), missing)
+    published = _published_releases(missing, repo)
+    if not published:
+        spark_minor = ".".join(_spark_version().split(".")[:2])
+        why = (
+            f"{repo} has no {missing.group}:{missing.artifact} at all: no Delta Lake release "
+            f"is published for Spark {spark_minor} (pyspark {_spark_version()}) there"
+        )
+        declared = _delta_declared_pyspark()
+        if declared:
+            why += f"; the installed delta-spark declares {declared}"
+        fix = (
+            "Use a pyspark version that delta-spark supports, set EOS_MAVEN_REPO to a "
+            "repository that has the jar, or leave 'delta' out of components"
+        )
+    else:
+        older = [v for v in published if _version_tuple(v) < _version_tuple(missing.version)]
+        newest = max(older, key=_version_tuple) if older else None
+        why = (
+            f"{missing} is not in {repo}, nor is any other release of its minor version"
+            + (f"; the newest older release, {newest}, is another minor version and is "
+               "refused" if newest else "")
+        )
+        fix = _delta_fix(root, newest)
+    return ConfigurationError(f"Cannot use the {plan.component!r} jars: {why}. {fix}. "
+                              f"Maven said:\n{_tail(output)}")
+
+
+def _delta_declared_pyspark() -> str | None:
+    """The pyspark requirement the installed delta-spark declares (its metadata)."""
+    for dist in ("delta-spark", "delta_spark"):
+        try:
+            requires = importlib.metadata.requires(dist) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for req in requires:
+            if req.replace("_", "-").lower().startswith("pyspark"):
+                return req
+    return None
 
 
 def _render_pom(

@@ -279,8 +279,15 @@ def test_fetch_drops_what_pyspark_ships_and_writes_a_stamp(fake_mvn: Path, tmp_p
     assert fake_mvn.read_text().count("call") == 1
 
 
+@pytest.fixture
+def spark_42(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plan as pyspark 4.2.0 would, whatever pyspark runs the tests (CI runs several)."""
+    monkeypatch.setattr(cs, "_spark_version", lambda: "4.2.0")
+
+
 def test_an_unpublished_version_falls_back_to_the_newest_older_release(
-    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_42: None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
     monkeypatch.setenv("FAKE_MVN_MISSING", "io.delta:delta-spark_4.2_2.13@4.4.1")
@@ -298,23 +305,144 @@ def test_an_unpublished_version_falls_back_to_the_newest_older_release(
         "delta-storage-4.4.0.jar",
     ]
     target = Path(jars[0]).parent
-    assert target.name == f"delta-4.4.1-spark{SPARK}_2.13"
+    assert target.name == "delta-4.4.1-spark4.2.0_2.13"
     stamp = json.loads((target / ".complete.json").read_text())
     assert stamp["substituted"] == {"io.delta:delta-spark_4.2_2.13": "4.4.0"}
+    assert stamp["substituted_from"] == {"io.delta:delta-spark_4.2_2.13": "4.4.1"}
+    assert fake_mvn.read_text().count("call") == 2
+    # The choice is printed, one line per component, the substitution named.
+    assert capsys.readouterr().err.splitlines() == [
+        "connectors.spark: jars for delta: io.delta:delta-spark_4.2_2.13:4.4.0; substituted "
+        f"4.4.0 for 4.4.1 (2 jars in {target})"
+    ]
+    # ... again when the cache answers, and jar_report tells the same without Maven.
+    cs.resolve_jars(["delta"], cache_dir=str(tmp_path / "c"))
+    assert "substituted 4.4.0 for 4.4.1" in capsys.readouterr().err
+    (choice,) = cs.jar_report(["delta"], cache_dir=str(tmp_path / "c"))
+    assert choice.used == ("io.delta:delta-spark_4.2_2.13:4.4.0",)
+    assert choice.requested == ("io.delta:delta-spark_4.2_2.13:4.4.1",)
+    assert choice.substitutions == (("io.delta:delta-spark_4.2_2.13", "4.4.1", "4.4.0"),)
     assert fake_mvn.read_text().count("call") == 2
 
 
-def test_no_older_release_is_a_configuration_error_with_mavens_words(
-    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_delta_jar_from_another_minor_version_is_refused_naming_the_fix(
+    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_42: None
 ) -> None:
     monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
     monkeypatch.setenv("FAKE_MVN_MISSING", "io.delta:delta-spark_4.2_2.13@4.4.1")
     _serve_metadata(monkeypatch, [], ["4.3.1", "4.4.1"])  # nothing older in 4.4
     with pytest.raises(ConfigurationError) as info:
         cs.resolve_jars(["delta"], cache_dir=str(tmp_path / "c"))
-    assert "Could not find artifact io.delta:delta-spark_4.2_2.13:jar:4.4.1" in str(info.value)
-    assert "EOS_MAVEN_REPO" in str(info.value)
-    assert not (tmp_path / "c" / "jars" / f"delta-4.4.1-spark{SPARK}_2.13").exists()
+    message = str(info.value)
+    assert "io.delta:delta-spark_4.2_2.13:4.4.1 is not in https://repo1.maven.org/maven2" in (
+        message)
+    assert "4.3.1, is another minor version and is refused" in message
+    assert "install delta-spark 4.3.x, whose jars are published for this Spark" in message
+    assert "EOS_DELTA_VERSION=4.3.1" in message
+    assert "EOS_MAVEN_REPO to a repository that has io.delta:delta-spark_4.2_2.13:4.4.x" in (
+        message)
+    assert "Could not find artifact io.delta:delta-spark_4.2_2.13:jar:4.4.1" in message
+    assert fake_mvn.read_text().count("call") == 1  # 4.3.1 was never tried
+    assert not (tmp_path / "c" / "jars" / "delta-4.4.1-spark4.2.0_2.13").exists()
+
+
+def test_a_transitive_delta_jar_is_pinned_to_the_minor_version_too(
+    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_42: None
+) -> None:
+    monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
+    monkeypatch.setenv("FAKE_MVN_MISSING", "io.delta:delta-storage@4.4.1")
+    _serve_metadata(monkeypatch, [], ["4.3.0", "4.4.1"])
+    with pytest.raises(ConfigurationError) as info:
+        cs.resolve_jars(["delta"], cache_dir=str(tmp_path / "c"))
+    assert "io.delta:delta-storage:4.4.1 is not in" in str(info.value)
+    assert "4.3.0, is another minor version and is refused" in str(info.value)
+
+
+def test_no_delta_jar_for_this_spark_minor_says_so(
+    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cs, "_spark_version", lambda: "4.3.0")
+    monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
+    monkeypatch.setenv("FAKE_MVN_MISSING", "io.delta:delta-spark_4.3_2.13@4.4.1")
+
+    def not_found(url: str, timeout: float = 0) -> io.BytesIO:
+        raise cs.urllib.error.HTTPError(url, 404, "Not Found", {}, None)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cs.urllib.request, "urlopen", not_found)
+    with pytest.raises(ConfigurationError) as info:
+        cs.resolve_jars(["delta"], cache_dir=str(tmp_path / "c"))
+    message = str(info.value)
+    assert "no io.delta:delta-spark_4.3_2.13 at all" in message
+    assert "no Delta Lake release is published for Spark 4.3 (pyspark 4.3.0)" in message
+    assert "leave 'delta' out of components" in message
+
+
+def test_a_cached_cross_minor_delta_substitution_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, spark_42: None
+) -> None:
+    """A cache written before the refusal existed (or by hand) is not used either."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
+    target = _write_cache(tmp_path, "delta-4.4.1-spark4.2.0_2.13",
+                          ["delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.3.0.jar"])
+    stamp = json.loads((target / ".complete.json").read_text())
+    stamp["substituted"] = {"io.delta:delta-spark_4.2_2.13": "4.4.0",
+                            "io.delta:delta-storage": "4.3.0"}
+    (target / ".complete.json").write_text(json.dumps(stamp))
+    for call in (cs.resolve_jars, cs.jar_report):
+        with pytest.raises(ConfigurationError) as info:
+            call(["delta"], cache_dir=str(tmp_path))
+        assert "io.delta:delta-storage:4.3.0" in str(info.value)
+        assert "another minor version, which is refused" in str(info.value)
+        assert "EOS_DELTA_VERSION=4.3.0" in str(info.value)
+        assert f"delete {target} to resolve again" in str(info.value)
+
+
+def test_the_jars_are_printed_at_session_start(
+    fake_mvn: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    opts = options(cs.session_builder(components=["kafka"]))
+    target = tmp_path / "cache" / "jars" / KAFKA_DIR  # EOS_CACHE_DIR of _clean_env
+    assert opts["spark.jars"].split(",") == [
+        str(target / "kafka-clients-3.9.2.jar"),
+        str(target / f"spark-sql-kafka-0-10_2.13-{SPARK}.jar"),
+    ]
+    assert capsys.readouterr().err.splitlines() == [
+        f"connectors.spark: jars for kafka: org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK} "
+        f"(2 jars in {target})"
+    ]
+
+
+def test_jar_report_needs_no_maven_and_no_delta_spark(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # any Maven call would fail
+
+    def not_installed(dist: str) -> str:
+        raise cs.importlib.metadata.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(cs.importlib.metadata, "version", not_installed)
+    delta, kafka = cs.jar_report(cache_dir=str(tmp_path))
+    assert delta.used == () and delta.jars is None
+    assert delta.line() == ("delta: no jars (delta-spark is not installed and EOS_DELTA_VERSION "
+                            "is not set: sessions get no Delta jars)")
+    coords = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK}"
+    assert kafka.used == (coords,) and kafka.jars is None
+    assert kafka.line().startswith(f"kafka: {coords} (not resolved yet: the first session "
+                                   "fetches it with Maven into ")
+    _write_cache(tmp_path, KAFKA_DIR, ["k-1.jar", "k-2.jar"])
+    (kafka,) = cs.jar_report("kafka", cache_dir=str(tmp_path))
+    assert kafka.line() == f"kafka: {coords} (2 jars in {tmp_path / 'jars' / KAFKA_DIR})"
+
+
+def test_a_transitive_substitution_is_printed_with_its_coordinates() -> None:
+    choice = cs.JarChoice(
+        "kafka", ("org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",),
+        ("org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",),
+        (("org.apache.spark:spark-token-provider-kafka-0-10_2.13", "4.2.0", "4.0.0"),), 5, "/c")
+    assert choice.line() == (
+        "kafka: org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0; substituted "
+        "org.apache.spark:spark-token-provider-kafka-0-10_2.13:4.0.0 for 4.2.0 (5 jars in /c)")
 
 
 def _serve_metadata(monkeypatch: pytest.MonkeyPatch, asked: list[str], versions: list[str]) -> None:

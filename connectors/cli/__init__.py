@@ -172,7 +172,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------ doctor
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from connectors.cli._doctor import check, read_checkpoint
+    from connectors.cli._doctor import check, jar_findings, read_checkpoint
 
     if len(args.sink_ids) != 1:
         raise ConfigurationError("doctor checks one sink: pass exactly one --sink-id")
@@ -188,6 +188,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         finally:
             ledger.close()
             target.close()
+    findings += jar_findings()
     if args.json:
         print(to_json(findings))
     else:
@@ -232,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="leave undecided transactions younger than this alone: a live "
                          "driver may be about to decide them (default 60)")
 
-    doctor = sub.add_parser("doctor", help="compare a Spark checkpoint with the sink's ledger")
+    doctor = sub.add_parser("doctor", help="compare a Spark checkpoint with the sink's ledger; "
+                            "show the jars a Spark session would get")
     doctor.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
     _add_target_args(doctor)
     return parser

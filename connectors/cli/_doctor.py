@@ -11,6 +11,11 @@ in between. So, for a healthy pair (batch ids as integers):
 - every batch in Spark's commit log that the ledger still retains is COMMITTED there
   (DECIDED is allowed only after a database crash lost the asynchronous "committed"
   mark: the next run finishes it), and the ledger has no gaps.
+
+It also shows, per component (``jars:delta``, ``jars:kafka``), the jars
+:func:`connectors.spark.get_session` would put on the class path, read from the jar cache
+without starting Spark or Maven (:func:`connectors.spark.jar_report`); a cached Delta jar
+of another minor version than delta-spark's is an error, as it is at session start.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from connectors.cli._model import Finding
+from connectors.core.errors import ConfigurationError
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
 from connectors.core.protocol import BatchState
 
-__all__ = ["Checkpoint", "check", "read_checkpoint"]
+__all__ = ["Checkpoint", "check", "jar_findings", "read_checkpoint"]
 
 
 @dataclass(frozen=True)
@@ -118,4 +124,19 @@ def check(ckpt: Checkpoint, entries: list[LedgerEntry], bound_query: str | None)
         out.append(Finding("spark-commits-in-ledger", False,
                            f"Spark committed {len(ckpt.commits)} batch(es) but the sink's "
                            "ledger is empty: wrong sink id or ledger location?"))
+    return out
+
+
+def jar_findings() -> list[Finding]:
+    """One finding per Spark component: the jars a session would get, from the cache alone."""
+    from connectors.spark import COMPONENTS, jar_report
+
+    out: list[Finding] = []
+    for component in COMPONENTS:
+        try:
+            (choice,) = jar_report([component])
+        except ConfigurationError as exc:
+            out.append(Finding(f"jars:{component}", False, str(exc)))
+            continue
+        out.append(Finding(f"jars:{component}", True, choice.line().split(": ", 1)[1]))
     return out

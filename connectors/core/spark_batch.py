@@ -73,6 +73,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import inspect
 import logging
 import os
 import re
@@ -93,10 +94,10 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 __all__ = ["ADAPTIVE", "NARROW_NODES", "ROW_BOUND_MARK", "Handover", "SparkBatch",
-           "arrow_settings", "check_columns", "combine_fingerprint", "current_query_id",
-           "fingerprint_aggregates", "flat_schema", "handover_budget", "handover_rows",
-           "has_map", "narrow_plan", "outcome_task", "row_hash", "session_settings",
-           "spark_fingerprint", "with_row_hash"]
+           "arrow_schema", "arrow_settings", "check_columns", "combine_fingerprint",
+           "current_query_id", "fingerprint_aggregates", "flat_schema", "handover_budget",
+           "handover_rows", "has_map", "narrow_plan", "outcome_task", "row_hash",
+           "session_settings", "spark_fingerprint", "with_row_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,40 @@ def _outcome_type() -> Any:
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     return StructType([StructField("outcome", BinaryType())])
+
+
+def arrow_schema(schema: StructType, *, timezone: str, large_types: bool = False) -> pa.Schema:
+    """The Arrow schema of the record batches ``mapInArrow`` hands tasks for ``schema``.
+
+    Spark's JVM writes every ``TimestampType`` value, nested ones too, as
+    ``timestamp[us, tz=<session time zone>]`` (``TimestampNTZType`` without a zone). PySpark's
+    ``to_arrow_schema`` says so only from 4.2 on (its ``timezone`` argument); 4.0 and 4.1
+    take ``timestamp_utc`` and name UTC instead, so there the zone is set afterwards.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:  # pyspark >= 4.2
+        return to_arrow_schema(schema, timezone=timezone, prefers_large_types=large_types)
+    converted = to_arrow_schema(schema, prefers_large_types=large_types)
+    return pa.schema([f.with_type(_zoned(f.type, timezone)) for f in converted],
+                     metadata=converted.metadata)
+
+
+def _zoned(t: pa.DataType, timezone: str) -> pa.DataType:
+    """``t`` with every zoned timestamp in it, at any depth, in ``timezone``."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp(t.unit, tz=timezone) if t.tz is not None else t
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_zoned(t.key_type, timezone)),
+                       t.item_field.with_type(_zoned(t.item_type, timezone)),
+                       keys_sorted=t.keys_sorted)
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_zoned(t.value_type, timezone)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_zoned(t.value_type, timezone)))
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_zoned(f.type, timezone)) for f in t])
+    return t
 
 
 def has_map(t: DataType) -> bool:
@@ -497,16 +532,15 @@ class SparkBatch(BatchInput):
     @property
     def schema(self) -> pa.Schema:
         if self._schema is None:
-            from pyspark.sql.pandas.types import to_arrow_schema
             from pyspark.sql.types import StructType
 
             spark = self._df.sparkSession
             fields = [f for f in self._df.schema.fields
                       if not (self._hashed and f.name == ROW_HASH_COLUMN)]
-            self._schema = to_arrow_schema(
+            self._schema = arrow_schema(
                 StructType(fields),
                 timezone=spark.conf.get("spark.sql.session.timeZone") or "UTC",
-                prefers_large_types=spark.conf.get(
+                large_types=spark.conf.get(
                     "spark.sql.execution.arrow.useLargeVarTypes", "false"
                 ) == "true",
             )

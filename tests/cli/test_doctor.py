@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyspark
 import pytest
 
+from connectors.cli import main
 from connectors.cli._doctor import Checkpoint, check, read_checkpoint
+from connectors.cli._model import EXIT_ATTENTION, EXIT_OK
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
 from connectors.core.protocol import BatchState
 
@@ -85,3 +88,68 @@ def test_read_checkpoint(tmp_path: Path) -> None:
     assert (got.query_id, got.offsets, got.commits) == (Q, [0, 1, 2], [0, 1])
     with pytest.raises(FileNotFoundError, match="not a directory"):
         read_checkpoint(str(tmp_path / "nope"))
+
+
+# ------------------------------------------------------------------ the jars section
+
+SPARK = pyspark.__version__
+DELTA_COORD = f"io.delta:delta-spark_{'.'.join(SPARK.split('.')[:2])}_2.13"
+
+
+def _stamp(cache: Path, dirname: str, jars: list[str], **fields: object) -> Path:
+    target = cache / "jars" / dirname
+    target.mkdir(parents=True)
+    for name in jars:
+        (target / name).write_bytes(b"jar")
+    (target / ".complete.json").write_text(json.dumps({"jars": jars, **fields}))
+    return target
+
+
+@pytest.fixture
+def doctor_args(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A healthy empty pair (a Delta table, a checkpoint) and a private jar cache."""
+    monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no Maven, no java: none needed
+    (tmp_path / "table" / "_delta_log").mkdir(parents=True)
+    (tmp_path / "ckpt").mkdir()
+    return ["doctor", "--checkpoint", str(tmp_path / "ckpt"), "--delta",
+            str(tmp_path / "table"), "--sink-id", "s"]
+
+
+def test_doctor_shows_the_jars_a_session_would_get_without_starting_spark(
+    doctor_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    delta = _stamp(tmp_path / "cache", f"delta-4.4.1-spark{SPARK}_2.13",
+                   ["delta-spark-4.4.0.jar", "delta-storage-4.4.0.jar"],
+                   substituted={DELTA_COORD: "4.4.0"})
+    assert main(doctor_args) == EXIT_OK
+    rows = {line.split()[0]: line.split(None, 2)[1:] for line in
+            capsys.readouterr().out.splitlines() if line.startswith("jars:")}
+    assert rows["jars:delta"] == [
+        "ok", f"{DELTA_COORD}:4.4.0; substituted 4.4.0 for 4.4.1 (2 jars in {delta})"]
+    kafka = tmp_path / "cache" / "jars" / f"kafka-{SPARK}_2.13"
+    assert rows["jars:kafka"] == [
+        "ok", f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK} (not resolved yet: the "
+        f"first session fetches it with Maven into {kafka})"]
+    assert not kafka.exists()
+
+    assert main([*doctor_args, "--json"]) == EXIT_OK
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert found["jars:delta"]["ok"] is True
+    assert "substituted 4.4.0 for 4.4.1" in found["jars:delta"]["detail"]
+
+
+def test_doctor_flags_a_cached_delta_jar_of_another_minor_version(
+    doctor_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _stamp(tmp_path / "cache", f"delta-4.4.1-spark{SPARK}_2.13", ["delta-spark-4.3.1.jar"],
+           substituted={DELTA_COORD: "4.3.1"})
+    assert main([*doctor_args, "--json"]) == EXIT_ATTENTION
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert found["jars:delta"]["ok"] is False
+    assert found["jars:delta"]["severity"] == "error"
+    assert f"{DELTA_COORD}:4.3.1" in found["jars:delta"]["detail"]
+    assert "install delta-spark 4.3.x" in found["jars:delta"]["detail"]
+    assert "EOS_DELTA_VERSION=4.3.1" in found["jars:delta"]["detail"]
+    assert found["jars:kafka"]["ok"] is True

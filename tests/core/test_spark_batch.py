@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.types import (
     ArrayType,
@@ -27,6 +28,8 @@ from connectors.core.spark_batch import (
     MAX_RECORDS,
     NO_SIZE_CHECK,
     _byte_string,
+    _zoned,
+    arrow_schema,
     arrow_settings,
     flat_schema,
     handover_budget,
@@ -180,3 +183,53 @@ def test_a_plan_that_cannot_be_read_keeps_adaptive_execution() -> None:
         pass
 
     assert narrow_plan(ConnectFrame()) is False
+
+
+# ------------------------------------------------------------ the tasks' Arrow schema
+
+NY = "America/New_York"
+
+
+def test_arrow_schema_zones_every_timestamp_like_the_jvm_on_any_pyspark() -> None:
+    """The batches ``mapInArrow`` hands tasks carry the session's zone on every timestamp,
+    nested ones too (measured with a session in America/New_York on pyspark 4.0.1 and
+    4.3.0); pyspark < 4.2's ``to_arrow_schema`` names UTC, 4.2+ takes ``timezone``."""
+    ts = TimestampType()
+    spark_schema = StructType([
+        StructField("ts", ts),
+        StructField("a", ArrayType(ts)),
+        StructField("m", MapType(StringType(), ts)),
+        StructField("s", StructType([StructField("x", ts), StructField("n", LongType())])),
+        StructField("ntz", TimestampNTZType()),
+        StructField("str", StringType()),
+    ])
+    zoned = pa.timestamp("us", tz=NY)
+    assert arrow_schema(spark_schema, timezone=NY) == pa.schema([
+        ("ts", zoned),
+        ("a", pa.list_(zoned)),
+        ("m", pa.map_(pa.string(), zoned)),
+        ("s", pa.struct([("x", zoned), ("n", pa.int64())])),
+        ("ntz", pa.timestamp("us")),
+        ("str", pa.string()),
+    ])
+    large = arrow_schema(spark_schema, timezone="UTC", large_types=True)
+    assert large.field("str").type == pa.large_string()
+    assert large.field("ts").type == pa.timestamp("us", tz="UTC")
+
+
+def test_zoned_keeps_everything_but_the_zone() -> None:
+    utc = pa.timestamp("us", tz="UTC")
+    t = pa.struct([
+        pa.field("l", pa.large_list(pa.field("e", utc, nullable=False)), nullable=False),
+        ("m", pa.map_(pa.string(), pa.list_(utc), keys_sorted=True)),
+        ("naive", pa.timestamp("ms")),
+        ("d", pa.decimal128(10, 2)),
+    ])
+    z = pa.timestamp("us", tz=NY)
+    assert _zoned(t, NY) == pa.struct([
+        pa.field("l", pa.large_list(pa.field("e", z, nullable=False)), nullable=False),
+        ("m", pa.map_(pa.string(), pa.list_(z), keys_sorted=True)),
+        ("naive", pa.timestamp("ms")),
+        ("d", pa.decimal128(10, 2)),
+    ])
+    assert _zoned(pa.int64(), NY) == pa.int64()
