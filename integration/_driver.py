@@ -49,6 +49,7 @@ def run_driver(
     env.pop("CONNECTORS_CRASH_AT", None)
     if crash:
         env["CONNECTORS_CRASH_AT"] = crash
+        env["CONNECTORS_TEST_MODE"] = "1"
     if crash_log is not None:
         env["CONNECTORS_CRASH_LOG"] = str(crash_log)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))

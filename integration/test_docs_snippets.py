@@ -364,6 +364,7 @@ def test_page_blocks_run_and_write_exactly_once(page_env: Page) -> None:
             log = page.cwd / f"{label}.crash-log"
             crashed = _run_block(page, block, label, {
                 **page.env, "CONNECTORS_CRASH_AT": f"{expect.crash_first}:sink={sink}",
+                "CONNECTORS_TEST_MODE": "1",
                 "CONNECTORS_CRASH_LOG": str(log)})
             assert crashed.returncode == -9, (
                 f"{block.where} ({label}) was to be SIGKILLed at {expect.crash_first}:\n"

@@ -46,7 +46,8 @@ def test_speculative_copy_fences_the_straggler_and_the_slot_commits_once(
             "spark.eventLog.dir": f"file://{events}",
             "spark.eventLog.compress": "false",
         }),
-        *executor_env_conf(CONNECTORS_CRASH_AT=stall, CONNECTORS_CRASH_LOG=str(job.crash_log)),
+        *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
+                           CONNECTORS_CRASH_LOG=str(job.crash_log)),
         timeout=300,
     )
     assert run.returncode == 0, f"{run.tail()}\n{cluster.executor_logs()}"

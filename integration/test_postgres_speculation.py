@@ -58,7 +58,8 @@ def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(
             "spark.eventLog.dir": f"file://{events}",
             "spark.eventLog.compress": "false",
         }),
-        *executor_env_conf(CONNECTORS_CRASH_AT=stall, CONNECTORS_CRASH_LOG=str(job.crash_log),
+        *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
+                           CONNECTORS_CRASH_LOG=str(job.crash_log),
                            PGOPTIONS=DRIVER_PGOPTIONS),
         timeout=300,
     )

@@ -152,7 +152,8 @@ def test_speculative_duplicate_attempts_commit_once(
             }
         ),
         # Executors get the workers' environment, not the driver's: arm the crash there.
-        *executor_env_conf(CONNECTORS_CRASH_AT=stall, CONNECTORS_CRASH_LOG=str(job.crash_log)),
+        *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
+                           CONNECTORS_CRASH_LOG=str(job.crash_log)),
         timeout=240,
     )
     seconds = time.monotonic() - started

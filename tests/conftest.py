@@ -17,6 +17,7 @@ from connectors.core import crash
 def _no_crash_armed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv(crash.ENV_CRASH_AT, raising=False)
     monkeypatch.delenv(crash.ENV_CRASH_LOG, raising=False)
+    monkeypatch.delenv(crash.ENV_TEST_MODE, raising=False)
     crash.disarm_all()
     yield
     crash.disarm_all()

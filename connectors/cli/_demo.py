@@ -132,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     point = CRASH_POINT[args.sink]
     if not quiet:
         print(f"run 1: the driver SIGKILLs itself at {point} of batch {args.crash_batch}")
-    crash_env = dict(env, CONNECTORS_CRASH_AT=f"{point}:batch={args.crash_batch}")
+    crash_env = dict(env, CONNECTORS_TEST_MODE="1",
+                     CONNECTORS_CRASH_AT=f"{point}:batch={args.crash_batch}")
     code1, t1 = _drive(job, crash_env, root / "run-1.log", "run 1", ckpt, args.rows_per_file,
                        quiet)
     killed = code1 == -signal.SIGKILL

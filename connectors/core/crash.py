@@ -3,8 +3,11 @@
 The template calls :func:`crash_point` at every :class:`~connectors.core.protocol.CrashPoint`
 that applies to its family. Nothing happens unless a crash is armed, either
 
-- in the environment, for real processes (Spark drivers, Python workers)::
+- in the environment, for real processes (Spark drivers, Python workers), with two
+  switches: ``CONNECTORS_TEST_MODE=1`` and the point. ``CONNECTORS_CRASH_AT`` alone arms
+  nothing (a stray variable must not SIGKILL a production driver); it logs one WARNING::
 
+      CONNECTORS_TEST_MODE=1
       CONNECTORS_CRASH_AT="after_decision:batch=3"            # SIGKILL the driver at batch 3
       CONNECTORS_CRASH_AT="before_precommit:batch=1:once=/tmp/c1:action=exit"
       CONNECTORS_CRASH_LOG=/tmp/reached.log                   # proof the point was reached
@@ -25,6 +28,7 @@ kept in :data:`reached`), so a test can assert that its crash point really was r
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -37,6 +41,7 @@ from connectors.core.protocol import CrashPoint
 __all__ = [
     "ENV_CRASH_AT",
     "ENV_CRASH_LOG",
+    "ENV_TEST_MODE",
     "ArmedCrash",
     "SimulatedCrash",
     "arm",
@@ -49,6 +54,8 @@ __all__ = [
 
 ENV_CRASH_AT = "CONNECTORS_CRASH_AT"
 ENV_CRASH_LOG = "CONNECTORS_CRASH_LOG"
+#: The second switch: ``CONNECTORS_CRASH_AT`` arms crash points only when this is ``1``.
+ENV_TEST_MODE = "CONNECTORS_TEST_MODE"
 _ACTIONS = ("kill", "exit", "raise", "stall")
 
 
@@ -83,7 +90,10 @@ class ArmedCrash:
         )
 
 
+logger = logging.getLogger(__name__)
 _lock = threading.Lock()
+#: Whether the WARNING about an unarmed ``CONNECTORS_CRASH_AT`` was logged (once a process).
+_warned: set[str] = set()
 _armed: list[ArmedCrash] = []
 _fired: set[ArmedCrash] = set()
 #: Every crash point reached in this process, as ``(point, sink_id, batch_id)``.
@@ -185,11 +195,28 @@ def _claim_once(path: str) -> bool:
     return True
 
 
+def test_mode() -> bool:
+    """Whether ``CONNECTORS_TEST_MODE=1``: the switch that lets ``CONNECTORS_CRASH_AT`` arm."""
+    return os.environ.get(ENV_TEST_MODE, "").strip() == "1"
+
+
+def _env_spec() -> str | None:
+    """``CONNECTORS_CRASH_AT`` when test mode is on; else ``None`` (warned about once)."""
+    spec = os.environ.get(ENV_CRASH_AT)
+    if not spec or test_mode():
+        return spec or None
+    if ENV_CRASH_AT not in _warned:
+        _warned.add(ENV_CRASH_AT)
+        logger.warning("%s is set but %s is not 1: crash points stay disarmed (a test harness "
+                       "sets both)", ENV_CRASH_AT, ENV_TEST_MODE)
+    return None
+
+
 def crash_point(
     point: CrashPoint, *, sink_id: str, batch_id: int, partition: int | None = None
 ) -> None:
     """Kill (or pretend to kill) the process here if a matching crash is armed."""
-    spec = os.environ.get(ENV_CRASH_AT)
+    spec = _env_spec()
     with _lock:
         candidates = [c for c in _armed if c not in _fired]
     if spec:

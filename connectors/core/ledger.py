@@ -234,7 +234,9 @@ def check_binding(sink_id: str, bound: str | None, query_id: str, *, reset: bool
     raise QueryBindingError(
         f"sink {sink_id!r} is bound to query {bound!r}, not {query_id!r}: a new checkpoint "
         "restarts batch ids at 0 and this sink would skip them as already committed. Use the "
-        "original checkpoint location, choose a new sink_id, or pass reset_binding=True to "
-        "bind this sink to the new query (its ledger is then forgotten)",
+        "original checkpoint location, or choose a new sink_id. reset_binding=True binds this "
+        "sink to the new query and forgets its ledger, at a cost: the new checkpoint reads "
+        "the source again from where it starts, so rows this sink already wrote are written "
+        "again (duplicates) unless that starting point is past them",
         sink_id=sink_id,
     )

@@ -30,6 +30,9 @@ right when the driver commits, on two cores. So the first task of a worker calls
 garbage is frozen), because that task itself imports and keeps ~29,000 more objects
 (modules loaded on first use, kept clients): measured 13-37 ms per collection with the
 first freeze only. Frozen, a collection scans only what later tasks create.
+The worker is shared with the job's other Python code; ``CONNECTORS_GC_FREEZE=0`` in the
+executors' environment (``spark.executorEnv.CONNECTORS_GC_FREEZE=0``; in local mode, the
+driver's environment) turns both freezes off (:data:`ENV_GC_FREEZE`).
 
 A Python task used to wait ~40 ms for its first Arrow batch: the JVM writes to its worker
 over TCP without ``TCP_NODELAY``, so Nagle's algorithm holds the small message that
@@ -93,11 +96,12 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["ADAPTIVE", "NARROW_NODES", "ROW_BOUND_MARK", "Handover", "SparkBatch",
-           "arrow_schema", "arrow_settings", "check_columns", "combine_fingerprint",
-           "current_query_id", "fingerprint_aggregates", "flat_schema", "handover_budget",
-           "handover_rows", "has_map", "narrow_plan", "outcome_task", "row_hash",
-           "session_settings", "spark_fingerprint", "with_row_hash"]
+__all__ = ["ADAPTIVE", "ENV_GC_FREEZE", "NARROW_NODES", "ROW_BOUND_MARK", "Handover",
+           "SparkBatch", "arrow_schema", "arrow_settings", "check_columns",
+           "combine_fingerprint", "current_query_id", "fingerprint_aggregates", "flat_schema",
+           "gc_freeze_enabled", "handover_budget", "handover_rows", "has_map", "narrow_plan",
+           "outcome_task", "row_hash", "session_settings", "spark_fingerprint",
+           "with_row_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -242,19 +246,31 @@ def spark_fingerprint(df: DataFrame) -> Fingerprint:
     return combine_fingerprint(row["rows"], row["hi"], row["lo"])
 
 
+#: ``0`` (or ``false``/``off``/``no``) in a Python worker's environment: no ``gc.freeze()``.
+ENV_GC_FREEZE = "CONNECTORS_GC_FREEZE"
+
+
+def gc_freeze_enabled() -> bool:
+    """Whether the tasks may call :func:`gc.freeze` in this worker (:data:`ENV_GC_FREEZE`)."""
+    value = os.environ.get(ENV_GC_FREEZE, "1").strip().lower()
+    return value not in ("0", "false", "off", "no")
+
+
 @functools.cache
 def _freeze_gc_once() -> None:
     """Move what this Python worker holds so far out of the garbage collector's scans (see
     the module docstring); once per process: later objects are collected as usual."""
-    gc.freeze()
+    if gc_freeze_enabled():
+        gc.freeze()
 
 
 @functools.cache
 def _freeze_gc_after_first_task() -> None:
     """After a worker's first task: collect once, then freeze what that task loaded and
     kept (see the module docstring)."""
-    gc.collect()
-    gc.freeze()
+    if gc_freeze_enabled():
+        gc.collect()
+        gc.freeze()
 
 
 _QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)

@@ -82,6 +82,10 @@ class TwoPhaseCommitSink(ABC):
             batch differs from the committed one; ``"warn"`` logs and keeps the committed
             rows (the operator's override).
         keep_batches: decisions retained in the ledger.
+        values_in_errors: let errors and log lines quote row values (the target's
+            ``DETAIL: Failing row contains (...)``, a record's key, a rejected value).
+            Default ``False``: errors name the table, column, constraint, topic or
+            partition, never a row's contents, so job logs keep no personal data.
     """
 
     #: The protocol family; set by the three family classes below.
@@ -102,6 +106,7 @@ class TwoPhaseCommitSink(ABC):
         reset_binding: bool = False,
         on_replay_mismatch: ReplayPolicy = "fail",
         keep_batches: int = DEFAULT_KEEP_BATCHES,
+        values_in_errors: bool = False,
     ) -> None:
         self.sink_id = validate_sink_id(sink_id)
         if not isinstance(retry, RetryPolicy):
@@ -119,6 +124,8 @@ class TwoPhaseCommitSink(ABC):
         self.reset_binding = bool(reset_binding)
         self.on_replay_mismatch: ReplayPolicy = on_replay_mismatch
         self.keep_batches = keep_batches
+        #: Whether errors and logs may quote row values (see ``values_in_errors``).
+        self.values_in_errors = bool(values_in_errors)
         #: Metrics of the last batch this sink handled on this driver.
         self.last_metrics: BatchMetrics | None = None
         self._driver: driver.DriverState | None = None
@@ -200,8 +207,9 @@ class TwoPhaseCommitSink(ABC):
                 raise QueryBindingError(
                     f"batch id went backwards: got {batch_id}, but batch {last} is already "
                     "decided. Spark only replays the last batch; this is another query or a "
-                    "reused run id. Use the original checkpoint, a new sink_id, or "
-                    "reset_binding=True",
+                    "reused run id. Use the original checkpoint or a new sink_id; "
+                    "reset_binding=True forgets the ledger, and rows the new query reads "
+                    "again are then written again (duplicates)",
                     sink_id=self.sink_id,
                     batch_id=batch_id,
                 )

@@ -15,6 +15,7 @@ from connectors.core import crash
 from connectors.core.crash import (
     ENV_CRASH_AT,
     ENV_CRASH_LOG,
+    ENV_TEST_MODE,
     ArmedCrash,
     SimulatedCrash,
     arm,
@@ -188,6 +189,28 @@ def test_disarm_all_forgets_crashes_and_reached() -> None:
 # --- the environment, in-process ---------------------------------------------------------
 
 
+@pytest.fixture
+def test_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_TEST_MODE, "1")
+
+
+def test_environment_spec_alone_arms_nothing_and_warns_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(crash, "_warned", set())
+    monkeypatch.setenv(ENV_CRASH_AT, "after_decision:action=raise")
+    for value in (None, "0", "true", "yes"):
+        if value is not None:
+            monkeypatch.setenv(ENV_TEST_MODE, value)
+        crash_point(P.AFTER_DECISION, sink_id="s", batch_id=0)  # no SimulatedCrash
+    warnings = [r for r in caplog.records if ENV_TEST_MODE in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+    monkeypatch.setenv(ENV_TEST_MODE, "1")
+    with pytest.raises(SimulatedCrash):
+        crash_point(P.AFTER_DECISION, sink_id="s", batch_id=0)
+
+
+@pytest.mark.usefixtures("test_mode")
 def test_environment_spec_fires_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_CRASH_AT, "after_decision:sink=events:action=raise")
     crash_point(P.AFTER_DECISION, sink_id="other", batch_id=0)
@@ -196,6 +219,7 @@ def test_environment_spec_fires_once_per_process(monkeypatch: pytest.MonkeyPatch
     crash_point(P.AFTER_DECISION, sink_id="events", batch_id=0)
 
 
+@pytest.mark.usefixtures("test_mode")
 def test_once_file_is_created_and_spends_the_entry(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -234,6 +258,7 @@ def test_crash_log_records_the_point_before_acting(
     ]
 
 
+@pytest.mark.usefixtures("test_mode")
 def test_invalid_environment_spec_raises_at_the_crash_point(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -257,6 +282,7 @@ _CHILD = textwrap.dedent(
 def _run_child(spec: str, log: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env[ENV_CRASH_AT] = spec
+    env[ENV_TEST_MODE] = "1"
     env[ENV_CRASH_LOG] = str(log)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(
