@@ -38,12 +38,14 @@ def run_driver(
     kill_when: Callable[[], bool] | None = None,
     timeout: float = DRIVER_TIMEOUT,
     module: str = "examples.stream_to_files",
+    root: Path = REPO,
 ) -> DriverRun:
     """Run a driver program; ``crash`` arms ``CONNECTORS_CRASH_AT`` in it (and its tasks).
 
     ``kill_after`` SIGKILLs the driver from outside that many seconds after it started
     (or, with ``kill_when``, after ``kill_when()`` first returned true), unless it ended
-    before: a random moment of the protocol.
+    before: a random moment of the protocol. ``root``: the tree the program and its
+    ``connectors`` come from (default this one; an earlier release's for upgrade tests).
     """
     env = dict(os.environ)
     env.pop("CONNECTORS_CRASH_AT", None)
@@ -52,12 +54,12 @@ def run_driver(
         env["CONNECTORS_TEST_MODE"] = "1"
     if crash_log is not None:
         env["CONNECTORS_CRASH_LOG"] = str(crash_log)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
-        cwd=REPO,
+        cwd=root,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -101,8 +101,14 @@ class BatchInput(ABC):
         """
 
     @abstractmethod
-    def slotted(self, slots: int, columns: list[str] | None = None) -> BatchInput:
-        """The same rows in ``slots`` partitions, placed by a hash of their content.
+    def slotted(self, slots: int, columns: list[str] | None = None, *,
+                key: str | None = None) -> BatchInput:
+        """The same rows in ``slots`` partitions, placed by a hash of their content (or of
+        ``columns``).
+
+        ``key``: the name of a column; rows where it is not null are placed by a hash of
+        that column alone, so every row of a key lands in one slot, and the rows of each
+        input partition keep their relative order within their slot.
 
         Deterministic: a replay of the same rows puts every row in the same slot, however
         the source partitioned them.

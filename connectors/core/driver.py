@@ -264,7 +264,8 @@ def run_slot_batch(
 
     Steps:
       1. a batch the ledger records as committed is a replay: check its fingerprint;
-      2. place rows into the sink's slots by a hash of their content;
+      2. place rows into the sink's slots by a hash of their content (of their
+         ``slot_key`` column, where the sink names one and the row's is not null);
       3. run one task per slot: it commits its rows with its marker, or finds the marker
          of an earlier attempt and writes nothing;
       4. record the batch COMMITTED with every slot's fingerprint.
@@ -279,7 +280,7 @@ def run_slot_batch(
         return
     sink.validate_input(batch.schema)
     # Step 2
-    slotted = batch.slotted(sink.slots, sink.slot_columns)
+    slotted = batch.slotted(sink.slots, sink.slot_columns, key=sink.slot_key)
     # Step 3
     start = time.monotonic()
     task = partial(slot_task, sink, state.context(sink.sink_id, batch_id), batch.schema)

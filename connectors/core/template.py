@@ -342,6 +342,10 @@ class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
         self.slots = slots
         self.slot_columns = list(slot_columns) if slot_columns is not None else None
         self.barrier = bool(barrier)
+        #: A column whose non-null values alone place a row (every row of a key in one slot,
+        #: in its input partition's order); ``None``: by content. A sink sets it per batch,
+        #: and must replay a batch with the placement it was started with.
+        self.slot_key: str | None = None
 
     # ---- executor side ----
     @abstractmethod

@@ -3,7 +3,7 @@
 One partition, ``cleanup.policy=compact``, default name ``_connectors.<sink_id>.ledger``.
 Records (key -> JSON value)::
 
-    binding                 {"query_id", "generation", "slots"}
+    binding                 {"query_id", "generation", "slots", "placement"}
     batch/<batch_id:020d>   a LedgerEntry (COMMITTED, with every slot's fingerprint)
     abort/<batch>/<run>     "run may never decide batch" (operator tools)
     <any key> -> null       a tombstone: pruned, or forgotten by a reset of the binding
@@ -39,7 +39,7 @@ from connectors.kafka._config import KafkaConfig
 from connectors.kafka._errors import FENCED_CODES, kafka_error, translate
 from connectors.kafka._io import Admin, init_transactions, read_committed
 
-__all__ = ["KafkaLedger", "ledger_transactional_id"]
+__all__ = ["PLACEMENT_KEY", "PLACEMENT_ROW", "KafkaLedger", "ledger_transactional_id"]
 
 logger = logging.getLogger("connectors.kafka")
 
@@ -48,6 +48,11 @@ PRUNE_EVERY = 10
 #: Attempts at one ledger transaction (retriable errors, or abort-and-redo).
 _WRITE_ATTEMPTS = 5
 _TOPIC_CONFIG = {"cleanup.policy": "compact", "min.insync.replicas": "1"}
+#: Placement rules (the binding's ``placement``): rows with a non-null ``key`` by the key's
+#: hash, the rest by content; or every row by content (``slot_columns``, and the rule of
+#: every batch written before the ledger recorded one).
+PLACEMENT_KEY = "key"
+PLACEMENT_ROW = "row"
 
 
 def ledger_transactional_id(sink_id: str) -> str:
@@ -228,12 +233,23 @@ class KafkaLedger(Ledger):
             return int(self._binding["slots"])
         return None
 
-    def record_slots(self, slots: int) -> None:
-        """Record the slot count (the sink checked that no batch is unfinished)."""
+    @property
+    def placement(self) -> str | None:
+        """The rule placing rows into slots (``None`` before the first batch): ``"key"``,
+        or ``"row"`` (by content only: the rule of bindings recorded without one)."""
+        self._ready()
+        if not self._binding or self._binding.get("slots") is None:
+            return None
+        return str(self._binding.get("placement") or PLACEMENT_ROW)
+
+    def record_slots(self, slots: int, placement: str = PLACEMENT_ROW) -> None:
+        """Record the slot count and placement rule (the sink checked that no batch is
+        unfinished: every batch is written under one rule, the recorded one)."""
         self._ready()
         binding = dict(self._binding or {"query_id": None, "generation": 0})
         binding["slots"] = slots
-        self._write([("binding", binding)], "recording the slot count")
+        binding["placement"] = placement
+        self._write([("binding", binding)], "recording the slot count and placement")
         self._binding = binding
 
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:

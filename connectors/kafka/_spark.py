@@ -49,8 +49,9 @@ class RetryableBarrierBatch(BatchInput):
                 .repartition(1).collect())
         return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
-    def slotted(self, slots: int, columns: list[str] | None = None) -> BatchInput:
-        return RetryableBarrierBatch(self._inner.slotted(slots, columns))
+    def slotted(self, slots: int, columns: list[str] | None = None, *,
+                key: str | None = None) -> BatchInput:
+        return RetryableBarrierBatch(self._inner.slotted(slots, columns, key=key))
 
     def fingerprint(self) -> Fingerprint:
         return self._inner.fingerprint()

@@ -133,13 +133,18 @@ class LocalBatch(BatchInput):
                 self.attempts.append(Attempt(p, attempt + 1, spec.task_attempt_id, "speculative"))
         return outcomes
 
-    def slotted(self, slots: int, columns: list[str] | None = None) -> LocalBatch:
+    def slotted(self, slots: int, columns: list[str] | None = None, *,
+                key: str | None = None) -> LocalBatch:
         table = self.to_arrow()
         cols = columns if columns is not None else table.column_names
+        by_key = key is not None and key in table.column_names
         buckets: list[list[dict[str, object]]] = [[] for _ in range(slots)]
-        for row in table.to_pylist():
-            key = repr([row[c] for c in cols]).encode()
-            h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
+        for row in table.to_pylist():  # in input order: a slot keeps it per input partition
+            if by_key and row[key] is not None:
+                placed = b"key:" + repr(row[key]).encode()
+            else:
+                placed = repr([row[c] for c in cols]).encode()
+            h = int.from_bytes(hashlib.blake2b(placed, digest_size=8).digest(), "little")
             buckets[h % slots].append(row)
         parts = [[pa.RecordBatch.from_pylist(b, schema=self._schema)] for b in buckets]
         slotted = LocalBatch(
