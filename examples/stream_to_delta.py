@@ -17,9 +17,9 @@ The same two replayable sources as ``examples/stream_to_files.py``:
 ``--merge-path`` adds a second sink (``--merge-sink-id``) fed by the same batches through
 ``DeltaSinks``, which MERGEs on ``key`` into that table.
 
-Run it, kill it (``CONNECTORS_CRASH_AT`` arms a crash point), run it again with the same
-``--checkpoint``: every input row is in the tables exactly once.
-``python -m examples.stream_to_delta -h``.
+Run it, kill it (``CONNECTORS_TEST_MODE=1`` with ``CONNECTORS_CRASH_AT`` arms a crash
+point), run it again with the same ``--checkpoint``: every input row is in the tables
+exactly once. ``python -m examples.stream_to_delta -h``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ Two replayable sources:
   values ``[b*R, (b+1)*R)`` in batch ``b``; batches from ``--batches`` on are not written
   (the program then stops the query), so the expected output is values ``0 .. N*R-1``.
 
-Run it, kill it (``CONNECTORS_CRASH_AT`` arms a crash point), run it again with the same
-``--checkpoint``: the output in ``--out`` is exact. ``python -m examples.stream_to_files -h``.
+Run it, kill it (``CONNECTORS_TEST_MODE=1`` with ``CONNECTORS_CRASH_AT`` arms a crash
+point), run it again with the same ``--checkpoint``: the output in ``--out`` is exact.
+``python -m examples.stream_to_files -h``.
 """
 
 from __future__ import annotations

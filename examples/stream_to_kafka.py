@@ -11,9 +11,10 @@ Three replayable sources:
   copied (key, value, headers) into ``--topic``.
 
 The files and rate rows become records with key ``id`` and a JSON value holding every
-column. Consumers read ``--topic`` with ``isolation.level=read_committed``. Kill this program
-(``CONNECTORS_CRASH_AT`` arms a crash point), run it again with the same ``--checkpoint``:
-every input record is in the topic exactly once. ``python -m examples.stream_to_kafka -h``.
+column. Consumers read ``--topic`` with ``isolation.level=read_committed``. Kill this
+program (``CONNECTORS_TEST_MODE=1`` with ``CONNECTORS_CRASH_AT`` arms a crash point), run
+it again with the same ``--checkpoint``: every input record is in the topic exactly once.
+``python -m examples.stream_to_kafka -h``.
 """
 
 from __future__ import annotations

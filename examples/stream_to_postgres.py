@@ -15,9 +15,9 @@ ts timestamptz`` (``--create-table`` creates it from the batch's schema; with
 ``--mode upsert`` and ``--key-columns id`` it gets that primary key).
 
 The connection string comes from ``--conninfo`` or ``$EOS_POSTGRES_CONNINFO``; its password
-is never printed. Run it, kill it (``CONNECTORS_CRASH_AT`` arms a crash point), run it again
-with the same ``--checkpoint``: every input row is in the table exactly once.
-``python -m examples.stream_to_postgres -h``.
+is never printed. Run it, kill it (``CONNECTORS_TEST_MODE=1`` with ``CONNECTORS_CRASH_AT``
+arms a crash point), run it again with the same ``--checkpoint``: every input row is in the
+table exactly once. ``python -m examples.stream_to_postgres -h``.
 """
 
 from __future__ import annotations
