@@ -84,7 +84,8 @@ def check(ckpt: Checkpoint, entries: list[LedgerEntry], bound_query: str | None)
         out.append(Finding("binding", same, f"sink bound to query {bound_query}, checkpoint "
                            f"belongs to {ckpt.query_id}" + ("" if same else
                            ": another checkpoint uses this sink id; the query will refuse "
-                           "to write until reset_binding=True or a new sink_id")))
+                           "to write until reset_binding=True (rows the new query reads "
+                           "again are then written again) or a new sink_id")))
     # 2. never ahead of Spark's plan
     if last_ledger is not None:
         ok = last_offset is not None and last_ledger <= last_offset

@@ -362,6 +362,7 @@ def test_binding_another_query_is_refused_with_the_fix(ledger: FileLedger) -> No
     assert "'q1'" in message and "'q2'" in message
     assert "reset_binding=True" in message
     assert "new sink_id" in message
+    assert "written again (duplicates)" in message  # what the reset costs
     assert info.value.sink_id == SINK
     assert ledger.bound_query() == "q1"
     assert ledger.get(0) is not None
