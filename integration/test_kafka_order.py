@@ -141,8 +141,14 @@ def _release_tree(root: Path, commit: str) -> Path:
     tree = root / f"release-{commit}"
     tree.mkdir()
     archive = root / "release.tar"
-    result = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", "-o",
-                             str(archive), commit, "connectors", "examples"],
+    git = ["git", "-C", str(REPO)]
+    if subprocess.run([*git, "cat-file", "-e", f"{commit}^{{commit}}"],
+                      capture_output=True, check=False).returncode != 0:
+        # A shallow clone: fetch the history from where it was cloned.
+        subprocess.run([*git, "fetch", "--quiet", "--unshallow"], capture_output=True,
+                       check=False, timeout=300)
+    result = subprocess.run([*git, "archive", "--format=tar", "-o", str(archive), commit,
+                             "connectors", "examples"],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, (
         f"git archive {commit} failed (a clone with its history is needed): {result.stderr}")
