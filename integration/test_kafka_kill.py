@@ -27,6 +27,7 @@ import pytest
 
 from connectors import CrashPoint
 from connectors.core.protocol import CRASH_POINTS, Family
+from connectors.kafka._native import ACCELERATORS_ENV, accelerators_off
 from examples.stream_to_files import make_input_files
 from integration._driver import (
     DriverRun,
@@ -83,7 +84,9 @@ class KafkaJob:
                 "--rows-per-batch", str(self.rows_per_batch), *common]
 
     def run(self, *extra: str, **kwargs: Any) -> DriverRun:
-        return run_driver(self.args(*extra), crash_log=self.crash_log, module=MODULE, **kwargs)
+        run = run_driver(self.args(*extra), crash_log=self.crash_log, module=MODULE, **kwargs)
+        _check_produce_path(run)
+        return run
 
     def reached(self, point: CrashPoint, batch: int | None = None, **fields: Any) -> bool:
         return point_reached(self.crash_log, point, self.target.sink_id, batch, **fields)
@@ -115,6 +118,22 @@ def _metrics(run: DriverRun) -> list[dict[str, str]]:
             fields = line.split("connectors.metrics batch ")[1]
             found.append(dict(re.findall(r"(\w+)=(\S+)", fields)))
     return found
+
+
+#: Rows each produce path wrote in this module's driver runs (batch metrics).
+PRODUCED: dict[str, float] = {}
+
+
+def _check_produce_path(run: DriverRun) -> None:
+    """Count the rows per produce path; with ``CONNECTORS_ACCELERATORS=off`` (the CI lane
+    of the public path, inherited by every driver and its workers) no batch may have used
+    the ctypes accelerator."""
+    for metrics in _metrics(run):
+        for path in ("native", "batch", "record"):
+            rows = float(metrics.get(f"produce_{path}_rows", 0))
+            PRODUCED[path] = PRODUCED.get(path, 0.0) + rows
+            if path == "native" and accelerators_off():
+                assert rows == 0, f"{ACCELERATORS_ENV}=off, yet the accelerator ran: {metrics}"
 
 
 def _ok(run: DriverRun) -> None:
@@ -180,6 +199,12 @@ def test_sigkill_at_every_crash_point_then_restarts_are_exact(
     assert outcomes.get(1) == "replayed", outcomes  # after_commit: in the ledger
     # before_precommit: slot 0 never committed batch 2, so the retried stage wrote it.
     assert outcomes.get(2) == "committed", outcomes
+    produced = {path: sum(float(m.get(f"produce_{path}_rows", 0)) for r in history
+                          for m in _metrics(r)) for path in ("native", "batch")}
+    if accelerators_off():  # the public path's CI lane: produce_batch wrote every batch
+        assert produced["batch"] > 0 and produced["native"] == 0, produced
+    else:
+        assert produced["batch"] + produced["native"] > 0, produced
     # A slot written twice would show as a duplicate above; a marker twice too:
     for slot, ms in job.markers().items():
         batches = [m["batch_id"] for m in ms]

@@ -21,8 +21,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 
+from connectors.kafka._batch import BatchProducer
 from connectors.kafka._native import NativeProducer, attach, murmur2
-from connectors.kafka._records import produce_batch
+from connectors.kafka._records import _produce_records
 from integration._kafka import (
     KafkaTarget,
     Message,
@@ -34,6 +35,16 @@ pytestmark = [pytest.mark.integration]
 
 
 kafka = target_fixture("native")
+
+
+def produce_batch(produce: object, poll: object, batch: pa.RecordBatch, topic: str | None,
+                  fast: NativeProducer | BatchProducer | None = None) -> int:
+    """Rows produced by :func:`connectors.kafka._records.produce_batch`."""
+    from connectors.kafka._records import produce_batch as produce_with_path
+
+    rows, path = produce_with_path(produce, poll, batch, topic, fast)  # type: ignore[arg-type]
+    assert path == ("record" if fast is None else fast.path)
+    return rows
 
 
 def _producer(bootstrap: str, **extra: object) -> tuple[Producer, list[KafkaError]]:
@@ -271,6 +282,56 @@ def test_a_delivery_the_broker_refuses_fails_the_commit(kafka: KafkaTarget) -> N
     assert kafka.messages(small) == []
 
 
+@pytest.mark.parametrize("partitioner", ["murmur2_random", "murmur2"])
+def test_the_public_batch_path_writes_what_the_accelerator_writes_in_the_same_order(
+    kafka: KafkaTarget, partitioner: str,
+) -> None:
+    """The public fallback (``Producer.produce_batch``) against the ctypes accelerator and
+    ``produce()`` on the same rows: keyed records under a murmur2 partitioner, explicit
+    partitions, null keys, more than one chunk. Every partition holds the same records in
+    the same order on all three paths (null-keyed records, which librdkafka places at
+    random, are compared as a multiset)."""
+    n = 40_000  # more than two chunks of either batch path
+    names = [f"key-{i * 7919 % 1000}" for i in range(n)]
+    values = pa.array([f"{i}".encode() for i in range(n)], pa.binary())
+    parts = pa.array([1 if i % 10 == 0 else None for i in range(n)], pa.int32())
+    with_null = pa.array([None if i % 1000 == 0 else k for i, k in enumerate(names)], pa.string())
+    cases = ((pa.array(names, pa.string()), None), (pa.array(names, pa.string()), parts),
+             (with_null, parts), (with_null, None))
+    for case, (keys, partitions) in enumerate(cases):
+        producer, reports = _producer(kafka.bootstrap, partitioner=partitioner)
+        native = attach(producer, partitioner=partitioner)
+        assert native is not None and native.by_key
+        public = BatchProducer(producer, 30.0, by_key=True, queue_limit=100_000)
+        batch = pa.record_batch({"key": keys, "value": values, **(
+            {"partition": partitions} if partitions is not None else {})})
+        seen = {}
+        for path in ("native", "batch", "record"):
+            topic = kafka.create(f"{kafka.topic}-{case}-{path}", partitions=3)
+            producer.begin_transaction()
+            if path == "native":
+                assert native.produce(topic, values, keys, partitions) == n
+            elif path == "batch":
+                assert public.produce(topic, values, keys, partitions) == n
+            else:
+                assert _produce_records(producer.produce, producer.poll, batch, topic) == n
+            producer.commit_transaction(30)
+            seen[path] = _by_partition(kafka.messages(topic))
+            assert sum(len(r) for r in seen[path].values()) == n and len(seen[path]) == 3
+        assert not reports
+        for path in ("batch", "record"):
+            for p in range(3):
+                mine, theirs = seen["native"][p], seen[path][p]
+                assert [r for r in mine if r[0] is not None] == [
+                    r for r in theirs if r[0] is not None], (case, path, p)
+                if case == 3:  # null keys: librdkafka's partitioner, at random
+                    continue
+                assert mine == theirs, (case, path, p)
+        for records in seen["batch"].values():  # the batch's order within each partition
+            ids = [int(v or b"") for _, v in records]
+            assert ids == sorted(ids)
+
+
 @pytest.mark.parametrize("topic_column", [False, True])
 def test_the_sink_writes_the_same_records_with_and_without_batch_produce(
     spark: SparkSession, kafka: KafkaTarget, topic_column: bool,
@@ -287,14 +348,20 @@ def test_the_sink_writes_the_same_records_with_and_without_batch_produce(
         "ELSE CAST(concat('v', id) AS BINARY) END AS value",
         "CASE WHEN id % 4 = 0 THEN NULL ELSE CAST(id % 3 AS INT) END AS partition",
         "id")
-    seen: dict[bool, dict[int, list[tuple[bytes | None, bytes | None]]]] = {}
-    for batch_produce, topic in ((True, kafka.topic), (False, other)):
+    public = kafka.create(f"{kafka.topic}-pub", partitions=3)
+    seen: dict[bool | str, dict[int, list[tuple[bytes | None, bytes | None]]]] = {}
+    paths = {True: "produce_native_rows", "public": "produce_batch_rows",
+             False: "produce_record_rows"}
+    for batch_produce, topic in ((True, kafka.topic), ("public", public), (False, other)):
         rows = df.selectExpr("*", f"'{topic}' AS topic") if topic_column else df
         sink = KafkaSink(None if topic_column else topic, {"bootstrap.servers": kafka.bootstrap},
-                         sink_id=f"{kafka.sink_id}-{int(batch_produce)}", slots=2,
+                         sink_id=f"{kafka.sink_id}-{batch_produce}", slots=2,
                          batch_produce=batch_produce)
         try:
             sink(rows, 0)
+            metrics = sink.last_metrics
+            assert metrics is not None and metrics.extra[paths[batch_produce]] == n, metrics
+            assert sum(metrics.extra[p] for p in paths.values()) == n
             sink(rows, 0)  # a replay: nothing written twice
         finally:
             sink.close()
@@ -302,11 +369,12 @@ def test_the_sink_writes_the_same_records_with_and_without_batch_produce(
         assert sorted(int(m.key or b"-1") for m in messages) == list(range(n))
         seen[batch_produce] = _by_partition(messages)
         for suffix in ("markers", "ledger"):
-            kafka.created.append(f"_connectors.{kafka.sink_id}-{int(batch_produce)}.{suffix}")
+            kafka.created.append(f"_connectors.{kafka.sink_id}-{batch_produce}.{suffix}")
     # Same records in each partition (the order across the two slots may interleave
     # differently, so compare as sets); within a slot the order is the batch's.
-    assert {p: sorted(r, key=repr) for p, r in seen[True].items()} == {
-        p: sorted(r, key=repr) for p, r in seen[False].items()}
+    for other_path in ("public", False):
+        assert {p: sorted(r, key=repr) for p, r in seen[True].items()} == {
+            p: sorted(r, key=repr) for p, r in seen[other_path].items()}
     empty = [v for rs in seen[True].values() for _, v in rs if v == b""]
     null = [v for rs in seen[True].values() for _, v in rs if v is None]
     assert len(empty) == sum(1 for i in range(n) if i % 13 and i % 17 == 0)

@@ -172,7 +172,7 @@ class KafkaConfig(Mapping[str, Any]):
     def partitioner(self) -> tuple[str | None, int]:
         """The slot producers' ``partitioner`` (``None`` when ``default.topic.config`` may
         override it) and ``topic.metadata.refresh.interval.ms``, for batch produce's own
-        placement of keyed records (:mod:`connectors.kafka._native`)."""
+        placement of keyed records (:mod:`connectors.kafka._placement`)."""
         conf = self.producer("-", DEFAULT_TRANSACTION_TIMEOUT_MS)  # as every slot's
         name = None if "default.topic.config" in conf else conf.get("partitioner")
         try:
@@ -180,6 +180,15 @@ class KafkaConfig(Mapping[str, Any]):
         except (TypeError, ValueError):
             refresh = 300_000
         return (str(name) if name is not None else None), refresh
+
+    def queue_limit(self) -> int:
+        """The slot producers' ``queue.buffering.max.messages`` (batch produce waits for
+        room for a whole call: :mod:`connectors.kafka._batch`)."""
+        conf = self.producer("-", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        try:
+            return max(1, int(conf.get("queue.buffering.max.messages", 100_000)))
+        except (TypeError, ValueError):
+            return 100_000
 
     def consumer(self) -> dict[str, Any]:
         conf = {k: v for k, v in self._data.items() if not _PRODUCER_ONLY.match(k)}
@@ -234,7 +243,16 @@ class KafkaOptions:
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     operation_timeout_s: float = 30.0
     reuse_producers: bool = True
-    batch_produce: bool = True
+    #: ``True``: the ctypes accelerator where verified, else ``Producer.produce_batch``;
+    #: ``"public"``: ``produce_batch`` only; ``False``: one ``produce()`` per record.
+    batch_produce: bool | str = True
+
+    @property
+    def produce_mode(self) -> str:
+        """``batch_produce`` as ``"auto"``, ``"public"`` or ``"record"``."""
+        if self.batch_produce is True:
+            return "auto"
+        return "record" if self.batch_produce is False else str(self.batch_produce)
 
     def __post_init__(self) -> None:
         if self.topic is not None:
@@ -258,3 +276,10 @@ class KafkaOptions:
             raise ConfigurationError("replication_factor must be -1 (broker default) or >= 1")
         if self.operation_timeout_s <= 0:
             raise ConfigurationError("operation_timeout_s must be > 0")
+        if not isinstance(self.batch_produce, bool) and self.batch_produce not in (
+            "public",
+        ):
+            raise ConfigurationError(
+                f"batch_produce must be True (the ctypes accelerator where verified, else "
+                f"Producer.produce_batch), 'public' (Producer.produce_batch only) or False "
+                f"(one produce() per record), not {self.batch_produce!r}")

@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from connectors.core.file_ledger import write_atomic
 from connectors.core.pool import IdlePool
 from connectors.core.tasks import SlotMarker
-from connectors.kafka._native import NativeProducer
+from connectors.kafka._records import FastProducer
 
 __all__ = ["IDLE_SECONDS", "MarkerReaders", "PooledProducer", "SlotOwners", "SlotProducers",
            "config_key"]
@@ -63,8 +63,9 @@ class PooledProducer:
     producer: Producer
     errors: list[KafkaError] = field(default_factory=list)  # failed deliveries
     reported: list[KafkaError] = field(default_factory=list)  # error_cb (auth, fatal)
-    #: Batch produce on this producer's librdkafka handle (None: record by record).
-    native: NativeProducer | None = None
+    #: Batch produce for this producer: the ctypes accelerator or the public
+    #: ``produce_batch`` (None: record by record).
+    fast: FastProducer | None = None
     #: The slot's newest committed marker as this producer last committed or read it
     #: (``knows_newest``); a kept producer whose probe passes needs no marker read.
     newest_marker: SlotMarker | None = None

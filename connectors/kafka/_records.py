@@ -15,9 +15,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import BadInputError
-from connectors.kafka._native import NativeProducer
+from connectors.kafka._batch import BatchProducer, has_public_batch
+from connectors.kafka._native import NativeProducer, attach
+from connectors.kafka._placement import MURMUR2_PARTITIONERS
 
-__all__ = ["RecordLimits", "check_schema", "record_sizes", "scan_batch"]
+__all__ = ["PRODUCE_PATHS", "RecordLimits", "check_schema", "fast_producer", "produce_batch",
+           "record_sizes", "scan_batch"]
+
+#: The paths a record can take into librdkafka (the ``produce_path`` of a slot's outcome;
+#: rows per path are the ``produce_<path>_rows`` batch metrics).
+PRODUCE_PATHS = ("native", "batch", "record")
+
+#: A slot's batch producer: the accelerator or the public ``produce_batch``.
+FastProducer = NativeProducer | BatchProducer
+
+#: Bytes of a record's key or value quoted in an error (``values_in_errors=True`` only).
+QUOTED_BYTES = 64
 
 #: Bytes a record adds to its key, value and headers in a record batch (varints,
 #: attributes, timestamp and offset deltas: at most ~25 bytes; rounded up).
@@ -111,14 +124,35 @@ class BatchScan:
     topics: dict[str, int]  # topic -> largest explicit partition (-1: none given)
 
 
+def quote(value: Any) -> str:
+    """A record's key or value for an error message (``values_in_errors=True`` only): its
+    first :data:`QUOTED_BYTES` bytes and its size."""
+    if value is None:
+        return "null"
+    raw = value.encode() if isinstance(value, str) else bytes(value)
+    head = raw[:QUOTED_BYTES].decode("utf-8", errors="replace")
+    more = f"... ({len(raw)} bytes)" if len(raw) > QUOTED_BYTES else ""
+    return f"{head!r}{more}"
+
+
+def describe_record(batch: pa.RecordBatch, index: int) -> str:
+    """`` (key ..., value ...)`` of record ``index`` (``values_in_errors=True`` only)."""
+    names = batch.schema.names
+    parts = [f"{name} {quote(batch.column(names.index(name))[index].as_py())}"
+             for name in ("key", "value") if name in names]
+    return f" ({', '.join(parts)})"
+
+
 def scan_batch(
     batch: pa.RecordBatch, limits: RecordLimits, fixed_topic: str | None,
-    error: Callable[[str], BadInputError],
+    error: Callable[[str], BadInputError], *, values_in_errors: bool = False,
 ) -> BatchScan:
     """Check one record batch's records: sizes, topics and partitions present.
 
     Raises ``error(message)`` for a record that cannot be written; returns what the caller
-    must still check against the cluster (topics exist, partitions in range).
+    must still check against the cluster (topics exist, partitions in range). The message
+    names the record's index, size, topic and partition; its key and value only with
+    ``values_in_errors``.
     """
     names = batch.schema.names
     n = batch.num_rows
@@ -128,8 +162,9 @@ def scan_batch(
     max_size = int(pc.max(sizes).as_py())
     if max_size > limits.max_record_bytes:
         index = int(pc.index(sizes, max_size).as_py())
+        what = describe_record(batch, index) if values_in_errors else ""
         raise error(
-            f"record {index} of a batch is about {max_size} bytes, larger than the "
+            f"record {index} of a batch{what} is about {max_size} bytes, larger than the "
             f"{limits.max_record_bytes} bytes the producer/topic accept (message.max.bytes "
             "in the config, max.message.bytes of the topic): raise those limits or write "
             "smaller values")
@@ -137,7 +172,9 @@ def scan_batch(
     if partitions is not None:
         low = pc.min(partitions).as_py()
         if low is not None and low < 0:
-            raise error(f"the 'partition' column holds {low}: partitions are >= 0")
+            index = int(pc.index(partitions, low).as_py())
+            what = f" (record {index}{describe_record(batch, index)})" if values_in_errors else ""
+            raise error(f"the 'partition' column holds {low}{what}: partitions are >= 0")
     topics: dict[str, int] = {}
     if fixed_topic is not None:
         top = pc.max(partitions).as_py() if partitions is not None else None
@@ -155,20 +192,47 @@ def scan_batch(
     return BatchScan(n, max_size, topics)
 
 
-def _produce_native(native: NativeProducer, batch: pa.RecordBatch,
-                    fixed_topic: str | None) -> int:
+def fast_producer(producer: Any, mode: str, timeout: float, *, partitioner: str | None,
+                  refresh_ms: int, queue_limit: int) -> FastProducer | None:
+    """The batch producer a slot uses for ``producer`` under ``mode``
+    (:attr:`~connectors.kafka._config.KafkaOptions.produce_mode`: ``"auto"`` the ctypes
+    accelerator where verified, else the public ``produce_batch``; ``"public"`` never the
+    accelerator; ``"record"``), or ``None`` (one ``produce()`` per record)."""
+    if mode == "record":
+        return None
+    if mode == "auto":
+        native = attach(producer, timeout, partitioner=partitioner, refresh_ms=refresh_ms)
+        if native is not None:
+            return native
+    if not has_public_batch(producer):
+        return None
+    return BatchProducer(producer, timeout, by_key=partitioner in MURMUR2_PARTITIONERS,
+                         refresh_ms=refresh_ms, queue_limit=queue_limit)
+
+
+def _has_headers(batch: pa.RecordBatch) -> bool:
+    """Some record of ``batch`` has at least one header."""
+    names = batch.schema.names
+    if "headers" not in names:
+        return False
+    lengths = pc.list_value_length(batch.column(names.index("headers")))
+    top = pc.max(lengths).as_py()
+    return top is not None and top > 0
+
+
+def _produce_fast(fast: FastProducer, batch: pa.RecordBatch, fixed_topic: str | None) -> int:
     names = batch.schema.names
     values = batch.column(names.index("value"))
     keys = batch.column(names.index("key")) if "key" in names else None
     parts = batch.column(names.index("partition")) if "partition" in names else None
     if fixed_topic is not None:
-        return native.produce(fixed_topic, values, keys, parts)
+        return fast.produce(fixed_topic, values, keys, parts)
     topics = batch.column(names.index("topic"))
     n = 0
     # Per topic, in the order of first appearance; a filter keeps each topic's order.
     for topic in pc.unique(topics).to_pylist():
         mask = pc.equal(topics, topic)
-        n += native.produce(
+        n += fast.produce(
             str(topic), values.filter(mask), keys.filter(mask) if keys is not None else None,
             parts.filter(mask) if parts is not None else None)
     return n
@@ -181,16 +245,22 @@ def merge_topics(into: dict[str, int], more: dict[str, int]) -> None:
 
 def produce_batch(produce: Callable[..., Any], poll: Callable[[float], Any],
                   batch: pa.RecordBatch, fixed_topic: str | None,
-                  native: NativeProducer | None = None) -> int:
-    """Produce every record of ``batch``; returns the count. Waits when the queue is full.
+                  fast: FastProducer | None = None) -> tuple[int, str]:
+    """Produce every record of ``batch``; returns the count and the path that ran
+    (``"native"``, ``"batch"`` or ``"record"``). Waits when the queue is full.
 
-    With ``native`` (and no ``headers`` column), the records are enqueued straight from
-    the Arrow buffers by :mod:`connectors.kafka._native`; otherwise one ``produce`` call
-    per record.
+    With ``fast`` (and no record with headers, which ``produce_batch`` would drop), the
+    records are enqueued in batches by ``fast`` (:mod:`connectors.kafka._native` or
+    :mod:`connectors.kafka._batch`); otherwise one ``produce`` call per record.
     """
+    if fast is not None and not _has_headers(batch):
+        return _produce_fast(fast, batch, fixed_topic), fast.path
+    return _produce_records(produce, poll, batch, fixed_topic), "record"
+
+
+def _produce_records(produce: Callable[..., Any], poll: Callable[[float], Any],
+                     batch: pa.RecordBatch, fixed_topic: str | None) -> int:
     names = batch.schema.names
-    if native is not None and "headers" not in names:
-        return _produce_native(native, batch, fixed_topic)
     values = batch.column(names.index("value")).to_pylist()
     keys = batch.column(names.index("key")).to_pylist() if "key" in names else None
     n = len(values)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from connectors.core.errors import BadInputError
 from connectors.core.spark_batch import ROW_BOUND_MARK
-from connectors.kafka._records import RECORD_OVERHEAD, RecordLimits
+from connectors.kafka._records import QUOTED_BYTES, RECORD_OVERHEAD, RecordLimits, quote
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -72,11 +72,13 @@ class DataFrameScan:
 
 def scan_dataframe(
     df: DataFrame, limits: RecordLimits, fixed_topic: str | None,
-    error: Callable[[str], BadInputError],
+    error: Callable[[str], BadInputError], *, values_in_errors: bool = False,
 ) -> DataFrameScan:
     """Check every record of ``df``: size, partition >= 0, topic present.
 
-    Raises ``error(message)`` for a record that cannot be written.
+    Raises ``error(message)`` for a record that cannot be written: sizes, topics and
+    partitions, never a record's key or value unless ``values_in_errors`` (then one more
+    query finds an offending record to quote).
     """
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -102,18 +104,32 @@ def scan_dataframe(
         largest = max(largest, int(r["row_bytes"]))
         if int(r["max_size"]) > limits.max_record_bytes:
             where = "" if fixed_topic is not None else f" for topic {topic!r}"
+            if values_in_errors:
+                where += _offending(df, _size(names) > F.lit(limits.max_record_bytes))
             raise error(
                 f"a record{where} is about {int(r['max_size'])} bytes, larger than the "
                 f"{limits.max_record_bytes} bytes the producer/topic accept (message.max.bytes "
                 "in the config, max.message.bytes of the topic): raise those limits or write "
                 "smaller values")
         if r["low"] is not None and int(r["low"]) < 0:
-            raise error(f"the 'partition' column holds {int(r['low'])}: partitions are >= 0")
+            what = _offending(df, F.col("partition") < 0) if values_in_errors else ""
+            raise error(f"the 'partition' column holds {int(r['low'])}{what}: partitions are "
+                        ">= 0")
         if topic is None:
             raise error("the 'topic' column holds null: every record needs its topic")
         top = -1 if r["top"] is None else int(r["top"])
         topics[str(topic)] = max(topics.get(str(topic), -1), top)
     return DataFrameScan(topics, largest)
+
+
+def _offending(df: DataFrame, condition: Column) -> str:
+    """`` (key ..., value ...)`` of one record of ``df`` meeting ``condition`` (one more
+    query; ``values_in_errors=True`` only)."""
+    names = [n for n in ("key", "value") if n in df.columns]
+    rows = df.where(condition).select(*names).limit(1).collect()
+    if not rows:
+        return ""
+    return " (" + ", ".join(f"{n} {quote(rows[0][n])}" for n in names) + ")"
 
 
 #: Prefix of the messages that :func:`check_condition` raises inside Spark tasks.
@@ -123,7 +139,7 @@ _MARKED = re.compile(re.escape(MARK) + r"(.*?)(?:\s+SQLSTATE: \w+)?\s*$", re.MUL
 
 def check_condition(
     columns: list[str], limits: RecordLimits, topic: str, partitions: int | None,
-    row_bound: int | None = None,
+    row_bound: int | None = None, *, values_in_errors: bool = False,
 ) -> Column:
     """A filter that raises (Spark's ``raise_error``) on a record larger than the limit or
     with a partition out of ``0..partitions-1``, and keeps every other record (unresolved:
@@ -136,14 +152,18 @@ def check_condition(
     ``row_bound``: also the guard of a :class:`~connectors.core.spark_batch.Handover`
     assumed for rows of at most that many bytes (:func:`row_bytes`): a larger row (that
     passes every other check) raises :data:`~connectors.core.spark_batch.ROW_BOUND_MARK`.
+
+    The messages name sizes, partitions and the topic; a record's key and value (their
+    first bytes) only with ``values_in_errors``.
     """
     from pyspark.sql import functions as F  # noqa: N812
 
     size = _size(columns)
+    what = _quoted_columns(columns) if values_in_errors else F.lit("")
     check = F.when(
         size > F.lit(limits.max_record_bytes),
         F.raise_error(F.concat(
-            F.lit(f"{MARK}a record is about "), size.cast("string"),
+            F.lit(f"{MARK}a record"), what, F.lit(" is about "), size.cast("string"),
             F.lit(f" bytes, larger than the {limits.max_record_bytes} bytes the producer/topic "
                   "accept (message.max.bytes in the config, max.message.bytes of the topic): "
                   "raise those limits or write smaller values"))),
@@ -151,11 +171,11 @@ def check_condition(
     if "partition" in columns:
         part = F.col("partition")
         check = check.when(part < 0, F.raise_error(F.concat(
-            F.lit(f"{MARK}the 'partition' column holds "), part.cast("string"),
+            F.lit(f"{MARK}the 'partition' column holds "), part.cast("string"), what,
             F.lit(": partitions are >= 0"))))
         if partitions is not None:
             check = check.when(part >= F.lit(partitions), F.raise_error(F.concat(
-                F.lit(f"{MARK}the 'partition' column holds "), part.cast("string"),
+                F.lit(f"{MARK}the 'partition' column holds "), part.cast("string"), what,
                 F.lit(f", but topic {topic!r} has {partitions} partitions"))))
     if row_bound is not None:
         bound = row_bytes(columns)
@@ -165,8 +185,29 @@ def check_condition(
     return check.otherwise(F.lit(True))
 
 
+def _quoted_columns(columns: list[str]) -> Column:
+    """`` (key '...', value '...')``: the first :data:`QUOTED_BYTES` bytes of a record's key
+    and value, as a Spark string (``values_in_errors=True`` only)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    parts: list[Column] = []
+    for name in ("key", "value"):
+        if name not in columns:
+            continue
+        head = F.substring(F.col(name).cast("binary"), 1, QUOTED_BYTES).cast("string")
+        parts += [F.lit(f"{', ' if parts else ''}{name} '"),
+                  F.coalesce(head, F.lit("null")), F.lit("'")]
+    return F.concat(F.lit(" ("), *parts, F.lit(")")) if parts else F.lit("")
+
+
 def bad_input_message(exc: BaseException) -> str | None:
-    """The message :func:`check_condition` raised, if ``exc`` is that failure."""
+    """The message :func:`check_condition` raised, if ``exc`` is that failure.
+
+    Not a classification of a foreign error by its text: :data:`MARK` is this module's own
+    prefix, raised by this module's own check (Spark's ``raise_error``) inside the job and
+    carried back in the job's failure, whose Python type and error class depend on the
+    Spark version and front end (classic or Connect); the prefix does not.
+    """
     text = str(exc)
     if MARK not in text:
         return None

@@ -38,6 +38,7 @@ from functools import partial
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from connectors.core import driver
@@ -65,12 +66,14 @@ from connectors.kafka._config import (
 )
 from connectors.kafka._errors import FENCED_CODES, kafka_error, translate
 from connectors.kafka._io import Admin, auth_failure, init_transactions, read_committed
-from connectors.kafka._ledger import KafkaLedger
-from connectors.kafka._native import attach
+from connectors.kafka._ledger import PLACEMENT_KEY, PLACEMENT_ROW, KafkaLedger
 from connectors.kafka._pool import SLOT_OWNERS, PooledProducer, SlotProducers, config_key
 from connectors.kafka._records import (
+    PRODUCE_PATHS,
     RecordLimits,
     check_schema,
+    describe_record,
+    fast_producer,
     merge_topics,
     produce_batch,
     scan_batch,
@@ -133,6 +136,8 @@ class _Slot:
     #: Another attempt had committed the slot (found when starting over): commit nothing.
     committed_by_other: bool = False
     pooled: PooledProducer | None = None
+    #: Rows enqueued per produce path (``native``, ``batch``, ``record``).
+    paths: dict[str, int] = field(default_factory=dict)
 
 
 class KafkaSink(TaskCommitSink[_Slot]):
@@ -163,7 +168,9 @@ class KafkaSink(TaskCommitSink[_Slot]):
             (not only on bad input) aborts every slot of that attempt. It needs ``slots`` free
             task slots, no dynamic allocation, and costs about 1 s per batch: Spark's
             ``BarrierTaskContext`` polls its coordinator once a second (see docs/kafka.md).
-        slot_columns: the columns hashed to place rows into slots (default: all).
+        slot_columns: the columns hashed to place rows into slots. Default: a record with
+            a ``key`` by its key alone, so the records of one key from one input partition
+            keep their order (as with Spark's writer); a keyless one by all its columns.
         create_topic: create ``topic`` when it is missing (``topic_partitions`` partitions).
         marker_topic: default ``_connectors.<sink_id>.markers`` (compacted, one partition
             per slot, created by the sink).
@@ -177,12 +184,17 @@ class KafkaSink(TaskCommitSink[_Slot]):
             producer still owns the slot before each batch (and so that the newest marker
             is still the one it committed); one fenced later is found out by its commit,
             and the slot starts over.
-        batch_produce: enqueue each Arrow batch's records with one librdkafka
-            ``rd_kafka_produce_batch`` call per 16,384 records, straight from the Arrow
-            buffers, instead of one ``Producer.produce()`` call (and one Python object) per
-            record (default ``True``; records with ``headers`` are always produced one by
-            one). Falls back to ``produce()`` by itself where the confluent-kafka handle
-            cannot be verified. See docs/kafka.md, "Batch produce".
+        batch_produce: how a slot enqueues its records. ``True`` (default): in batches of
+            up to 16,384 records, one partition per call, through a ctypes accelerator
+            (``rd_kafka_produce_batch`` straight from the Arrow buffers) where this
+            confluent-kafka release's layout is verified (an allow-list, plus a check in a
+            throwaway process), else through the public ``Producer.produce_batch``, with
+            one WARNING per process; ``"public"``: ``Producer.produce_batch`` only;
+            ``False``: one ``Producer.produce()`` per record. Records with ``headers`` are
+            always produced one by one. ``CONNECTORS_ACCELERATORS=off`` in the environment
+            turns the accelerator off. Rows per path are the batch metrics
+            ``produce_native_rows``, ``produce_batch_rows`` and ``produce_record_rows``.
+            See docs/kafka.md, "Batch produce".
         **options: the template's options (``retry``, ``reset_binding``,
             ``on_replay_mismatch``, ``keep_batches``).
 
@@ -215,7 +227,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         replication_factor: int = -1,
         operation_timeout: float = 30.0,
         reuse_producers: bool = True,
-        batch_produce: bool = True,
+        batch_produce: bool | str = True,
         **options: Any,
     ) -> None:
         super().__init__(
@@ -240,7 +252,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 transaction_timeout_ms=timeout_ms,
                 operation_timeout_s=float(operation_timeout),
                 reuse_producers=bool(reuse_producers),
-                batch_produce=bool(batch_produce),
+                batch_produce=batch_produce,
             )
         except ConfigurationError as exc:
             exc.sink_id = self.sink_id
@@ -369,16 +381,21 @@ class KafkaSink(TaskCommitSink[_Slot]):
         return found
 
     def _resolve_slots(self, batch: BatchInput, state: driver.DriverState) -> None:
-        """Driver, every batch: the slot count (stored, fixed while a batch is unfinished),
-        the marker topic with one partition per slot, and the barrier prerequisites."""
+        """Driver, every batch: the slot count and placement rule (stored, fixed while a
+        batch is unfinished), the marker topic with one partition per slot, and the barrier
+        prerequisites."""
         assert self._ledger is not None
         admin = self._admin_client()
         stored = self._ledger.slots
         wanted = self.slots
         if self._auto_slots:
             wanted = stored or _default_parallelism(batch) or 1
-        if stored is not None and stored != wanted:
+        placed = self._ledger.placement
+        placement = PLACEMENT_KEY if self.slot_columns is None else PLACEMENT_ROW
+        unfinished = None
+        if (stored is not None and stored != wanted) or (placed not in (None, placement)):
             unfinished = self._unfinished(state)
+        if stored is not None and stored != wanted:
             if unfinished is not None:
                 raise ConfigurationError(
                     f"the sink's slot count is {stored}; it cannot change to {wanted} while "
@@ -387,7 +404,19 @@ class KafkaSink(TaskCommitSink[_Slot]):
                     "batch is complete, then change it", sink_id=self.sink_id)
             logger.warning("sink %s: slot count changes from %d to %d", self.sink_id,
                            stored, wanted)
-        if stored == wanted and self._marker_ready == wanted:
+        if placed is not None and placed != placement:
+            if unfinished is not None:
+                logger.warning(
+                    "sink %s: batch %d was started with the %r placement of rows into slots; "
+                    "it is finished with it, later batches use the %r placement", self.sink_id,
+                    unfinished, placed, placement)
+                placement = placed
+            else:
+                logger.info("sink %s: rows are placed into slots by the %r rule from now on "
+                            "(was %r)", self.sink_id, placement, placed)
+        # Keyed records by their key: one slot keeps a key's records in input order.
+        self.slot_key = "key" if placement == PLACEMENT_KEY else None
+        if stored == wanted and placed == placement and self._marker_ready == wanted:
             self.slots = wanted  # checked in this driver run
             if self.barrier:
                 _check_barrier(self, batch)
@@ -399,8 +428,8 @@ class KafkaSink(TaskCommitSink[_Slot]):
                                {"cleanup.policy": "compact"})
         elif info.partitions < wanted:
             admin.add_partitions(self.options.marker_topic, wanted)
-        if stored != wanted:
-            self._ledger.record_slots(wanted)
+        if stored != wanted or placed != placement:
+            self._ledger.record_slots(wanted, placement)
         self.slots = wanted
         self._marker_ready = wanted
         self._slots_ever = max(self._slots_ever, wanted, info.partitions if info else 0)
@@ -481,6 +510,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
             scan = scan_dataframe(
                 df, self.limits, self.options.topic,
                 lambda message: BadInputError(message, sink_id=self.sink_id, batch_id=batch_id),
+                values_in_errors=self.values_in_errors,
             )
             topics = scan.topics
             rows = handover_rows(df.sparkSession, scan.max_row_bytes)
@@ -519,7 +549,8 @@ class KafkaSink(TaskCommitSink[_Slot]):
         if check is None:
             if len(self._record_checks) >= 8:
                 self._record_checks.clear()
-            check = self._record_checks[key] = check_condition(list(columns), *key[1:])
+            check = self._record_checks[key] = check_condition(
+                list(columns), *key[1:], values_in_errors=self.values_in_errors)
         return check
 
     def _raise_row_bound(self) -> None:
@@ -569,11 +600,17 @@ class KafkaSink(TaskCommitSink[_Slot]):
         if entry is None:
             return
         longest, waited = 0.0, 0.0
+        # Rows per produce path: produce_native_rows / produce_batch_rows / produce_record_rows.
+        produced = dict.fromkeys(PRODUCE_PATHS, 0)
         for commit in entry.commits:
             if commit.payload:
                 info = json.loads(commit.payload)
                 longest = max(longest, float(info.get("txn_ms", 0)))
                 waited = max(waited, float(info.get("wait_ms", 0)))
+                for path, rows in dict(info.get("produce_rows", {})).items():
+                    produced[path] = produced.get(path, 0) + int(rows)
+        for path, rows in produced.items():
+            metrics.extra[f"produce_{path}_rows"] = rows
         metrics.extra["txn_ms"] = round(longest, 1)
         metrics.extra["barrier_wait_ms"] = round(waited, 1)
         limit = self.options.transaction_timeout_ms
@@ -655,12 +692,11 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 raise cause from None
             raise
         SLOT_OWNERS.claim(self._pool_key(transactional_id))
-        native = None
-        if self.options.batch_produce:
-            partitioner, refresh_ms = self.config.partitioner()
-            native = attach(producer, self._timeout, partitioner=partitioner,
-                            refresh_ms=refresh_ms)
-        return PooledProducer(producer, errors, reported, native)
+        partitioner, refresh_ms = self.config.partitioner()
+        fast = fast_producer(producer, self.options.produce_mode, self._timeout,
+                             partitioner=partitioner, refresh_ms=refresh_ms,
+                             queue_limit=self.config.queue_limit())
+        return PooledProducer(producer, errors, reported, fast)
 
     def open_slot(self, slot: SlotTransaction) -> _Slot:
         """Task: a producer for the slot's transactional id; fence the previous owner.
@@ -773,7 +809,8 @@ class KafkaSink(TaskCommitSink[_Slot]):
             return BadInputError(message, sink_id=self.sink_id, batch_id=ctx.batch_id,
                                  transaction_id=ctx.name)
 
-        scan = scan_batch(batch, self.limits, self.options.topic, error)
+        scan = scan_batch(batch, self.limits, self.options.topic, error,
+                          values_in_errors=self.values_in_errors)
         for topic, top in scan.topics.items():
             partitions = handle.topics.get(topic)
             if partitions is None:
@@ -787,8 +824,10 @@ class KafkaSink(TaskCommitSink[_Slot]):
                     raise error(f"topic {topic!r} does not exist: create it first")
                 partitions = handle.topics[topic] = len(found.partitions)
             if top >= partitions:
-                raise error(f"the 'partition' column holds {top}, but topic {topic!r} has "
-                            f"{partitions} partitions")
+                what = (_partition_record(batch, partitions) if self.values_in_errors
+                        else "")
+                raise error(f"the 'partition' column holds {top}{what}, but topic {topic!r} "
+                            f"has {partitions} partitions")
 
     def write(self, handle: _Slot, batch: pa.RecordBatch) -> None:
         """Task: check the records of ``batch``, then produce them into the transaction."""
@@ -803,9 +842,11 @@ class KafkaSink(TaskCommitSink[_Slot]):
             return  # the commit starts the slot over with every batch kept
         try:
             with _client_errors():
-                native = handle.pooled.native if handle.pooled is not None else None
-                handle.rows += produce_batch(handle.producer.produce, handle.producer.poll,
-                                             batch, self.options.topic, native)
+                fast = handle.pooled.fast if handle.pooled is not None else None
+                rows, path = produce_batch(handle.producer.produce, handle.producer.poll,
+                                           batch, self.options.topic, fast)
+                handle.rows += rows
+                handle.paths[path] = handle.paths.get(path, 0) + rows
                 handle.producer.poll(0)
         except KafkaException as exc:
             if handle.reused:
@@ -859,15 +900,18 @@ class KafkaSink(TaskCommitSink[_Slot]):
         """Begin a transaction and produce every record batch of the slot again.
 
         Record by record, with a delivery report for each: if the first attempt failed on
-        a delivery that batch produce does not report (:mod:`connectors.kafka._native`),
+        a delivery that the accelerator does not report (:mod:`connectors.kafka._native`),
         this attempt names the failure."""
         handle.producer.begin_transaction()
         handle.open = True
         handle.rows = 0
+        handle.paths.clear()
         with _client_errors():
             for batch in handle.batches:
-                handle.rows += produce_batch(handle.producer.produce, handle.producer.poll,
-                                             batch, self.options.topic)
+                rows, path = produce_batch(handle.producer.produce, handle.producer.poll,
+                                           batch, self.options.topic)
+                handle.rows += rows
+                handle.paths[path] = handle.paths.get(path, 0) + rows
 
     def commit_slot(self, handle: _Slot, marker: SlotMarker) -> bytes | None:
         """Task: write the marker with the rows, align with the other slots, commit.
@@ -963,7 +1007,9 @@ class KafkaSink(TaskCommitSink[_Slot]):
         txn_ms = (time.monotonic() - handle.started) * 1000
         return json.dumps({"txn_ms": round(txn_ms, 1), "wait_ms": round(handle.wait_ms, 1),
                            "rows": handle.rows, "reused": handle.reused,
-                           "by_other": handle.committed_by_other}).encode()
+                           "by_other": handle.committed_by_other,
+                           "produce_path": _path_name(handle.paths),
+                           "produce_rows": handle.paths}).encode()
 
     def _start_over(self, handle: _Slot, marker: SlotMarker) -> None:
         """The kept producer was fenced (or broke) after this task began with it: take a new
@@ -1025,6 +1071,22 @@ def _client_errors() -> Iterator[None]:
         if isinstance(exc.__cause__, KafkaException):
             raise exc.__cause__ from None
         raise
+
+
+def _partition_record(batch: pa.RecordBatch, partitions: int) -> str:
+    """`` (record i (key ..., value ...))`` of the first record of ``batch`` whose
+    partition is ``>= partitions`` (``values_in_errors=True`` only)."""
+    column = batch.column(batch.schema.names.index("partition"))
+    found = pc.index(pc.greater_equal(pc.fill_null(column, -1), partitions), True).as_py()
+    if found is None or found < 0:
+        return ""
+    return f" (record {found}{describe_record(batch, int(found))})"
+
+
+def _path_name(paths: dict[str, int]) -> str:
+    """The ``produce_path`` metric: the path that enqueued rows (several joined by ``+``;
+    ``""`` when no row was produced)."""
+    return "+".join(sorted(p for p, rows in paths.items() if rows))
 
 
 def _retrying(call: Any, attempts: int = 5) -> Any:
@@ -1112,7 +1174,8 @@ def _scan_task(
     rows = 0
     try:
         for batch in batches:
-            scan = scan_batch(without_row_hash(batch), sink.limits, sink.options.topic, error)
+            scan = scan_batch(without_row_hash(batch), sink.limits, sink.options.topic, error,
+                              values_in_errors=sink.values_in_errors)
             rows += scan.rows
             merge_topics(topics, scan.topics)
     except BadInputError as exc:

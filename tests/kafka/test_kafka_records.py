@@ -110,7 +110,7 @@ def test_produce_batch_maps_every_column_and_waits_on_a_full_queue() -> None:
         "headers": pa.array([[{"key": "h", "value": b"1"}], None], HEADERS),
         "partition": pa.array([1, None], pa.int32()), "topic": pa.array(["a", "b"]),
     })
-    assert produce_batch(produce, polls.append, batch, None) == 2
+    assert produce_batch(produce, polls.append, batch, None) == (2, "record")
     assert polls  # the full queue was polled, then the record produced
     assert calls == [
         ("a", (), {"value": "v0", "key": b"k0", "headers": [("h", b"1")], "partition": 1}),
@@ -118,5 +118,5 @@ def test_produce_batch_maps_every_column_and_waits_on_a_full_queue() -> None:
     ]
     calls.clear()
     simple = pa.record_batch({"value": pa.array([b"x"]), "key": pa.array(["k"])})
-    assert produce_batch(produce, polls.append, simple, "fixed") == 1
+    assert produce_batch(produce, polls.append, simple, "fixed") == (1, "record")
     assert calls == [("fixed", (b"x", "k"), {})]
