@@ -23,6 +23,7 @@ from psycopg import sql
 
 from connectors.core.naming import TransactionId
 from connectors.postgres import XID_FORMAT_ID
+from connectors.postgres._gid import decode_gid, encode_gid
 
 __all__ = [
     "DRIVER_PGOPTIONS",
@@ -104,13 +105,10 @@ def prepared_of(conninfo: str, sink_id: str) -> list[TransactionId]:
         gids = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall()]
     found = []
     for gid in gids:
-        try:
-            xid = psycopg.Xid.from_string(gid)
-        except Exception:
+        xid = decode_gid(gid)
+        if xid is None or xid[0] != XID_FORMAT_ID:
             continue
-        if xid.format_id != XID_FORMAT_ID or xid.bqual is None:
-            continue
-        tid = TransactionId.from_xid_parts(xid.gtrid, xid.bqual)
+        tid = TransactionId.from_xid_parts(xid[1], xid[2])
         if tid is not None and tid.sink_id == sink_id:
             found.append(tid)
     return sorted(found)
@@ -121,8 +119,7 @@ def rollback_prepared_of(conninfo: str, sink_id: str) -> int:
     n = 0
     with connect(conninfo) as conn:
         for tid in prepared_of(conninfo, sink_id):
-            gtrid, bqual = tid.xid_parts()
-            gid = str(psycopg.Xid.from_parts(XID_FORMAT_ID, gtrid, bqual))
+            gid = encode_gid(XID_FORMAT_ID, *tid.xid_parts())
             with contextlib.suppress(psycopg.errors.UndefinedObject):
                 conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
                 n += 1

@@ -6,7 +6,10 @@ Standard library only, so ``scripts/services`` works before any pip install.
   non-root user (``eos``, created with ``useradd`` when running as root), listening
   on 127.0.0.1 on a port chosen once and kept in ``<state>/state.json``;
   ``max_prepared_transactions = 64``. Role/password/database ``eos``/``eos``/``eos``
-  (password auth over TCP, trust over the private unix socket).
+  (password auth over TCP, trust over the private unix socket). The server answers in
+  German (``lc_messages = 'de_DE.UTF-8'``; the locale is generated when missing), so that
+  the sinks' error tests prove they classify by SQLSTATE, never by English text. When the
+  locale cannot be had, the reason is logged and kept (:func:`postgres_messages`).
 * Kafka: the broker jars (``org.apache.kafka:kafka_2.13``) fetched once by Maven into
   ``${EOS_CACHE_DIR:-~/.cache/connectors}/kafka-<version>/libs``; one KRaft node in
   combined mode (broker + controller) under ``<state>/kafka``, run as
@@ -73,6 +76,7 @@ __all__ = [
     "kafka_libs",
     "kafka_metadata_ok",
     "kafka_version",
+    "postgres_messages",
     "read_env_file",
     "restart_kafka",
     "restart_postgres",
@@ -104,6 +108,9 @@ PG_PASSWORD: Final = "eos"
 PG_DATABASE: Final = "eos"
 PG_MAX_PREPARED_TRANSACTIONS: Final = 64
 PG_MAX_CONNECTIONS: Final = 200
+#: The language of the test cluster's messages: not English, so that no test can pass by
+#: matching English text (Debian's PostgreSQL ships the German translation).
+PG_LC_MESSAGES: Final = "de_DE.UTF-8"
 HOST: Final = "127.0.0.1"
 
 ENV_POSTGRES: Final = "EOS_POSTGRES_CONNINFO"
@@ -616,7 +623,10 @@ def _pg_initdb(bindir: Path, user: str, root: Path) -> None:
     log.info("initdb done in %.1fs", time.monotonic() - started)
 
 
-def _pg_write_conf(root: Path, user: str, port: int, socket_dir: Path) -> None:
+def _pg_write_conf(
+    root: Path, user: str, port: int, socket_dir: Path, lc_messages: str | None
+) -> None:
+    messages = [f"lc_messages = '{lc_messages}'"] if lc_messages else []
     text = "\n".join(
         [
             "# Written by integration/_services.py on every start; do not edit.",
@@ -630,6 +640,7 @@ def _pg_write_conf(root: Path, user: str, port: int, socket_dir: Path) -> None:
             "timezone = 'UTC'",
             "log_timezone = 'UTC'",
             "log_line_prefix = '%m [%p] %q%u@%d '",
+            *messages,
             "",
         ]
     )
@@ -677,6 +688,68 @@ def _pg_finish_setup(bindir: Path, port: int) -> None:
         )
 
 
+def _german_locale(bindir: Path) -> str | None:
+    """Make :data:`PG_LC_MESSAGES` usable by the server: None when it is, else why not.
+
+    The locale is generated as a directory (``localedef --no-archive``), which a running
+    postmaster finds too; one added to ``locale-archive`` after the postmaster had looked
+    there stays invisible to it until a restart.
+    """
+    major = bindir.parent.name
+    catalog = Path("/usr/share/locale/de/LC_MESSAGES") / f"postgres-{major}.mo"
+    if not catalog.exists():
+        return f"PostgreSQL's German translation {catalog} is missing"
+    directory = Path("/usr/lib/locale/de_DE.utf8")
+    if (directory / "LC_MESSAGES").exists():
+        return None
+    if not _is_root():
+        return (f"the {PG_LC_MESSAGES} locale is not in {directory.parent} and generating it "
+                "needs root (`localedef --no-archive -i de_DE -f UTF-8 de_DE.UTF-8`)")
+    if not Path("/usr/share/i18n/locales/de_DE").exists():
+        try:
+            _apt_install(["locales"], "the de_DE locale source is missing")
+        except ServiceError as exc:
+            return f"cannot install the `locales` package: {exc}"
+    localedef = shutil.which("localedef")
+    if localedef is None:
+        return "localedef is not installed (Debian package `libc-bin`)"
+    log.info("generating the %s locale (localedef --no-archive)", PG_LC_MESSAGES)
+    try:  # exit code 1 is localedef's "warnings"; the directory tells
+        proc = _run([localedef, "--no-archive", "-i", "de_DE", "-f", "UTF-8", PG_LC_MESSAGES],
+                    timeout=300, check=False)
+    except ServiceError as exc:
+        return f"localedef failed: {exc}"
+    if not (directory / "LC_MESSAGES").exists():
+        return f"localedef did not create {directory}: {proc.stdout.strip()[-500:]}"
+    return None
+
+
+def _pg_set_messages(bindir: Path, port: int, unavailable: str | None) -> str | None:
+    """Have the running server answer in German (``ALTER SYSTEM`` + reload: no restart);
+    None on success, else the reason it answers in its default language."""
+    if unavailable is not None:
+        return unavailable
+    if _psql(bindir, port, PG_DATABASE, "SHOW lc_messages") != PG_LC_MESSAGES:
+        try:
+            _psql(bindir, port, PG_DATABASE, f"ALTER SYSTEM SET lc_messages = '{PG_LC_MESSAGES}'")
+            _psql(bindir, port, PG_DATABASE, "SELECT pg_reload_conf()")
+        except ServiceError as exc:
+            return f"the server refused lc_messages = '{PG_LC_MESSAGES}': {exc}"
+        deadline = time.monotonic() + 10
+        while _psql(bindir, port, PG_DATABASE, "SHOW lc_messages") != PG_LC_MESSAGES:
+            if time.monotonic() > deadline:
+                return f"lc_messages is still not {PG_LC_MESSAGES} 10 s after pg_reload_conf()"
+            time.sleep(0.2)
+    return None
+
+
+def postgres_messages() -> tuple[str | None, str | None]:
+    """``(lc_messages, fallback reason)`` the last ``start_postgres`` recorded: the German
+    locale and None, or None and why the server answers in its default language."""
+    section = _load_state().get("postgres", {})
+    return section.get("lc_messages"), section.get("lc_messages_fallback")
+
+
 def start_postgres() -> PostgresInfo:
     """Start (or re-verify) the private PostgreSQL cluster; returns its connection info."""
     with _locked():
@@ -694,13 +767,15 @@ def start_postgres() -> PostgresInfo:
         info = PostgresInfo(HOST, port)
         logfile = root / "log" / "postgres.log"
         started = time.monotonic()
+        unavailable = _german_locale(bindir)
         if running:
             log.info("PostgreSQL already running (%s); verifying", root / "data")
         else:
             if not _pg_initialised(root):
                 _pg_initdb(bindir, user, root)
             socket_dir = _pg_socket_dir(root, user)
-            _pg_write_conf(root, user, port, socket_dir)
+            _pg_write_conf(root, user, port, socket_dir,
+                           PG_LC_MESSAGES if unavailable is None else None)
             section["root"] = str(root)
             _save_state(state)
             timeout = service_timeout()
@@ -732,6 +807,13 @@ def start_postgres() -> PostgresInfo:
             _pg_finish_setup(bindir, port)
         except (ServiceError, ValueError) as exc:
             raise ServiceError(f"PostgreSQL is not usable: {exc}\n{_log_excerpt(logfile)}") from exc
+        fallback = _pg_set_messages(bindir, port, unavailable)
+        if fallback is None:
+            section["lc_messages"], section["lc_messages_fallback"] = PG_LC_MESSAGES, None
+        else:
+            section["lc_messages"], section["lc_messages_fallback"] = None, fallback
+            log.warning("PostgreSQL answers in its default language, not %s: %s (the error "
+                        "tests then prove SQLSTATE-only)", PG_LC_MESSAGES, fallback)
         _save_state(state)
         log.info("PostgreSQL ready in %.1fs: %s", time.monotonic() - started, info.redacted)
         _refresh_env_file()

@@ -15,6 +15,7 @@ import pytest
 
 from connectors.core.naming import TransactionId
 from connectors.postgres import XID_FORMAT_ID, PostgresSink
+from connectors.postgres._gid import decode_gid
 from connectors.testing import SinkConformanceTests, SinkHarness
 
 pytestmark = pytest.mark.integration
@@ -46,10 +47,10 @@ class PostgresHarness(SinkHarness):
             gids = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall()]
         count = 0
         for gid in gids:
-            xid = psycopg.Xid.from_string(gid)
-            if xid.format_id != XID_FORMAT_ID or xid.bqual is None:
+            xid = decode_gid(gid)
+            if xid is None or xid[0] != XID_FORMAT_ID:
                 continue
-            tid = TransactionId.from_xid_parts(xid.gtrid, xid.bqual)
+            tid = TransactionId.from_xid_parts(xid[1], xid[2])
             if tid is not None and tid.sink_id in (self.sink_id, f"{self.sink_id}-2"):
                 count += 1
         return count

@@ -260,7 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except ConfigurationError as exc:
         print(f"connectors {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        # A target that cannot be connected to (PostgreSQL's CannotConnectError) is
+        # "unreachable", not a usage error.
+        return EXIT_UNREACHABLE if getattr(exc, "cannot_connect", False) else EXIT_USAGE
     except ConnectorError as exc:
         print(f"connectors {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

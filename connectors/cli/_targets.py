@@ -97,19 +97,17 @@ class PostgresTarget(Target):
                 raise self._db.error(exc, "reading the sinks' state") from None
 
     def _prepared(self) -> list[tuple[TransactionId, float]]:
-        import psycopg
-
-        from connectors.postgres._sink import XID_FORMAT_ID
+        from connectors.postgres._gid import XID_FORMAT_ID, decode_gid
 
         found = []
         for gid, age in self._rows(
             "SELECT gid, extract(epoch FROM now() - prepared) FROM pg_prepared_xacts "
             "WHERE database = current_database()"
         ):
-            xid = psycopg.Xid.from_string(gid)  # a non-XA gid parses with format_id None
-            if xid.format_id != XID_FORMAT_ID or xid.bqual is None:
+            xid = decode_gid(gid)  # None for another application's gid
+            if xid is None or xid[0] != XID_FORMAT_ID:
                 continue
-            tid = TransactionId.from_xid_parts(xid.gtrid, xid.bqual)
+            tid = TransactionId.from_xid_parts(xid[1], xid[2])
             if tid is not None:
                 found.append((tid, float(age)))
         return found

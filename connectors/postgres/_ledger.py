@@ -29,7 +29,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit, check_binding
 from connectors.core.protocol import BatchState
 from connectors.postgres._config import Conninfo, TableName
-from connectors.postgres._errors import translate
+from connectors.postgres._errors import raise_translated, translate
 
 __all__ = ["DriverConnection", "PostgresLedger", "ledger_ddl"]
 
@@ -38,34 +38,42 @@ class DriverConnection:
     """The driver's one autocommit connection, opened lazily, reopened after a failure."""
 
     def __init__(
-        self, conninfo: Conninfo, connect_timeout: int, sink_id: str, lock_timeout: str = "30s"
+        self, conninfo: Conninfo, connect_timeout: int, sink_id: str, lock_timeout: str = "30s",
+        *, values_in_errors: bool = False,
     ) -> None:
         self.conninfo = conninfo
         self.connect_timeout = connect_timeout
         self.lock_timeout = lock_timeout
         self.sink_id = sink_id
+        self.values_in_errors = values_in_errors
         self._conn: psycopg.Connection[Any] | None = None
+        #: Connected at least once: a later connect failure is a restart, not a bad setting.
+        self._connected = False
         self.lock = threading.RLock()
 
     def get(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            try:
-                self._conn = psycopg.connect(
+            def connect() -> psycopg.Connection[Any]:
+                return psycopg.connect(
                     self.conninfo.secret, autocommit=True, connect_timeout=self.connect_timeout,
                     application_name=f"connectors-driver:{self.sink_id}",
                     # A wait on a lock (another driver's lease, DDL) fails as retriable
                     # instead of hanging the query.
                     options=f"-c lock_timeout={self.lock_timeout}",
                 )
-            except psycopg.Error as exc:
-                raise self.error(exc, f"connecting to {self.conninfo}") from None
+
+            self._conn = raise_translated(connect, lambda exc: self.error(
+                exc, f"connecting to {self.conninfo}", connecting=True,
+                connected_before=self._connected))
+            self._connected = True
         return self._conn
 
     def error(self, exc: BaseException, doing: str, **ids: Any) -> ConnectorError:
+        """``exc`` translated (see :func:`~connectors.postgres._errors.translate`)."""
         if isinstance(exc, ConnectorError):
             return exc
         return translate(exc, doing=doing, password=self.conninfo.password,
-                         sink_id=self.sink_id, **ids)
+                         values=self.values_in_errors, sink_id=self.sink_id, **ids)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -148,12 +156,13 @@ class PostgresLedger(Ledger):
     def _run(self, doing: str, fn: Any, **ids: Any) -> Any:
         with self.db.lock:
             conn = self.db.get()
-            try:
+
+            def run() -> Any:
                 if not self._ready:
                     self._create(conn)
                 return fn(conn)
-            except (psycopg.Error, ConnectorError) as exc:
-                raise self.db.error(exc, doing, **ids) from None
+
+            return raise_translated(run, lambda exc: self.db.error(exc, doing, **ids))
 
     def _create(self, conn: psycopg.Connection[Any]) -> None:
         # Look before creating: DDL on an existing table (even CREATE INDEX IF NOT EXISTS)

@@ -1,12 +1,15 @@
 """``PostgresSink``: exactly-once into PostgreSQL with prepared transactions (XA style).
 
-Executor side, once per Spark task:
-  1. connect, ``tpc_begin`` an xid named by sink, run, batch and ``taskAttemptId``;
+Executor side, once per Spark task, in plain SQL on an autocommit connection the task owns
+(no two-phase-commit state of the client library is involved):
+  1. take an idle connection of this Python worker (or connect), ``BEGIN``;
   2. COPY the task's Arrow record batches in PostgreSQL's binary format (pgpq encodes,
      psycopg writes), or, with ``mode="upsert"``, ``INSERT ... ON CONFLICT DO UPDATE``
      of the task's rows deduplicated by key;
   3. insert a receipt (sink, batch, xid, rows, digest) in the same transaction;
-  4. ``tpc_prepare``: the transaction now outlives the task; return its id.
+  4. ``PREPARE TRANSACTION '<gid>'`` (the gid names sink, run, batch and ``taskAttemptId``,
+     see :mod:`connectors.postgres._gid`): the transaction now outlives the task and the
+     session is idle again; return the transaction id.
 
 Driver side: the template records the decision in the ledger, then :meth:`commit` runs
 ``COMMIT PREPARED`` for exactly the ids Spark returned; :meth:`recover` lists this sink's
@@ -27,6 +30,7 @@ from pgpq import ArrowToPostgresBinaryEncoder
 from pgpq.encoders import LargeStringEncoderBuilder
 from pgpq.schema import Jsonb
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from connectors.core.batch import BatchInput
 from connectors.core.errors import (
@@ -34,6 +38,7 @@ from connectors.core.errors import (
     ConfigurationError,
     ConnectorError,
     DataLossError,
+    FatalError,
 )
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import Ledger, TaskCommit
@@ -41,17 +46,16 @@ from connectors.core.naming import TransactionId
 from connectors.core.tasks import TaskTransaction
 from connectors.core.template import PreparedTransactionSink
 from connectors.postgres._config import Conninfo, Mode, PostgresOptions, TableName
-from connectors.postgres._errors import translate
+from connectors.postgres._errors import raise_translated, translate
+from connectors.postgres._gid import XID_FORMAT_ID, decode_gid, encode_gid
 from connectors.postgres._ledger import DriverConnection, PostgresLedger
-from connectors.postgres._pool import TaskConnections
+from connectors.postgres._pool import TaskConnections, connected_before, record_connected
 from connectors.postgres._types import Column, WritePlan, ddl_type, plan_write
 
 __all__ = ["XID_FORMAT_ID", "PostgresSink"]
 
 logger = logging.getLogger("connectors.postgres")
 
-#: The XA format id of every xid this library prepares ("EOS1" in ASCII).
-XID_FORMAT_ID = 0x454F5331
 #: The placeholder table of :meth:`PostgresSink.operator` instances.
 _OPERATOR_TABLE = "pg_catalog.connectors_operator_no_table"
 
@@ -88,9 +92,12 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
         connect_timeout: seconds.
         reuse_connections: keep a task's connection open after its ``PREPARE`` for the
             next task of the same Spark Python worker (default ``True``; connecting costs
-            more than a small batch's write). Idle connections are closed after 60 s.
+            more than a small batch's write). Only an idle session is reused; idle
+            connections are closed after 60 s.
         **options: the template's options (``retry``, ``reset_binding``,
-            ``on_replay_mismatch``, ``keep_batches``).
+            ``on_replay_mismatch``, ``keep_batches``, ``values_in_errors``: by default
+            errors name table, column, constraint and type but quote no row value, not
+            even PostgreSQL's ``DETAIL: Failing row contains (...)``).
 
     Example::
 
@@ -165,27 +172,37 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
 
     # ---- helpers ----
     def _error(self, exc: BaseException, doing: str, **ids: Any) -> ConnectorError:
+        """``exc`` in the library's error tree; row values only with ``values_in_errors``.
+
+        Raise the result outside the ``except`` block (or through ``raise_translated``)
+        so that the psycopg exception is not kept as its ``__context__``.
+        """
         if isinstance(exc, ConnectorError):
             return exc
         return translate(exc, doing=doing, password=self.conninfo.password,
-                         sink_id=self.sink_id, **ids)
+                         values=self.values_in_errors, sink_id=self.sink_id, **ids)
 
     def _driver_db(self) -> DriverConnection:
         if self._db is None:
             self._db = DriverConnection(
                 self.conninfo, self.options.connect_timeout, self.sink_id,
-                self.options.lock_timeout,
+                self.options.lock_timeout, values_in_errors=self.values_in_errors,
             )
         return self._db
 
-    def _xid(self, conn: psycopg.Connection[Any], tid: TransactionId) -> psycopg.Xid:
-        gtrid, bqual = tid.xid_parts()
-        return conn.xid(XID_FORMAT_ID, gtrid, bqual)
-
     @staticmethod
     def _gid(tid: TransactionId) -> str:
+        """The gid of ``PREPARE TRANSACTION``: byte-identical to earlier releases' gids."""
         gtrid, bqual = tid.xid_parts()
-        return str(psycopg.Xid.from_parts(XID_FORMAT_ID, gtrid, bqual))
+        return encode_gid(XID_FORMAT_ID, gtrid, bqual)
+
+    def _driver_sql(self, doing: str, statement: str, **ids: Any) -> list[Any]:
+        """Run one statement on the driver's connection; its rows, errors translated."""
+        db = self._driver_db()
+        with db.lock:
+            conn = db.get()
+            return raise_translated(lambda: conn.execute(statement).fetchall(),
+                                    lambda exc: self._error(exc, doing, **ids))
 
     # ---- driver: ledger, validation, routing ----
     def create_ledger(self) -> Ledger:
@@ -211,14 +228,17 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
                                      sink_id=self.sink_id)
         db = self._driver_db()
         with db.lock:
-            try:
-                conn = db.get()
+            conn = db.get()
+
+            def read() -> list[Column]:
                 columns = self._columns(conn)
                 if not columns and self.options.create_table:
                     self._create_table(conn, schema)
                     columns = self._columns(conn)
-            except psycopg.Error as exc:
-                raise self._error(exc, f"reading the columns of {table}") from None
+                return columns
+
+            columns = raise_translated(
+                read, lambda exc: self._error(exc, f"reading the columns of {table}"))
         if not columns:
             raise BadInputError(
                 f"table {table} does not exist: create it, or pass create_table=True",
@@ -256,13 +276,9 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
     def _check_max_prepared(self, tasks: int) -> None:
         if self._checked_prepared and tasks <= self._checked_prepared:
             return
-        db = self._driver_db()
-        with db.lock:
-            try:
-                row = db.get().execute("SHOW max_prepared_transactions").fetchone()
-            except psycopg.Error as exc:
-                raise self._error(exc, "reading max_prepared_transactions") from None
-        limit = int(row[0]) if row else 0
+        rows = self._driver_sql("reading max_prepared_transactions",
+                                "SHOW max_prepared_transactions")
+        limit = int(rows[0][0]) if rows else 0
         if limit < tasks:
             needed = max(64, tasks * 2)
             raise ConfigurationError(
@@ -281,68 +297,116 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
                                    self.sink_id)
 
     def _connect_task(self, tid: TransactionId) -> psycopg.Connection[Any]:
-        try:
+        key = self._pool_key()
+
+        def connect() -> psycopg.Connection[Any]:
             return psycopg.connect(
                 self.conninfo.secret,
+                autocommit=True,  # the task's SQL says BEGIN and PREPARE TRANSACTION itself
                 connect_timeout=self.options.connect_timeout,
                 options=f"-c lock_timeout={self.options.lock_timeout}",
                 application_name=f"connectors-task:{self.sink_id}",
             )
-        except psycopg.Error as exc:
-            raise self._error(exc, f"connecting to {self.conninfo}", batch_id=tid.batch_id,
-                              transaction_id=str(tid)) from None
+
+        conn = raise_translated(connect, lambda exc: self._error(
+            exc, f"connecting to {self.conninfo}", connecting=True,
+            connected_before=connected_before(key), batch_id=tid.batch_id,
+            transaction_id=str(tid)))
+        record_connected(key)
+        return conn
 
     def begin_transaction(self, txn: TaskTransaction) -> _PgTxn:
+        """Executor: ``BEGIN`` on an idle session of this worker or a new one; start COPY.
+
+        A reused session that fails before anything was written on it (the server dropped
+        it, or the client refuses it: no SQLSTATE) is closed and replaced, once.
+        """
         plan = self._plan
         if plan is None:  # pragma: no cover - validate_input always runs first
             raise ConfigurationError("the sink was not validated on the driver")
         tid = txn.transaction_id
         reused = TaskConnections.take(self._pool_key()) if self.options.reuse_connections else None
+        if reused is not None and reused.info.transaction_status is not TransactionStatus.IDLE:
+            reused.close()  # pragma: no cover - the pool hands out idle sessions only
+            reused = None
         conn = reused or self._connect_task(tid)
-        while True:
-            handle = _PgTxn(conn, tid, plan)
-            try:
-                conn.tpc_begin(self._xid(conn, tid))
-                if self.options.mode == "append":
-                    self._start_copy(handle)
+        handle, failure, session_lost = self._begin(conn, tid, plan)
+        if handle is not None:
+            return handle
+        if reused is not None and session_lost:
+            logger.info("sink %s: a reused task connection failed before any write (%s); "
+                        "beginning on a new one", self.sink_id, type(failure).__name__)
+            handle, failure, _ = self._begin(self._connect_task(tid), tid, plan)
+            if handle is not None:
                 return handle
-            except Exception as exc:
-                conn.close()
-                if reused is not None and isinstance(exc, psycopg.OperationalError):
-                    # The idle session died (server restart, idle timeout): nothing was
-                    # written on it; begin again on a fresh connection, once.
-                    logger.info("sink %s: a reused task connection was dead (%s); reconnecting",
-                                self.sink_id, type(exc).__name__)
-                    reused = None
-                    conn = self._connect_task(tid)
-                    continue
-                raise self._error(exc, "starting the COPY", batch_id=tid.batch_id,
-                                  transaction_id=str(tid)) from None
+        assert failure is not None  # _begin returns a handle or a failure
+        error = self._error(failure, "starting the task's transaction", batch_id=tid.batch_id,
+                            transaction_id=str(tid))
+        del failure  # nothing of the client's exception travels with the error
+        raise error
+
+    def _begin(
+        self, conn: psycopg.Connection[Any], tid: TransactionId, plan: WritePlan
+    ) -> tuple[_PgTxn | None, BaseException | None, bool]:
+        """``BEGIN`` (+ COPY): ``(handle, _, _)``, or ``(None, failure, session_lost)`` with
+        the connection closed. ``session_lost``: the session died or the client refused it
+        (no SQLSTATE), so a new session may succeed; a statement the server refused
+        (``UndefinedTable``, ``InsufficientPrivilege``, ...) would fail there too."""
+        handle = _PgTxn(conn, tid, plan)
+        try:
+            conn.execute("BEGIN")
+            if conn.info.transaction_status is not TransactionStatus.INTRANS:
+                raise FatalError(  # pragma: no cover - BEGIN on an idle session opens one
+                    f"BEGIN left the task's session {conn.info.transaction_status.name}, not "
+                    "in a transaction", sink_id=self.sink_id, batch_id=tid.batch_id,
+                    transaction_id=str(tid))
+            if self.options.mode == "append":
+                self._start_copy(handle)
+        except Exception as exc:
+            lost = isinstance(exc, psycopg.Error) and (exc.sqlstate is None or conn.broken)
+            conn.close()
+            return None, exc.with_traceback(None), lost
+        return handle, None, False
 
     def _start_copy(self, h: _PgTxn) -> None:
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
             self.options.table.sql(), sql.SQL(", ").join(map(sql.Identifier, h.plan.columns)))
         h.copy_cm = h.conn.cursor().copy(statement)
         h.copy = h.copy_cm.__enter__()
-        encoders = {
-            name: LargeStringEncoderBuilder.new_with_output(
-                h.plan.schema.field(name), Jsonb())
-            for name in h.plan.jsonb
-        }
-        h.encoder = (
-            ArrowToPostgresBinaryEncoder.new_with_encoders(h.plan.schema, encoders)
-            if encoders else ArrowToPostgresBinaryEncoder(h.plan.schema)
-        )
+        if h.plan.jsonb:
+            # pgpq wants an encoder for every field once one is given (else "UnknownFields").
+            encoders = {f.name: ArrowToPostgresBinaryEncoder.infer_encoder(f)
+                        for f in h.plan.schema}
+            for name in h.plan.jsonb:
+                encoders[name] = LargeStringEncoderBuilder.new_with_output(
+                    h.plan.schema.field(name), Jsonb())
+            h.encoder = ArrowToPostgresBinaryEncoder.new_with_encoders(h.plan.schema, encoders)
+        else:
+            h.encoder = ArrowToPostgresBinaryEncoder(h.plan.schema)
         h.copy.write(h.encoder.write_header())
 
     def _cast(self, h: _PgTxn, batch: pa.RecordBatch) -> pa.RecordBatch:
         try:
             return batch.select(list(h.plan.columns)).cast(h.plan.schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise BadInputError(
-                f"a value does not fit its column in {self.options.table}: {exc}",
-                sink_id=self.sink_id, batch_id=h.tid.batch_id, transaction_id=str(h.tid),
-            ) from None
+            # Arrow's text quotes the value: only with values_in_errors.
+            quoted = f": {exc}" if self.values_in_errors else ""
+        column = self._failing_column(h, batch)
+        raise BadInputError(
+            f"a value {column}does not fit its column in {self.options.table}{quoted}",
+            sink_id=self.sink_id, batch_id=h.tid.batch_id, transaction_id=str(h.tid),
+        )
+
+    @staticmethod
+    def _failing_column(h: _PgTxn, batch: pa.RecordBatch) -> str:
+        """``"of column 'x' (integer) "`` for the first column whose cast fails, or ``""``."""
+        for target in h.plan.schema:
+            try:
+                batch.column(target.name).cast(target.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                sql_type = h.plan.sql_types[h.plan.columns.index(target.name)]
+                return f"of column {target.name!r} ({sql_type}) "
+        return ""  # pragma: no cover - the same casts, one at a time
 
     def write(self, handle: _PgTxn, batch: pa.RecordBatch) -> None:
         cast = self._cast(handle, batch)
@@ -350,16 +414,25 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
             handle.pending.append(cast)
             return
         assert handle.encoder is not None
-        try:
-            handle.copy.write(handle.encoder.write_batch(cast))
-        except Exception as exc:
-            raise self._error(exc, f"COPY into {self.options.table}",
-                              batch_id=handle.tid.batch_id, transaction_id=str(handle.tid)
-                              ) from None
+        encoder, copy = handle.encoder, handle.copy
+        raise_translated(lambda: copy.write(encoder.write_batch(cast)), lambda exc: self._error(
+            exc, f"COPY into {self.options.table}", batch_id=handle.tid.batch_id,
+            transaction_id=str(handle.tid)))
 
     def pre_commit(self, handle: _PgTxn, fingerprint: Fingerprint) -> bytes:
+        """Executor: end the COPY (or upsert), insert the receipt, ``PREPARE TRANSACTION``.
+
+        Steps (each failure closes the session: an unprepared transaction dies with it):
+          1. finish writing the rows;
+          2. the receipt and ``PREPARE TRANSACTION '<gid>'`` in one pipelined round trip;
+             the server must answer ``PREPARE TRANSACTION`` (a transaction it had aborted
+             would answer ``ROLLBACK``);
+          3. hand the idle session back for the next task of this worker.
+        """
         h = handle
-        prepared = False
+        ids = {"batch_id": h.tid.batch_id, "transaction_id": str(h.tid)}
+        error: ConnectorError | None = None
+        # Step 1
         try:
             if self.options.mode == "append":
                 assert h.encoder is not None
@@ -368,28 +441,46 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
                 h.copy_cm = None
             else:
                 self._upsert(h)
-            # The receipt and the PREPARE in one round trip.
-            with h.conn.pipeline():
-                h.conn.execute(
-                    sql.SQL("INSERT INTO {} (xid, sink_id, batch_id, rows, digest) "
-                            "VALUES (%s, %s, %s, %s, %s)").format(
-                        self.options.ledger_table.sql("_receipts")),
-                    (str(h.tid), self.sink_id, h.tid.batch_id, fingerprint.rows,
-                     fingerprint.hex),
-                )
-                h.conn.tpc_prepare()
-            prepared = True
         except Exception as exc:
-            raise self._error(exc, f"writing into {self.options.table}",
-                              batch_id=h.tid.batch_id, transaction_id=str(h.tid)) from None
-        finally:
-            if prepared and self.options.reuse_connections:
-                # The transaction lives on without its session: the session serves the
-                # next task of this Python worker.
-                TaskConnections.give_back(self._pool_key(), h.conn)
-            elif h.copy_cm is None:
-                h.conn.close()
+            error = self._error(exc, f"writing into {self.options.table}", **ids)
+        # Step 2
+        if error is None:
+            try:
+                self._prepare(h, fingerprint)
+            except Exception as exc:
+                error = self._error(exc, f"preparing the transaction of {self.options.table}",
+                                    preparing=True, **ids)
+        if error is not None:
+            h.conn.close()
+            raise error
+        # Step 3: the transaction lives on without its session, which is idle again.
+        if self.options.reuse_connections:
+            TaskConnections.give_back(self._pool_key(), h.conn)
+        else:
+            h.conn.close()
         return b""
+
+    def _prepare(self, h: _PgTxn, fingerprint: Fingerprint) -> None:
+        status = h.conn.info.transaction_status
+        if status is not TransactionStatus.INTRANS:
+            raise FatalError(  # a PREPARE outside a transaction would only warn
+                f"the task's session is {status.name}, not in its transaction: nothing to "
+                "prepare", sink_id=self.sink_id, batch_id=h.tid.batch_id,
+                transaction_id=str(h.tid))
+        with h.conn.pipeline():
+            h.conn.execute(
+                sql.SQL("INSERT INTO {} (xid, sink_id, batch_id, rows, digest) "
+                        "VALUES (%s, %s, %s, %s, %s)").format(
+                    self.options.ledger_table.sql("_receipts")),
+                (str(h.tid), self.sink_id, h.tid.batch_id, fingerprint.rows, fingerprint.hex),
+            )
+            cur = h.conn.execute(
+                sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(self._gid(h.tid))))
+        if cur.statusmessage != "PREPARE TRANSACTION":
+            raise FatalError(
+                f"PREPARE TRANSACTION answered {cur.statusmessage!r}: the server did not "
+                "prepare the task's transaction (it was rolled back)",
+                sink_id=self.sink_id, batch_id=h.tid.batch_id, transaction_id=str(h.tid))
 
     def _upsert(self, h: _PgTxn) -> None:
         if not h.pending:
@@ -425,22 +516,33 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
         handle.conn.close()  # an unprepared transaction dies with its session
 
     # ---- driver side ----
+    def _settle(self, verb: str, transaction_id: str, tid: TransactionId) -> bool:
+        """``COMMIT PREPARED`` / ``ROLLBACK PREPARED`` the gid; False if it is not prepared."""
+        statement = sql.SQL(verb + " {}").format(sql.Literal(self._gid(tid)))
+        db = self._driver_db()
+        with db.lock:
+            conn = db.get()
+
+            def run() -> bool:
+                try:
+                    conn.execute(statement)
+                except psycopg.errors.UndefinedObject:  # SQLSTATE 42704: no such gid
+                    return False
+                return True
+
+            return raise_translated(run, lambda exc: self._error(
+                exc, verb, batch_id=tid.batch_id, transaction_id=transaction_id))
+
     def commit(self, commit: TaskCommit) -> None:
         tid = TransactionId.parse(commit.transaction_id)
         if tid is None:
             raise DataLossError("not a transaction id of this library", sink_id=self.sink_id,
                                 transaction_id=commit.transaction_id)
-        db = self._driver_db()
-        with db.lock:
-            try:
-                db.get().execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(self._gid(tid))))
-                return
-            except psycopg.errors.UndefinedObject:
-                pass  # not prepared (any more): committed before, or lost
-            except psycopg.Error as exc:
-                raise self._error(exc, "COMMIT PREPARED", batch_id=tid.batch_id,
-                                  transaction_id=commit.transaction_id) from None
-        ledger = PostgresLedger(db, self.options.ledger_table, sink_id=self.sink_id)
+        if self._settle("COMMIT PREPARED", commit.transaction_id, tid):
+            return
+        # Not prepared (any more): committed before, or lost.
+        ledger = PostgresLedger(self._driver_db(), self.options.ledger_table,
+                                sink_id=self.sink_id)
         if ledger.receipt(commit.transaction_id):
             return  # committed before: its receipt is the proof
         raise DataLossError(
@@ -453,32 +555,18 @@ class PostgresSink(PreparedTransactionSink[_PgTxn]):
         tid = TransactionId.parse(transaction_id)
         if tid is None:
             return
-        db = self._driver_db()
-        with db.lock:
-            try:
-                db.get().execute(
-                    sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(self._gid(tid))))
-            except psycopg.errors.UndefinedObject:
-                pass  # gone already
-            except psycopg.Error as exc:
-                raise self._error(exc, "ROLLBACK PREPARED", batch_id=tid.batch_id,
-                                  transaction_id=transaction_id) from None
+        self._settle("ROLLBACK PREPARED", transaction_id, tid)  # gone already: nothing to do
 
     def recover(self) -> Iterable[str]:
-        db = self._driver_db()
-        with db.lock:
-            try:
-                rows = db.get().execute(
-                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
-                ).fetchall()
-            except psycopg.Error as exc:
-                raise self._error(exc, "listing prepared transactions") from None
+        rows = self._driver_sql(
+            "listing prepared transactions",
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")
         found = []
         for (gid,) in rows:
-            xid = psycopg.Xid.from_string(gid)
-            if xid.format_id != XID_FORMAT_ID or xid.bqual is None:
+            xid = decode_gid(gid)
+            if xid is None or xid[0] != XID_FORMAT_ID:
                 continue
-            tid = TransactionId.from_xid_parts(xid.gtrid, xid.bqual)
+            tid = TransactionId.from_xid_parts(xid[1], xid[2])
             if tid is not None and tid.belongs_to(self.sink_id):
                 found.append(str(tid))
         return found

@@ -1,11 +1,10 @@
-"""PostgresSink configuration, type planning and error translation (no server needed)."""
+"""PostgresSink configuration and type planning (no server needed; errors: test_postgres_errors)."""
 
 from __future__ import annotations
 
 import pickle
 from typing import ClassVar
 
-import psycopg
 import pyarrow as pa
 import pytest
 
@@ -13,13 +12,10 @@ from connectors import (
     BadInputError,
     ConfigurationError,
     DependencyError,
-    FatalError,
-    TransientError,
 )
 from connectors._deps import require
 from connectors.postgres import Conninfo, PostgresSink
 from connectors.postgres._config import TableName, redact
-from connectors.postgres._errors import translate
 from connectors.postgres._types import Column, ddl_type, plan_write
 
 SECRET = "S3cr3t-pa55"
@@ -130,37 +126,6 @@ class TestWritePlan:
             ddl_type(pa.list_(pa.int64()))
 
 
-class TestErrorTranslation:
-    def test_auth_failure_is_a_configuration_error_without_the_password(self) -> None:
-        exc = psycopg.OperationalError(
-            f'connection failed: password authentication failed for user "app" ({SECRET})')
-        err = translate(exc, doing="connecting", password=SECRET, sink_id="s")
-        assert isinstance(err, ConfigurationError) and SECRET not in str(err)
-
-    def test_connection_refused_is_transient(self) -> None:
-        exc = psycopg.OperationalError("connection refused")
-        assert isinstance(translate(exc, doing="x", password=None), TransientError)
-
-    @pytest.mark.parametrize("sqlstate,kind", [
-        ("42P01", BadInputError), ("23502", BadInputError), ("22003", BadInputError),
-        ("55P03", TransientError), ("40001", TransientError), ("XX000", FatalError),
-    ])
-    def test_sqlstates_map_to_the_error_tree(self, sqlstate: str, kind: type) -> None:
-        exc = psycopg.errors.lookup(sqlstate)("boom")
-        err = translate(exc, doing="x", password=None, sink_id="s", batch_id=3)
-        assert isinstance(err, kind) and err.batch_id == 3
-        assert isinstance(pickle.loads(pickle.dumps(err)), kind)
-
-
 def test_missing_extra_names_it() -> None:
     with pytest.raises(DependencyError, match=r"spark-exactly-once\[postgres\]"):
         require("no_such_module_xyz", extra="postgres", feature="PostgresSink")
-
-
-@pytest.mark.parametrize("message,fix", [
-    ("prepared transactions are disabled", "max_prepared_transactions"),
-    ("maximum number of prepared transactions reached", "max_prepared_transactions"),
-])
-def test_prepared_transaction_limits_name_the_setting(message: str, fix: str) -> None:
-    err = translate(psycopg.errors.lookup("55000")(message), doing="PREPARE", password=None)
-    assert isinstance(err, ConfigurationError) and fix in str(err)
