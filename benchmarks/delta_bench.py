@@ -14,10 +14,14 @@ before any timing) into its own fresh Delta table, batch by batch:
                 idempotent write as Delta 4.4 does it alone (it looks the version up in
                 the snapshot's reconstructed state: one more Spark job per commit)
 ``delta-sink``  ``DeltaSink(path, sink_id=..., create_table=True)(df, batch_id)``:
-                exactly-once (txn id, userMetadata tag, ledger; nothing hashed while
-                writing: a replay is compared with the files its commit added);
-                it answers Delta's next lookup from the commit's checksum instead
-                (``seed_txn_lookup``; ``--no-seed`` turns that off for comparison)
+                exactly-once on its default commit path, "tag" (userMetadata tag, the
+                ledger's intent and lease, no Delta txn id, so no txn lookup; nothing
+                hashed while writing: a replay is compared with the files its commit
+                added); ``--path txn_seed|txn`` benchmarks another path in its place
+``sink-txn-seed`` with ``--all-paths``: ``DeltaSink(..., delta_txn_id=True)``, Delta's txn
+                id with the accelerator answering Delta's lookup from the checksum
+``sink-txn``    with ``--all-paths``: ``DeltaSink(..., delta_txn_id=True, txn_seed=False)``,
+                Delta's txn id, Delta reconstructs its state for every lookup
 
 Each table first gets one small untimed write (batch 0: table creation; for the sink also
 the start of its driver run: binding, the one read of the log), as a long-running stream has
@@ -95,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 batches of 100,000 rows")
     parser.add_argument("--no-verify", action="store_true",
                         help="DeltaSink(verify_replay=False): replays not compared")
-    parser.add_argument("--no-seed", action="store_true",
-                        help="DeltaSink.seed_txn_lookup = False: let Delta reconstruct the "
-                        "state for every txnVersion lookup (as plain-txn does)")
+    parser.add_argument("--path", choices=["tag", "txn_seed", "txn"], default="tag",
+                        help="the commit path of the delta-sink contender (default tag)")
+    parser.add_argument("--all-paths", action="store_true",
+                        help="also time sink-txn-seed and sink-txn side by side")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.batches = 100_000, 3
@@ -108,8 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     from connectors.delta import DeltaSink
     from connectors.spark import get_session
 
-    if args.no_seed:
-        DeltaSink.seed_txn_lookup = False
+    path_options: dict[str, dict[str, object]] = {
+        "tag": {}, "txn_seed": {"delta_txn_id": True},
+        "txn": {"delta_txn_id": True, "txn_seed": False},
+    }
+    sink_kinds = {"delta-sink": path_options[args.path]}
+    if args.all_paths:
+        sink_kinds.update({"sink-txn-seed": path_options["txn_seed"],
+                           "sink-txn": path_options["txn"]})
 
     spark = get_session("delta-bench", components=["delta"],
                         conf={"spark.sql.session.timeZone": "UTC"})
@@ -123,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup = batches[0].limit(1000)
         warmup.write.format("delta").mode("append").save(str(root / "warm-plain"))
         DeltaSink(str(root / "warm-sink"), sink_id="warm", create_table=True)(warmup, 0)
-        kinds = ["plain", "plain-txn", "delta-sink"]
+        kinds = ["plain", "plain-txn", *sink_kinds]
         per_round: list[dict[str, float]] = []
         replay_s = 0.0
         paired: list[float] = []  # batch i of the sink / batch i of plain, written just
@@ -134,13 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         warm = batches[0].limit(1000)
         for r in range(args.rounds):
             paths = {k: root / f"{k}-{r}" for k in kinds}
-            sink = DeltaSink(str(paths["delta-sink"]), sink_id="bench", create_table=True,
-                             verify_replay=not args.no_verify)
+            sinks = {k: DeltaSink(str(paths[k]), sink_id="bench", create_table=True,
+                                  verify_replay=not args.no_verify, **opts)  # type: ignore[arg-type]
+                     for k, opts in sink_kinds.items()}
+            sink = sinks["delta-sink"]
             # Batch 0, untimed: the table exists and the sink's run has started.
             warm.write.format("delta").mode("append").save(str(paths["plain"]))
             (warm.write.format("delta").mode("append").option("txnAppId", "bench")
              .option("txnVersion", 0).save(str(paths["plain-txn"])))
-            sink(warm, 0)
+            for each in sinks.values():
+                each(warm, 0)
             times = dict.fromkeys(kinds, 0.0)
             batch_times: dict[str, float] = {}
             for i, df in enumerate(batches, start=1):
@@ -153,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                         (df.write.format("delta").mode("append").option("txnAppId", "bench")
                          .option("txnVersion", i).save(str(paths[who])))
                     else:
-                        sink(df, i)
+                        sinks[who](df, i)
                     batch_times[who] = time.perf_counter() - t0
                     times[who] += batch_times[who]
                     if who == "delta-sink":
@@ -163,12 +177,20 @@ def main(argv: list[str] | None = None) -> int:
                 paired.append(batch_times["delta-sink"] / batch_times["plain"])
                 sink_s.append(batch_times["delta-sink"])
                 plain_s.append(batch_times["plain"])
-            sink.close()
+            for k, each in sinks.items():
+                assert each.last_metrics is not None
+                ran = [key for key in each.last_metrics.extra if key.startswith("delta_path_")]
+                want = {"delta-sink": args.path, "sink-txn-seed": "txn_seed",
+                        "sink-txn": "txn"}[k]
+                if ran != [f"delta_path_{want}"]:
+                    print(f"! {k} took {ran}, not delta_path_{want}", flush=True)
+                each.close()
             if r == args.rounds - 1:
                 # What a crash costs at restart: the replay of the last batch, compared
                 # with the files its commit added (two aggregation jobs), nothing written.
                 again = DeltaSink(str(paths["delta-sink"]), sink_id="bench",
-                                  verify_replay=not args.no_verify)
+                                  verify_replay=not args.no_verify,
+                                  **path_options[args.path])  # type: ignore[arg-type]
                 t0 = time.perf_counter()
                 again(batches[-1], len(batches))
                 replay_s = time.perf_counter() - t0
@@ -194,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {args.batches} micro-batches x {args.rows:,} rows, {args.partitions} partitions, "
           f"{args.rounds} interleaved rounds"
           + (" (verify_replay=False)" if args.no_verify else "")
-          + (" (seed_txn_lookup=False)" if args.no_seed else ""))
+          + f" (delta-sink path: {args.path})")
     print()
     rows = [
         [f"round {i}", *(f"{t[k]:.2f}" for k in kinds), f"{a:.3f}", f"{b:.3f}"]
@@ -203,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(["median", *(f"{median([t[k] for t in per_round]):.2f}" for k in kinds),
                  f"{median(vs_plain):.3f}", f"{median(vs_txn):.3f}"])
     print(format_table(["", "plain (s)", "plain + txn (s)", "DeltaSink (s)",
+                        *(f"{k} (s)" for k in kinds[3:]),
                         "sink / plain", "sink / plain+txn"], rows))
     print()
     total = sum(sink_s) / sum(plain_s)
@@ -220,8 +243,11 @@ def main(argv: list[str] | None = None) -> int:
           f"call): median {median(own_ms):.1f} ms per batch, "
           f"{median(own_ms) / 1000 / median(plain_s) * 100:.1f} % of a plain append")
     print(f"* Delta's own txnAppId/txnVersion write / plain: {median(txn_cost):.3f}; "
-          f"DeltaSink / that: {median(vs_txn):.3f} (below 1: the sink answers Delta's txn "
-          "lookup from the commit's checksum, see docs/delta.md)")
+          f"DeltaSink / that: {median(vs_txn):.3f} (below 1: the tag path needs no txn "
+          "lookup, the txn_seed path answers it from the commit's checksum; docs/delta.md)")
+    for k in kinds[3:]:
+        others = [t[k] / t["plain"] for t in per_round]
+        print(f"* {k} / plain: median of the round ratios {median(others):.3f}")
     print(f"* once per crash: the replay of a recorded {args.rows:,}-row batch (checked "
           f"against its commit's files, nothing written) took {replay_s:.2f} s, including "
           "the start of the sink's driver run")

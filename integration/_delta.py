@@ -1,6 +1,17 @@
 """Helpers for the DeltaSink integration tests: what the tables, their logs and the sinks'
 ledgers hold, read independently of the sink (the log with the pure-Python reader, the
-rows with Spark)."""
+rows with Spark).
+
+Run as a program (``python -m integration._delta --delta-path PATH <stream_to_delta
+args>``) it is ``examples.stream_to_delta`` with every ``DeltaSink`` on one commit path:
+
+- ``tag``: the default (no Delta txn id);
+- ``txn_seed``: ``delta_txn_id=True`` with the accelerator left on auto (it runs where the
+  Delta classes are the verified ones and ``CONNECTORS_ACCELERATORS`` is not ``off``);
+- ``txn_mismatch``: ``delta_txn_id=True`` with the accelerator's allow-list made wrong for
+  this process, so the real digest check refuses the classes and the sink falls back to
+  Delta's own lookup (with its WARNING).
+"""
 
 from __future__ import annotations
 
@@ -47,6 +58,12 @@ def ledger_batches(path: Path, sink_id: str) -> dict[int, bool]:
         entry = json.loads(p.read_text())
         out[int(p.stem)] = entry["state"] == "COMMITTED" or p.with_suffix(".committed").exists()
     return out
+
+
+def intent_batches(path: Path, sink_id: str) -> list[int]:
+    """Batches with an intent record in the sink's ledger (attempted, not yet pruned)."""
+    intents = path / "_connectors" / sink_id / "intents"
+    return sorted(int(p.stem) for p in intents.glob("*.json"))
 
 
 def ledger_fingerprint(path: Path, sink_id: str, batch_id: int) -> dict[str, Any] | None:
@@ -101,3 +118,36 @@ def latest_per_key(
         if key not in best or (batch_of(row[0]), row) > (batch_of(best[key][0]), best[key]):
             best[key] = row
     return sorted((*r, r[0] % key_mod) for r in best.values())
+
+
+#: The commit paths the program can force (see the module docstring).
+DELTA_PATHS = ("tag", "txn_seed", "txn_mismatch")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import functools
+    import sys
+
+    import examples.stream_to_delta as job
+    from connectors.delta import DeltaSink, _txn_seed
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    path = "tag"
+    if "--delta-path" in args:
+        i = args.index("--delta-path")
+        path = args[i + 1]
+        del args[i:i + 2]
+    if path not in DELTA_PATHS:
+        raise SystemExit(f"--delta-path must be one of {DELTA_PATHS}, not {path!r}")
+    if path == "txn_mismatch":
+        # One digest of the allow-list no longer matches the class: the real check fails.
+        name = next(iter(_txn_seed.VERIFIED_CLASSES))
+        _txn_seed.VERIFIED_CLASSES[name] = "0" * 64
+    if path != "tag":
+        # make_sinks looks DeltaSink up in the example's module globals.
+        setattr(job, "DeltaSink", functools.partial(DeltaSink, delta_txn_id=True))  # noqa: B010
+    return job.main(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,5 +1,6 @@
 """Two streaming queries in one SparkSession, each MERGE-ing into its own Delta table at the
-same time: no cross-talk through Delta's session-wide txn confs (delta-io/delta #3934).
+same time: no cross-talk through Delta's session-wide txn confs (delta-io/delta #3934), nor
+through the ``userMetadata`` conf that tags every commit (on both commit paths).
 
 Delta makes MERGE idempotent only through ``spark.databricks.delta.write.txnAppId`` /
 ``txnVersion`` session confs. If both queries set them on one shared session, one query's
@@ -33,10 +34,12 @@ BATCHES, ROWS = 6, 120
 class Stream:
     """One rate-micro-batch query MERGE-ing rows keyed ``id % mod`` through a DeltaSink."""
 
-    def __init__(self, spark: SparkSession, root: Path, name: str, mod: int) -> None:
+    def __init__(self, spark: SparkSession, root: Path, name: str, mod: int,
+                 txn: bool) -> None:
         self.name, self.mod = name, mod
         self.path = root / name
-        self.sink = DeltaSink(str(self.path), sink_id=name, merge_on=["key"], create_table=True)
+        self.sink = DeltaSink(str(self.path), sink_id=name, merge_on=["key"], create_table=True,
+                              delta_txn_id=txn)
         self.done = threading.Event()
         self.spans: list[tuple[float, float]] = []
         df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", ROWS)
@@ -69,11 +72,14 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
     return sum(max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
 
 
+@pytest.mark.parametrize("txn", [False, True], ids=["tag", "txn"])
 def test_two_queries_merging_concurrently_do_not_cross(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, txn: bool
 ) -> None:
-    one = Stream(spark, tmp_path, "q-one", 7)
-    two = Stream(spark, tmp_path, "q-two", 11)
+    """Both commit paths set session confs for a MERGE: the ``userMetadata`` tag (which the
+    tag path's recovery relies on), and on the txn path Delta's txn confs."""
+    one = Stream(spark, tmp_path, "q-one", 7, txn)
+    two = Stream(spark, tmp_path, "q-two", 11, txn)
     try:
         deadline = time.monotonic() + 300
         for s in (one, two):
@@ -92,8 +98,10 @@ def test_two_queries_merging_concurrently_do_not_cross(
         assert sorted(commits) == list(range(BATCHES)), commits
         assert all(len(v) == 1 for v in commits.values()), commits
         assert not tagged_commits(s.path, other.name), "a commit tagged by the other query"
-        # Delta's own txn record: exactly this table's app id, at the last batch.
-        assert LocalDeltaLog(s.path).read().versions == {s.name: BATCHES - 1}
+        # Delta's own txn record: exactly this table's app id, at the last batch (none on
+        # the tag path).
+        want = {s.name: BATCHES - 1} if txn else {}
+        assert LocalDeltaLog(s.path).read().versions == want
     # The shared session never carried the confs.
     assert spark.conf.get(CONF_TXN_APP_ID, None) is None
     assert spark.conf.get(CONF_TXN_VERSION, None) is None

@@ -8,6 +8,7 @@ Every case is a batch-job call ``sink(df, batch_id)`` on its own table under ``t
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from collections.abc import Callable
@@ -149,6 +150,56 @@ def test_not_null_violation_commits_nothing_then_the_fix_is_exact(
     sink.close()
 
 
+SECRET = "bad-secret-4711"
+
+
+@pytest.mark.parametrize("merge", [False, True], ids=["append", "merge"])
+def test_check_violation_quotes_no_row_value_unless_values_in_errors(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture, merge: bool
+) -> None:
+    """A real CHECK constraint violation: Delta's own message quotes the row
+    (DELTA_VIOLATE_CONSTRAINT_WITH_VALUES: "violated by row with values: - name : ...").
+    The raised error, its whole traceback (causes included) and the library's log lines
+    hold none of the row's values by default; with values_in_errors=True they may."""
+    import traceback
+
+    caplog.set_level(logging.DEBUG, logger="connectors")
+    path = tmp_path / "chk"
+    spark.sql(f"CREATE TABLE delta.`{path}` (id BIGINT, name STRING, amount DOUBLE) "
+              "USING delta")
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT no_bad CHECK (name NOT LIKE 'bad%')")
+    rows = events(spark).withColumn(
+        "name", F.when(F.col("id") == 7, F.lit(SECRET)).otherwise(F.col("name")))
+    keys = ["id"] if merge else None
+    for values_in_errors in (False, True):
+        caplog.clear()
+        sink = DeltaSink(str(path), sink_id="chk", values_in_errors=values_in_errors,
+                         merge_on=keys)
+        with pytest.raises(BadInputError) as info:
+            sink(rows, 0)
+        sink.close()
+        err = info.value
+        text = "".join(traceback.format_exception(err))
+        assert "DELTA_VIOLATE_CONSTRAINT_WITH_VALUES" in str(err)
+        assert "constraintName=no_bad" in str(err) or "no_bad" in str(err)
+        logs = caplog.text
+        if values_in_errors:
+            assert SECRET in str(err) and SECRET in text
+        else:
+            assert SECRET not in text, text
+            assert SECRET not in logs, logs
+            assert err.__cause__ is None and err.__suppress_context__
+            assert "values_in_errors=True" in str(err)
+    # Nothing was committed; the fixed batch is written exactly once.
+    assert not ledger_batches(path, "chk") and not tagged_commits(path, "chk")
+    sink = DeltaSink(str(path), sink_id="chk", merge_on=keys)
+    sink(rows.where(F.col("id") != 7), 0)
+    sink.close()
+    assert table_rows(spark, path, ["id", "name", "amount"]) == [
+        r for r in expected(0, ROWS) if r[0] != 7]
+    assert sorted(tagged_commits(path, "chk")) == [0]
+
+
 def test_merge_key_missing_from_the_batch_is_named(spark: SparkSession, tmp_path: Path) -> None:
     sink = DeltaSink(str(tmp_path / "m"), sink_id="mk", merge_on=["user_id"],
                      create_table=True)
@@ -277,7 +328,8 @@ def test_expired_transaction_id_is_settled_from_history_or_refused(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     path = tmp_path / "exp"
-    sink = DeltaSink(str(path), sink_id="exp", create_table=True)
+    # Txn ids exist on the delta_txn_id path only (the default tag path writes none).
+    sink = DeltaSink(str(path), sink_id="exp", create_table=True, delta_txn_id=True)
     sink(events(spark, 0), 0)
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
               "('delta.setTransactionRetentionDuration' = 'interval 1 seconds')")
@@ -291,7 +343,7 @@ def test_expired_transaction_id_is_settled_from_history_or_refused(
     assert jvm_log_state(spark, str(path), ["exp"]).version("exp") is None, "did not expire"
     assert LocalDeltaLog(path).read().version("exp") is None
     # The history still holds batch 1's commit and every later one: batch 2 is found there.
-    resumed = DeltaSink(str(path), sink_id="exp")
+    resumed = DeltaSink(str(path), sink_id="exp", delta_txn_id=True)
     resumed(events(spark, 2 * ROWS), 2)
     assert resumed.last_metrics is not None and resumed.last_metrics.outcome == "replayed"
     resumed(events(spark, 3 * ROWS), 3)  # a new batch is written (and its id recorded again)
@@ -304,7 +356,7 @@ def test_expired_transaction_id_is_settled_from_history_or_refused(
     for f in path.glob("*.parquet"):
         f.unlink()
     events(spark, 0, 5).write.format("delta").mode("append").save(str(path))
-    refused = DeltaSink(str(path), sink_id="exp")
+    refused = DeltaSink(str(path), sink_id="exp", delta_txn_id=True)
     fails(lambda: refused(events(spark, 4 * ROWS), 4), ConfigurationError,
           "no longer records the sink's transaction id", "recreated or replaced",
           "refuses to write it again", "setTransactionRetentionDuration")
@@ -366,8 +418,8 @@ def test_two_sinks_write_one_table_in_one_batch_with_distinct_app_ids(
     assert rows == sorted(expected(0, 2 * ROWS) * 2), "every row once per sink"
     assert sorted(tagged_commits(path, "first")) == [0, 1]
     assert sorted(tagged_commits(path, "second")) == [0, 1]
-    state = LocalDeltaLog(path).read()
-    assert state.versions == {"first": 1, "second": 1}
+    # The default (tag) path writes no Delta txn ids; the tags tell the sinks apart.
+    assert LocalDeltaLog(path).read().versions == {}
 
 
 def test_merge_dedupes_by_key_and_leaves_no_session_conf_behind(
@@ -396,8 +448,8 @@ def test_jvm_and_pure_python_log_readers_agree_across_a_checkpoint(
     path = tmp_path / "cp"
     events(spark, 0, 5).write.format("delta").save(str(path))
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")
-    sink = DeltaSink(str(path), sink_id="cp")
-    other = DeltaSink(str(path), sink_id="cp-other")
+    sink = DeltaSink(str(path), sink_id="cp", delta_txn_id=True)
+    other = DeltaSink(str(path), sink_id="cp-other", delta_txn_id=True)
     for b in range(4):
         sink(events(spark, 100 * b, 5), b)
     other(events(spark, 1000, 5), 0)

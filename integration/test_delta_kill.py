@@ -11,6 +11,17 @@ After the last restart the tables are compared row by row with the input (``a``:
 input row exactly once; ``b``: per key the row with the greatest id), and the Delta log
 shows exactly one commit per batch for each sink (read with the pure-Python log reader,
 independent of the sink's own).
+
+Every commit path runs (the driver is ``integration._delta``, which forces one):
+
+- ``tag`` (the default, no Delta txn id): every crash point of both sinks, and random kills;
+- ``txn_seed`` (``delta_txn_id=True``, the accelerator on auto: it runs unless
+  ``CONNECTORS_ACCELERATORS=off``) and ``txn_mismatch`` (``delta_txn_id=True`` with the
+  accelerator's digest allow-list made wrong in the driver process: the real digest check
+  refuses the classes, the sink warns and Delta reconstructs its state): three kills each,
+  at the crash points where the table and the ledger disagree.
+
+Each run's output must name the path that ran (the sink logs it once per run).
 """
 
 from __future__ import annotations
@@ -25,10 +36,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connectors import CrashPoint
+from connectors.delta._txn_seed import accelerators_off
 from examples.stream_to_files import make_input_files
 from integration._delta import (
     file_batches,
     input_rows,
+    intent_batches,
     latest_per_key,
     ledger_batches,
     ledger_fingerprint,
@@ -42,7 +55,7 @@ from integration._driver import DriverRun, point_reached, reached, run_driver, s
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-MODULE = "examples.stream_to_delta"
+MODULE = "integration._delta"
 APPEND, MERGE = "events-delta", "events-merge"
 KEY_MOD = 40
 COLUMNS = ["id", "name", "amount", "unix_micros(ts)"]
@@ -52,8 +65,10 @@ class DeltaJob:
     """One streaming job into two Delta tables: directories, arguments, expectations."""
 
     def __init__(self, root: Path, source: str = "files", files: int = 4, rows: int = 150,
-                 batches: int = 6) -> None:
+                 batches: int = 6, delta_path: str = "tag") -> None:
         self.root = root
+        self.delta_path = delta_path
+        self.txn = delta_path != "tag"
         self.source = source
         self.input = root / "in"
         self.checkpoint = root / "ckpt"
@@ -67,7 +82,8 @@ class DeltaJob:
             self.total = batches * rows
 
     def args(self) -> list[str]:
-        common = ["--checkpoint", str(self.checkpoint), "--path", str(self.a),
+        common = ["--delta-path", self.delta_path,
+                  "--checkpoint", str(self.checkpoint), "--path", str(self.a),
                   "--sink-id", APPEND, "--key-mod", str(KEY_MOD),
                   "--merge-path", str(self.b), "--merge-sink-id", MERGE]
         if self.source == "files":
@@ -76,7 +92,40 @@ class DeltaJob:
                 "--rows-per-batch", str(self.rows_per_batch), *common]
 
     def run(self, **kwargs: Any) -> DriverRun:
-        return run_driver(self.args(), crash_log=self.crash_log, module=MODULE, **kwargs)
+        run = run_driver(self.args(), crash_log=self.crash_log, module=MODULE, **kwargs)
+        self.check_path(run)
+        return run
+
+    def check_path(self, run: DriverRun) -> None:
+        """The run's output names the commit path it took, for both sinks, and no other."""
+        out = run.output
+        if self.delta_path == "tag":
+            want = "Delta commit path tag"
+        elif self.delta_path == "txn_seed" and not accelerators_off():
+            want = "Delta commit path txn_seed"
+        else:
+            want = "delta_txn_id=True and no fast path for Delta's txn lookup"
+            reason = ("CONNECTORS_ACCELERATORS=off" if accelerators_off() else
+                      "SHA-256 differs")
+            assert reason in out, run.tail()
+        # A sink logs its path at its first commit of the run: a run killed before a sink's
+        # first commit has no line of that sink.
+        announced = [sink for sink in (APPEND, MERGE)
+                     if f"sink {sink}: Delta commit path" in out
+                     or f"sink {sink}: delta_txn_id=True and no fast path" in out]
+        for sink in announced:
+            assert f"sink {sink}: {want}" in out, (sink, want, run.tail())
+        others = {"Delta commit path tag", "Delta commit path txn_seed", "no fast path"}
+        assert not [o for o in others if o not in want and o in out], run.tail()
+        if "outcome=committed" in out:  # some sink committed in this run: it said how
+            assert announced, run.tail()
+
+    def expect_txn(self, path: Path, sink: str, batch: int) -> None:
+        got = txn_version(path, sink)
+        if self.txn:
+            assert got == (batch if batch >= 0 else None), (sink, got, batch)
+        else:
+            assert got is None, f"the tag path wrote a Delta txn id: {got}"
 
     def reached(self, point: CrashPoint, sink: str, batch: int) -> bool:
         return point_reached(self.crash_log, point, sink, batch)
@@ -109,8 +158,9 @@ class DeltaJob:
             commits = tagged_commits(path, app)
             assert sorted(commits) == list(range(self.batches)), (app, commits)
             assert all(len(v) == 1 for v in commits.values()), (app, commits)
-            assert txn_version(path, app) == self.batches - 1
+            self.expect_txn(path, app, self.batches - 1)
             assert sorted(ledger_batches(path, app)) == list(range(self.batches))
+            assert intent_batches(path, app) == [], "intents of recorded batches are pruned"
             assert all(ledger_batches(path, app).values())
         assert operations(self.a) == ["WRITE"] * self.batches
         # table b: the empty table the sink created, then one MERGE per batch
@@ -137,18 +187,31 @@ PLAN = [
     (CrashPoint.AFTER_DECISION, APPEND, 3),
     (CrashPoint.AFTER_COMMIT, MERGE, 3),
 ]
+# The txn paths: the points where the table and the ledger disagree (Delta committed, the
+# ledger not yet), for both sinks, and one where both hold the batch.
+SHORT_PLAN = [
+    (CrashPoint.AFTER_DECISION, APPEND, 1),
+    (CrashPoint.AFTER_DECISION, MERGE, 2),
+    (CrashPoint.AFTER_COMMIT, APPEND, 3),
+]
 
 
-def test_sigkill_at_every_crash_point_of_both_sinks_then_restart_is_exact(
-    tmp_path: Path, spark: SparkSession
+@pytest.mark.parametrize(("delta_path", "plan"), [
+    pytest.param("tag", PLAN, id="tag-every-point"),
+    pytest.param("txn_seed", SHORT_PLAN, id="txn-seed"),
+    pytest.param("txn_mismatch", SHORT_PLAN, id="txn-digest-mismatch"),
+])
+def test_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
+    tmp_path: Path, spark: SparkSession, delta_path: str,
+    plan: list[tuple[CrashPoint, str, int]],
 ) -> None:
-    job = DeltaJob(tmp_path)
+    job = DeltaJob(tmp_path, delta_path=delta_path)
     spec = ";".join(
         f"{p.value}:batch={b}:sink={s}:once={tmp_path / f'once-{i}'}"
-        for i, (p, s, b) in enumerate(PLAN)
+        for i, (p, s, b) in enumerate(plan)
     )
     previous: DriverRun | None = None
-    for point, sink, batch in PLAN:
+    for point, sink, batch in plan:
         run = job.run(crash=spec)
         assert run.returncode == -9, f"driver was not SIGKILLed at {point.value}:\n{run.tail()}"
         # The crash point was really reached, for that sink and batch ...
@@ -161,13 +224,18 @@ def test_sigkill_at_every_crash_point_of_both_sinks_then_restart_is_exact(
         ledger, tags = ledger_batches(path, sink), tagged_commits(path, sink)
         assert all(ledger.get(b) for b in range(batch)), ledger
         if point is CrashPoint.BEFORE_DECISION:
-            assert txn_version(path, sink) == batch - 1
+            job.expect_txn(path, sink, batch - 1)
             assert batch not in tags and batch not in ledger
+            assert batch not in intent_batches(path, sink), "intent before the crash point"
         elif point is CrashPoint.AFTER_DECISION:
-            assert txn_version(path, sink) == batch and len(tags[batch]) == 1
+            job.expect_txn(path, sink, batch)
+            assert len(tags[batch]) == 1
             assert batch not in ledger, "recorded before the crash point"
+            if not job.txn:  # the attempt is on record: the restart asks the history
+                assert batch in intent_batches(path, sink)
         else:
-            assert txn_version(path, sink) == batch and len(tags[batch]) == 1
+            job.expect_txn(path, sink, batch)
+            assert len(tags[batch]) == 1
             assert ledger.get(batch) is True
             fp = ledger_fingerprint(path, sink, batch)
             if sink == APPEND:  # an append hashes nothing while writing (see committed_fingerprint)
@@ -176,7 +244,7 @@ def test_sigkill_at_every_crash_point_of_both_sinks_then_restart_is_exact(
                 assert fp is not None and fp["rows"] == 150, fp
         if previous is not None:
             # What the previous kill left was settled the way its crash point requires.
-            p_point, p_sink, p_batch = PLAN[PLAN.index((point, sink, batch)) - 1]
+            p_point, p_sink, p_batch = plan[plan.index((point, sink, batch)) - 1]
             m = _metrics(run, p_sink, p_batch)
             if p_point is CrashPoint.BEFORE_DECISION:
                 assert m["outcome"] == "committed", m
@@ -187,8 +255,9 @@ def test_sigkill_at_every_crash_point_of_both_sinks_then_restart_is_exact(
         previous = run
     final = job.run(crash=spec)
     assert final.returncode == 0, final.tail()
-    assert _metrics(final, MERGE, 3)["outcome"] == "replayed"
-    assert len(reached(job.crash_log)) == len(PLAN)
+    _point, last_sink, last_batch = plan[-1]
+    assert _metrics(final, last_sink, last_batch)["outcome"] == "replayed"
+    assert len(reached(job.crash_log)) == len(plan)
     job.assert_exact(spark)
 
 

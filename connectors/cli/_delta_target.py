@@ -1,10 +1,12 @@
-"""The operator tools' view of a Delta table: ledgers next to it, txn versions in its log.
+"""The operator tools' view of a Delta table: ledgers next to it, the sink's commits in its
+log.
 
 A Delta commit is atomic, so nothing stays open or prepared: ``recover`` has nothing to
-roll back. What can be unfinished is the ledger: a batch Delta committed (its ``txn`` action
-is in the log) that the ledger does not record yet (the driver died between the two); the
-sink's next run records it without writing it again. ``status`` shows that gap, read from
-the log in pure Python (no Spark needed).
+roll back. What can be unfinished is the ledger: a batch Delta committed (its commit carries
+the sink's ``userMetadata`` tag, and on the ``delta_txn_id`` path a ``txn`` action) that the
+ledger does not record yet (the driver died between the two); the sink's next run records it
+without writing it again. ``status`` shows that gap, read from the log in pure Python (no
+Spark needed).
 """
 
 from __future__ import annotations
@@ -48,9 +50,17 @@ class DeltaTarget(Target):
     def _log_version(self, sink_id: str, generation: int) -> int | None:
         from connectors.core.batch import BatchContext
         from connectors.delta._log import LocalDeltaLog
+        from connectors.delta._meta import parse_user_metadata
 
         app_id = BatchContext(sink_id, 0, "00000000", generation).app_id  # Delta's txnAppId
-        return LocalDeltaLog(self.path).read().version(app_id)
+        log = LocalDeltaLog(self.path)
+        found = [log.read().version(app_id)]  # the txn path's txn action
+        for _version, info in log.commit_infos():  # every path's userMetadata tag
+            tag = parse_user_metadata(info.get("userMetadata"))
+            if tag is not None and tag.app_id == app_id:
+                found.append(tag.batch_id)
+        known = [v for v in found if v is not None]
+        return max(known) if known else None
 
     def status(self, sink_id: str) -> SinkStatus:
         status = super().status(sink_id)

@@ -11,17 +11,50 @@ files its commit added (:mod:`connectors.delta._replay`).
 Default location ``<table location>/_connectors/<sink_id>/``: Delta ignores ``_``-prefixed
 directories when it reads, and VACUUM leaves them alone (tested). ``ledger_path=`` puts it
 elsewhere (needed when the table is not on a local/POSIX file system).
+
+Two records serve the default ("tag") path, on which commits carry no Delta txn id:
+
+- ``intents/<batch>.json``: written (fsynced) before the batch's Delta commit is attempted.
+  A batch with neither a decision nor an intent was never attempted, so it is written
+  without asking the table; one with an intent and no decision has an unknown outcome
+  (the driver died or the write failed after the intent), which the sink settles from the
+  table's history (the commit's ``userMetadata`` tag). Intents of recorded batches are
+  pruned.
+- ``lease``: an exclusive ``flock`` held by the driver process from the start of its run
+  (:meth:`DeltaLedger.open_run`) until :meth:`close`. A second driver of the same sink
+  waits :data:`LEASE_WAIT_S`, then fails with :class:`~connectors.core.errors.FencedError`
+  naming the holder. The kernel drops the lock when its process dies (SIGKILL included),
+  so a restarted driver gets it at once. It stands in for Delta's conflict check on the
+  txn app id, which a commit without a txn id does not get.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import json
 import os
+import socket
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
-from connectors.core.errors import ConfigurationError
-from connectors.core.file_ledger import FileLedger
+from connectors.core.errors import ConfigurationError, FencedError
+from connectors.core.file_ledger import FileLedger, write_atomic
 
-__all__ = ["DeltaLedger"]
+__all__ = ["LEASE_WAIT_S", "DeltaLedger"]
+
+#: How long a driver waits for the sink's lease before it fails: long enough for a previous
+#: driver of the same sink that is still shutting down (its lease goes with its process).
+LEASE_WAIT_S = 15.0
+_LEASE_POLL_S = 0.2
+
+# One lease per ledger directory and process: resolved root -> [fd, holders]. Two sink
+# objects of one sink id in one process (a notebook re-creating its query) share it.
+_LEASES: dict[str, list[int]] = {}
+_LEASES_LOCK = threading.Lock()
 
 
 class DeltaLedger(FileLedger):
@@ -52,6 +85,8 @@ class DeltaLedger(FileLedger):
     ) -> None:
         super().__init__(root, sink_id=sink_id)
         self._probe = probe
+        self._intents = self.root / "intents"
+        self._lease_key: str | None = None
 
     def __repr__(self) -> str:
         return f"DeltaLedger({str(self.root)!r}, sink_id={self.sink_id!r})"
@@ -69,3 +104,104 @@ class DeltaLedger(FileLedger):
                     sink_id=self.sink_id,
                 )
         return super().bind_query(query_id, reset=reset)
+
+    # ---- the lease: one driver process per sink at a time ----
+    def open_run(self, run_id: str) -> None:
+        """Take the sink's lease (once per ledger object; kept until :meth:`close`)."""
+        if self._lease_key is not None:
+            return
+        self._ensure()
+        key = str(self.root.resolve())
+        with _LEASES_LOCK:
+            held = _LEASES.get(key)
+            if held is not None:
+                held[1] += 1
+                self._lease_key = key
+                return
+            fd = os.open(self.root / "lease", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._flock(fd)
+                holder = {"pid": os.getpid(), "host": socket.gethostname(), "run_id": run_id,
+                          "since": round(time.time(), 3)}
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(holder).encode(), 0)
+            except BaseException:
+                os.close(fd)
+                raise
+            _LEASES[key] = [fd, 1]
+            self._lease_key = key
+
+    def _flock(self, fd: int) -> None:
+        deadline = time.monotonic() + LEASE_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() >= deadline:
+                try:
+                    holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+                except OSError:
+                    holder = "?"
+                raise FencedError(
+                    f"another driver holds the lease of this sink ({holder or 'unknown'}, "
+                    f"file {self.root / 'lease'}): two drivers must never write one sink at "
+                    "once. Stop the other query (or wait for it to end); the lease goes "
+                    "with its process",
+                    sink_id=self.sink_id,
+                )
+            time.sleep(_LEASE_POLL_S)
+
+    def close(self) -> None:
+        """Release the lease (the last holder in this process closes it)."""
+        key, self._lease_key = self._lease_key, None
+        if key is not None:
+            with _LEASES_LOCK:
+                held = _LEASES.get(key)
+                if held is not None:
+                    held[1] -= 1
+                    if held[1] <= 0:
+                        del _LEASES[key]
+                        with contextlib.suppress(OSError):
+                            fcntl.flock(held[0], fcntl.LOCK_UN)
+                        os.close(held[0])
+        super().close()
+
+    # ---- intents: "the commit of batch N is being attempted" ----
+    def intend(self, batch_id: int, app_id: str, run_id: str) -> None:
+        """Record, durably, that ``run_id`` is about to attempt the commit of ``batch_id``
+        under Delta app id ``app_id`` (the sink id and binding generation).
+
+        Called by the driver before every attempt; an intent of the same app id is kept."""
+        if self.intent(batch_id, app_id) is not None:
+            return
+        self._intents.mkdir(parents=True, exist_ok=True)
+        payload = {"batch_id": batch_id, "app": app_id, "run_id": run_id,
+                   "at": round(time.time(), 3)}
+        write_atomic(self._intents / f"{batch_id:020d}.json", json.dumps(payload).encode())
+
+    def intent(self, batch_id: int, app_id: str) -> dict[str, Any] | None:
+        """The intent recorded for ``batch_id`` of ``app_id`` (keys ``batch_id``, ``app``,
+        ``run_id``, ``at``: wall-clock seconds), or ``None``. One of another app id (an
+        earlier binding generation, before a ``reset_binding``) is not this batch's."""
+        path = self._intents / f"{batch_id:020d}.json"
+        try:
+            found = dict(json.loads(path.read_text()))
+        except FileNotFoundError:
+            return None
+        except ValueError:  # torn by an operating-system crash: an attempt, time unknown
+            return {"batch_id": batch_id, "app": app_id, "run_id": "?", "at": 0.0}
+        return found if found.get("app") == app_id else None
+
+    def prune(self, keep: int) -> None:
+        super().prune(keep)
+        # An intent is spent once its batch is recorded (batches are recorded in order).
+        last = self.last_batch_id()
+        if last is None or not self._intents.is_dir():
+            return
+        for path in self._intents.glob("*.json"):
+            stem = path.name.split(".")[0]
+            if stem.isdigit() and int(stem) <= last:
+                path.unlink(missing_ok=True)

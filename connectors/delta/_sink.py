@@ -1,9 +1,21 @@
 """``DeltaSink``: exactly-once appends, overwrites and MERGEs into a Delta table.
 
-Family COMMIT_ON_DRIVER: the driver commits the whole batch as one Delta commit keyed by
-Delta's own transaction identifier, ``(txnAppId, txnVersion) = (app id, batch id)``.
-Delta records that pair in the commit (a ``txn`` action) and skips any later write whose
-version is at or below the recorded one, so a replayed batch can never be written twice.
+Family COMMIT_ON_DRIVER: the driver commits the whole batch as one Delta commit tagged with
+``userMetadata`` ``{"connectors": {sink, app, batch, ...}}`` (:mod:`connectors.delta._meta`).
+Two ways to make that commit idempotent, chosen per sink (``delta_txn_id``):
+
+- **tag** (default, public APIs only): the commit carries the tag and no Delta txn id, so
+  Delta does no txn lookup (no state reconstruction) on the write. The sink's ledger records
+  an *intent* before each attempt; a batch with an intent but no decision (a crash or a
+  failed write after the intent) is settled from the table's history
+  (``DeltaTable.history``, the tag). The ledger's *lease* (an exclusive ``flock`` held by
+  the driver process) keeps a second driver of the sink out, in place of Delta's conflict
+  check on the app id.
+- **txn** (``delta_txn_id=True``): the commit also carries Delta's own txn id
+  ``(txnAppId, txnVersion) = (app id, batch id)``; Delta skips a write whose version it
+  has and fails a concurrent one of the same app id. Delta 4.4 answers that lookup with a
+  state reconstruction per commit (~2x a plain append) unless the accelerator of
+  :mod:`connectors.delta._txn_seed` runs (``txn_seed``; verified 4.4.0 classes only).
 
 Driver side, per batch (the template's ``run_driver_batch`` calls the hooks in this order):
   1. the ledger already records the batch (crash after the commit was recorded): a replay;
@@ -11,20 +23,20 @@ Driver side, per batch (the template's ``run_driver_batch`` calls the hooks in t
      recorded one (MERGE) or with that of the rows its commit added, read back from the
      commit's files (append/overwrite: :meth:`committed_fingerprint`);
   2. :meth:`validate_input`: the table exists (or is created), the batch's columns fit;
-  3. :meth:`is_committed`: the Delta log (read once per driver run, then kept up to date
-     locally) already holds ``(app id, batch id)``: crash between the Delta commit and the
-     ledger record; the batch is compared with that commit in the same way (a MERGE by
-     its row count, from the commit's ``operationMetrics``) and recorded, not rewritten;
-  4. :meth:`commit_batch`: one Delta commit tagged with the txn id and a ``userMetadata``
-     tag; a MERGE's fingerprint is observed inside its job (no extra job); an append
-     hashes nothing;
+  3. :meth:`is_committed`: tag path: an intent without a decision sends the batch to the
+     table's history; txn path: the Delta log (read once per driver run, then kept up to
+     date locally) holds ``(app id, batch id)``. Either way a batch the table has (crash
+     between the Delta commit and the ledger record) is compared with that commit (a MERGE
+     by its row count, from the commit's ``operationMetrics``) and recorded, not rewritten;
+  4. :meth:`commit_batch`: tag path: the intent first; one Delta commit with the tag (and
+     on the txn path the txn id); a MERGE's fingerprint is observed inside its job (no
+     extra job); an append hashes nothing;
   5. the template records the batch in the ledger (with that fingerprint, if any).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -51,6 +63,7 @@ from connectors.delta._ledger import DeltaLedger
 from connectors.delta._log import LocalDeltaLog, LogState, jvm_log_state
 from connectors.delta._meta import CommitTag, parse_user_metadata
 from connectors.delta._replay import Unreadable, committed_fingerprint
+from connectors.delta._txn_seed import ACCELERATORS_ENV, seed_problem, seed_txn_lookup
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,6 +75,16 @@ __all__ = ["DeltaSink", "DeltaSinks"]
 logger = logging.getLogger("connectors.delta")
 
 Mode = Literal["append", "overwrite"]
+#: Which commit path a batch took (``BatchMetrics.extra["delta_path_<path>"] = 1``): ``tag``
+#: (no Delta txn id), ``txn_seed`` (txn id, lookup answered from the checksum), ``txn``
+#: (txn id, Delta reconstructs the state for the lookup).
+DeltaPath = Literal["tag", "txn_seed", "txn"]
+#: History read in windows of these many newest commits when a batch's outcome is unknown.
+_HISTORY_WINDOWS = (32, 1024, 32768)
+#: The sink scans this many newest commits for its tag when its ledger is found empty.
+PROBE_COMMITS = 32768
+#: Slack for clocks when a history window is judged to reach back to an intent by time.
+_CLOCK_SLACK_S = 600.0
 
 #: Session confs through which Delta makes MERGE/UPDATE/DELETE idempotent (delta-io/delta
 #: #3934: they are session-wide, so only the query's own session may carry them).
@@ -76,164 +99,17 @@ _MERGE_CONFS = (CONF_TXN_APP_ID, CONF_TXN_VERSION, CONF_TXN_AUTO_RESET, CONF_USE
 _SHARED_SESSION_LOCK = threading.Lock()
 _RANK = "__connectors_rank"
 
-# ---- answering Delta's next txnVersion lookup from the commit's checksum ----
-#
-# Delta 4.4.0 answers ``txnVersion(appId)`` (called by every write that carries
-# ``txnAppId``) from ``Snapshot.transactions``, a lazy val computed from ``computedState``:
-# a full state-reconstruction job over the log, on every commit, although the snapshot that
-# the commit itself installs carries a checksum (``checksumOpt``, incrementally derived by
-# the commit, the content of the ``.crc`` file) whose ``setTransactions`` are exactly the
-# table's txn ids. Newer Delta answers from that checksum (``setTransactionsIfKnown``,
-# ``DELTA_READ_SET_TRANSACTIONS_FROM_CRC``); 4.4.0 has no conf for it. So after each commit
-# the sink fills that one lazy val of the post-commit snapshot from its checksum; the next
-# batch's transaction starts from the same snapshot object (no commit in between) and skips
-# the job. Delta still makes the decision (skip a replay, record the app id for conflict
-# detection); only where the set of txn ids comes from changes. It is done only on the exact
-# Delta classes this was verified on (SHA-256 of their bytecode) and only when everything
-# checks out (below); otherwise nothing is touched and Delta reconstructs the state as before.
-_SNAPSHOT_CLASS = "org.apache.spark.sql.delta.Snapshot"
-_SEED_CLASSES = {  # Delta 4.4.0 (delta-spark_4.2_2.13-4.4.0.jar)
-    "org/apache/spark/sql/delta/Snapshot.class":
-        "45b7de65a78da74785908dba3c35de97d8724757f5e6f2fe479d2a00d0ab75f7",
-    "org/apache/spark/sql/delta/SnapshotStateManager.class":
-        "3429b92d8be569fd14a1b040461dcd517c7aae1df08270e6512134673d7ef882",
-}
-#: In those classes: ``transactions`` is initialized iff this bit of ``bitmap$0`` is set
-#: (``Snapshot.transactions$lzycompute``), and ``SnapshotStateManager.$anonfun$transactions$1``
-#: is the ``t => t.appId -> t.version`` of ``transactions`` (the Long boxed as Delta boxes it).
-_TRANSACTIONS_BIT = 1 << 19
-_RETENTION_KEY = "delta.setTransactionRetentionDuration"
-_SEED_LOCK = threading.Lock()
-_seed_tools: dict[int, Any] = {}  # id(JVM view) -> _SeedTools, or None if not applicable
-_delta_log_classes: dict[int, tuple[Any, Any]] = {}  # id(JVM view) -> (view, DeltaLog class)
-
-
-class _SeedTools:
-    """Reflection handles for one driver JVM (None when its Delta is not the verified one).
-
-    Every handle is looked up once: each py4j round trip costs ~0.15 ms, and the seed runs
-    after every commit.
-    """
-
-    def __init__(self, jvm: Any, snapshot_class: Any) -> None:
-        import hashlib
-
-        loader = snapshot_class.getClassLoader()
-        for resource, digest in _SEED_CLASSES.items():
-            stream = loader.getResourceAsStream(resource)
-            if stream is None:
-                raise LookupError(resource)
-            try:
-                data = bytes(stream.readAllBytes())
-            finally:
-                stream.close()
-            if hashlib.sha256(data).hexdigest() != digest:
-                raise LookupError(f"{resource} is not the verified Delta 4.4.0 class")
-        self.field = snapshot_class.getDeclaredField("transactions")
-        self.field.setAccessible(True)
-        unsafe_field = jvm.java.lang.Class.forName("sun.misc.Unsafe").getDeclaredField(
-            "theUnsafe")
-        unsafe_field.setAccessible(True)
-        self.unsafe = unsafe_field.get(None)
-        self.bitmap = self.unsafe.objectFieldOffset(snapshot_class.getDeclaredField("bitmap$0"))
-        self.pair = getattr(jvm.org.apache.spark.sql.delta.SnapshotStateManager,
-                            "$anonfun$transactions$1")
-        self.empty_map = getattr(
-            getattr(jvm.scala.collection.immutable, "Map$"), "MODULE$").empty()
-
-
-def _delta_log_class(jvm: Any) -> Any:
-    """``DeltaLog``'s py4j class handle, looked up once per JVM (six round trips)."""
-    known = _delta_log_classes.get(id(jvm))
-    if known is None or known[0] is not jvm:  # (the view is kept: its id is never reused)
-        known = _delta_log_classes[id(jvm)] = (jvm, jvm.org.apache.spark.sql.delta.DeltaLog)
-    return known[1]
-
-
-def _seed_txn_lookup(session: SparkSession, location: str, app_id: str, batch_id: int) -> bool:
-    """Fill ``transactions`` of the table's post-commit snapshot from its checksum.
-
-    Called right after the commit of ``(app_id, batch_id)``. Returns whether it did; any
-    doubt (other Delta classes, no checksum, the checksum without txn ids or without this
-    commit's, a txn retention configured, the state already computed) leaves the snapshot
-    alone. Never raises. About 20 py4j round trips (3 ms) with one app id on the table.
-    """
-    jvm = getattr(session, "_jvm", None)
-    if jvm is None:  # Spark Connect
-        return False
-    from py4j.protocol import Py4JError
-
-    try:
-        log = _delta_log_class(jvm).forTable(session._jsparkSession, location)
-        snapshot = log.unsafeVolatileSnapshot()
-        cls = snapshot.getClass()
-        if cls.getName() != _SNAPSHOT_CLASS:
-            return False
-        with _SEED_LOCK:
-            key = id(jvm)
-            if key not in _seed_tools:
-                try:
-                    _seed_tools[key] = _SeedTools(jvm, cls)
-                except Exception as exc:
-                    logger.info("DeltaSink: Delta's txn lookup is not answered from the "
-                                "checksum (%s); every commit reconstructs the state", exc)
-                    _seed_tools[key] = None
-            tools = _seed_tools[key]
-        if tools is None:
-            return False
-        unsafe, offset = tools.unsafe, tools.bitmap
-        if unsafe.getIntVolatile(snapshot, offset) & _TRANSACTIONS_BIT:
-            return False  # already known
-        if snapshot._computedStateTriggered():
-            return False  # the state is computed anyway: transactions costs no job
-        # With a retention, the reconstruction drops expired ids by the time it runs:
-        # keep Delta's own answer there.
-        if snapshot.metadata().configuration().contains(_RETENTION_KEY):
-            return False
-        # No checksum, or one without txn ids (None.get throws): leave it to Delta.
-        try:
-            txns = snapshot.checksumOpt().get().setTransactions().get()
-        except Py4JError:
-            return False
-        table_txns = tools.empty_map
-        it = txns.iterator()
-        while it.hasNext():
-            table_txns = getattr(table_txns, "$plus")(tools.pair(it.next()))
-        try:
-            ours = int(table_txns.apply(app_id))
-        except Py4JError:  # not in the checksum
-            return False
-        if ours < batch_id:
-            return False  # not the checksum of (or after) this commit
-        # Publish: the value first, then the bit with a CAS on the volatile bitmap (a bit of
-        # another lazy val set meanwhile is never lost; if ours is, Delta recomputes).
-        tools.field.set(snapshot, table_txns)
-        for _ in range(8):
-            old = unsafe.getIntVolatile(snapshot, offset)
-            if old & _TRANSACTIONS_BIT or unsafe.compareAndSwapInt(
-                snapshot, offset, old, old | _TRANSACTIONS_BIT
-            ):
-                return True
-        return False
-    except Exception as exc:  # an optimisation only: Delta falls back to its own lookup
-        logger.debug("DeltaSink: txn lookup not seeded: %s", exc)
-        return False
-
-
 def _snapshot_schema(session: SparkSession, location: str) -> StructType | None:
-    """The schema of the table's latest snapshot the driver JVM holds (after a commit of
-    this driver: that commit's), or ``None`` (Spark Connect, any error): then the sink
-    reads the table when it next needs the schema."""
-    jvm = getattr(session, "_jvm", None)
-    if jvm is None:
-        return None
+    """The table's schema as of its latest commit, through the public ``DeltaTable`` API
+    (after a commit of this driver Delta's cached snapshot is that commit's: no job), or
+    ``None`` on any error: then the sink reads the table when it next needs the schema."""
     try:
-        from pyspark.sql.types import StructType
+        from delta.tables import DeltaTable
 
-        log = _delta_log_class(jvm).forTable(session._jsparkSession, location)
-        return StructType.fromJson(json.loads(log.unsafeVolatileSnapshot().schema().json()))
+        return DeltaTable.forPath(session, location).toDF().schema
     except Exception as exc:
-        logger.debug("DeltaSink: no snapshot schema (%s); the table is read instead", exc)
+        logger.debug("DeltaSink: no snapshot schema (%s); the table is read instead",
+                     type(exc).__name__)
         return None
 
 
@@ -296,8 +172,22 @@ class DeltaSink(DriverCommitSink):
             an append's replay with the rows of the files its commit added (read back only
             on a replay, so nothing is hashed while writing), a MERGE's with the fingerprint
             observed while it ran. See ``docs/delta.md``.
+        delta_txn_id: also write Delta's own txn id (``txnAppId``/``txnVersion``) with
+            every commit (default false). Delta then skips a replayed version itself and
+            fails a concurrent commit of the same app id, at a price: Delta 4.4 looks the
+            version up with a state reconstruction on every commit (~2x a plain append),
+            unless ``txn_seed`` applies. Without it (the "tag" path) the commit carries only
+            the sink's ``userMetadata`` tag; the ledger's intent records, the table's
+            history and the ledger's lease make it exactly-once (``docs/delta.md``).
+        txn_seed: with ``delta_txn_id``: answer Delta's txn lookup from the commit's
+            checksum through Delta's private classes (:mod:`connectors.delta._txn_seed`).
+            ``None`` (default): wherever the classes are byte-for-byte the verified Delta
+            4.4.0 ones; ``False``: never. ``CONNECTORS_ACCELERATORS=off`` turns it off
+            whatever this says. Without it the sink logs one WARNING naming the cost.
         **options: the template's options (``retry``, ``reset_binding``,
-            ``on_replay_mismatch``, ``keep_batches``).
+            ``on_replay_mismatch``, ``keep_batches``, ``values_in_errors``: without it an
+            error never quotes Delta's message about a row, only its condition, table,
+            column and constraint).
 
     Example::
 
@@ -318,10 +208,6 @@ class DeltaSink(DriverCommitSink):
     #: its own job (``DataFrame.observe``); an append's is recomputed from its commit's files
     #: only when the batch is replayed (:meth:`committed_fingerprint`).
     fingerprint_in_commit: ClassVar[bool] = True
-    #: After each commit, answer the next write's ``txnVersion`` lookup from the commit's
-    #: checksum instead of a state reconstruction (Delta 4.4.0 only; see ``docs/delta.md``).
-    seed_txn_lookup: ClassVar[bool] = True
-
     def __init__(
         self,
         path: str | None = None,
@@ -335,6 +221,8 @@ class DeltaSink(DriverCommitSink):
         partition_by: Iterable[str] | None = None,
         ledger_path: str | None = None,
         verify_replay: bool = True,
+        delta_txn_id: bool = False,
+        txn_seed: bool | None = None,
         **options: Any,
     ) -> None:
         super().__init__(sink_id=sink_id, **options)
@@ -361,6 +249,17 @@ class DeltaSink(DriverCommitSink):
             raise ConfigurationError(
                 f"mode must be 'append' or 'overwrite', not {mode!r}", sink_id=sink_id
             )
+        if txn_seed is not None and not isinstance(txn_seed, bool):
+            raise ConfigurationError(
+                f"txn_seed must be None (auto), True or False, not {txn_seed!r}",
+                sink_id=sink_id,
+            )
+        if txn_seed and not delta_txn_id:
+            raise ConfigurationError(
+                "txn_seed=True speeds up Delta's txn id lookup, which only delta_txn_id=True "
+                "writes: pass delta_txn_id=True too, or drop txn_seed",
+                sink_id=sink_id,
+            )
         if keys and mode != "append":
             raise ConfigurationError(
                 "merge_on upserts each batch; it cannot be combined with mode='overwrite'",
@@ -375,6 +274,8 @@ class DeltaSink(DriverCommitSink):
         self.partition_by = tuple(partition_by or ())
         self.ledger_path = ledger_path
         self.verify_replay = bool(verify_replay)
+        self.delta_txn_id = bool(delta_txn_id)
+        self.txn_seed = txn_seed
         self._reset_driver_side()
 
     def _reset_driver_side(self) -> None:
@@ -387,6 +288,10 @@ class DeltaSink(DriverCommitSink):
         self._versions: dict[str, int] = {}  # app id -> last committed batch, kept locally
         self._schema: StructType | None = None
         self._history: dict[str, dict[int, tuple[int, dict[str, str]]]] | None = None
+        self._path: DeltaPath | None = None  # the commit path, chosen once per driver run
+        self._batch_path: DeltaPath | None = None  # the path the last commit took
+        self._attempted: set[tuple[str, int]] = set()  # (app id, batch) tried in this process
+        self._run_looked = False  # tag path: the run's first batch looked at the history
 
     def __repr__(self) -> str:
         target = f"{self.path!r}" if self.path is not None else f"table={self.table!r}"
@@ -395,9 +300,10 @@ class DeltaSink(DriverCommitSink):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        for key in ("_df", "_ledger", "_log", "_schema", "_history"):
+        for key in ("_df", "_ledger", "_log", "_schema", "_history", "_path", "_batch_path"):
             state[key] = None
         state["_versions"] = {}
+        state["_attempted"] = set()
         return state
 
     # ---- the entry point: keep the batch's DataFrame for the hooks ----
@@ -411,15 +317,18 @@ class DeltaSink(DriverCommitSink):
                 "sink(df, batch_id)",
                 sink_id=self.sink_id,
             )
-        self._df, self._write_ms = df, None
+        self._df, self._write_ms, self._batch_path = df, None, None
         try:
             metrics = super().write_batch(batch, batch_id, query_id=query_id)
             if self._write_ms is not None:  # Delta's own write (the rest is the sink's)
                 metrics.extra["write_ms"] = round(self._write_ms, 1)
+            if self._batch_path is not None:  # which commit path this batch's commit took
+                metrics.extra[f"delta_path_{self._batch_path}"] = 1
             return metrics
         except BaseException:
             # The outcome of a failed commit is known only to the log: read it again.
             self._log, self._schema, self._history = None, None, None
+            self._run_looked = False
             raise
         finally:
             self._df = None
@@ -427,6 +336,8 @@ class DeltaSink(DriverCommitSink):
     def close(self) -> None:
         super().close()
         self._log, self._schema, self._history = None, None, None
+        self._path = None
+        self._run_looked = False
         self._versions = {}
         self._ledger = None
         self._location = None
@@ -497,7 +408,41 @@ class DeltaSink(DriverCommitSink):
         return self._ledger
 
     def _probe(self, app_id: str) -> int | None:
-        return self._read_log([app_id]).version(app_id)
+        """The ledger is empty: the last batch the table already holds for ``app_id``.
+
+        Txn path: Delta's txn version (one log read). Tag path: the newest tagged batch in
+        the last :data:`PROBE_COMMITS` commits of the history (public API only)."""
+        if self.delta_txn_id:
+            return self._read_log([app_id]).version(app_id)
+        rows = self._history_rows(PROBE_COMMITS)
+        tags = self._tags_in(rows, app_id)
+        return max(tags) if tags else None
+
+    # ---- the commit path: tag (default), or Delta's txn id with or without the seed ----
+    def _commit_path(self, session: SparkSession) -> DeltaPath:
+        """The commit path of this driver run, chosen once (and logged once)."""
+        if self._path is None:
+            why: str | None = None
+            if not self.delta_txn_id:
+                path: DeltaPath = "tag"
+            else:
+                why = "txn_seed=False" if self.txn_seed is False else seed_problem(session)
+                path = "txn_seed" if why is None else "txn"
+            self._path = path
+            if path == "txn":
+                logger.warning(
+                    "sink %s: delta_txn_id=True and no fast path for Delta's txn lookup (%s): "
+                    "Delta reconstructs the table state on every commit to look the txn "
+                    "version up, which costs about as much again as the write itself (1.9-2.2x "
+                    "a plain append measured). The default delta_txn_id=False needs no lookup "
+                    "(docs/delta.md, 'Commit paths')%s",
+                    self.sink_id, why,
+                    f"; {ACCELERATORS_ENV}=off turned the accelerator off" if
+                    why == f"{ACCELERATORS_ENV}=off" else "",
+                )
+            else:
+                logger.info("sink %s: Delta commit path %s", self.sink_id, path)
+        return self._path
 
     # ---- reading the log (once per run) ----
     def _read_log(self, app_ids: Sequence[str]) -> LogState:
@@ -534,29 +479,100 @@ class DeltaSink(DriverCommitSink):
                 )
         return self._log
 
+    def _history_rows(self, limit: int | None) -> list[Any]:
+        """The newest ``limit`` commits of the table's history (all with ``None``), newest
+        first: ``version``, ``ms`` (commit time), ``userMetadata``, ``operationMetrics``.
+        Public API (``DeltaTable.history``); Delta reads only those commits' files."""
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(self._session, self.location()):
+            return []  # no table yet: no commits
+        table = DeltaTable.forPath(self._session, self.location())
+        history = table.history(limit) if limit is not None else table.history()
+        return list(history.selectExpr(
+            "version", "unix_millis(timestamp) AS ms", "userMetadata", "operationMetrics"
+        ).collect())
+
+    @staticmethod
+    def _tags_in(rows: Iterable[Any], app_id: str) -> dict[int, tuple[int, dict[str, str]]]:
+        """batch id -> (table version, operationMetrics) of the rows tagged by ``app_id``."""
+        found: dict[int, tuple[int, dict[str, str]]] = {}
+        for row in rows:
+            tag = parse_user_metadata(row["userMetadata"])
+            if tag is not None and tag.app_id == app_id:
+                found.setdefault(tag.batch_id, (int(row["version"]),
+                                                dict(row["operationMetrics"] or {})))
+        return found
+
     def _tags(self, app_id: str) -> dict[int, tuple[int, dict[str, str]]]:
         """batch id -> (table version, operationMetrics) of the commits tagged by ``app_id``.
 
-        Reads the table's history (one call, then cached until the next failure); used only
-        to reconcile after a crash and to settle an expired transaction id.
+        Reads the table's whole history (one call, then cached until the next failure);
+        used only to settle an expired transaction id (txn path).
         """
         if self._history is None:
             self._history = {}
         if app_id not in self._history:
-            from delta.tables import DeltaTable
-
-            found: dict[int, tuple[int, dict[str, str]]] = {}
-            history = DeltaTable.forPath(self._session, self.location()).history()
-            rows = history.where("userMetadata IS NOT NULL").select(
-                "version", "userMetadata", "operationMetrics"
-            ).collect()
-            for row in rows:
-                tag = parse_user_metadata(row["userMetadata"])
-                if tag is not None and tag.app_id == app_id:
-                    found.setdefault(tag.batch_id, (int(row["version"]),
-                                                    dict(row["operationMetrics"] or {})))
-            self._history[app_id] = found
+            self._history[app_id] = self._tags_in(self._history_rows(None), app_id)
         return self._history[app_id]
+
+    def _find_commit(self, app_id: str, batch_id: int) -> tuple[int, dict[str, str]] | None:
+        """The commit tagged with ``batch_id``: (table version, operationMetrics), or None.
+
+        Reads the history newest first in growing windows (a replayed batch's commit is
+        among the newest): used only on replays and reconciles."""
+        if self._history is not None and app_id in self._history:
+            return self._history[app_id].get(batch_id)
+        for limit in (*_HISTORY_WINDOWS, None):
+            rows = self._history_rows(limit)
+            tags = self._tags_in(rows, app_id)
+            if batch_id in tags:
+                return tags[batch_id]
+            if limit is None or len(rows) < limit or any(b < batch_id for b in tags):
+                return None  # the whole history, or already past where the batch would be
+        return None
+
+    def _settle_from_history(self, ctx: BatchContext, since: float) -> bool:
+        """Tag path: did the commit of ``ctx.batch_id`` land? An attempt was recorded at
+        wall time ``since`` (0: unknown) and no decision followed.
+
+        The history is read newest first in growing windows until the batch's tagged commit
+        is found (committed), or the window provably holds every commit made since the
+        attempt (not committed): it reaches version 0, or the commit of a batch the ledger
+        recorded before this one, or a commit older than the attempt (with
+        :data:`_CLOCK_SLACK_S` for clocks). Delta's log clean-up drops only the oldest
+        commits, so everything newer than such a commit is there. Otherwise the sink cannot
+        prove the batch unwritten and refuses (``ConfigurationError``) rather than risk a
+        duplicate.
+        """
+        assert self._ledger is not None
+        recorded = self._ledger.last_batch_id()
+        for limit in (*_HISTORY_WINDOWS, None):
+            rows = self._history_rows(limit)
+            tags = self._tags_in(rows, ctx.app_id)
+            if ctx.batch_id in tags:
+                return True
+            if not rows:
+                return False  # no commit at all
+            oldest_version = min(int(r["version"]) for r in rows)
+            oldest_s = min(int(r["ms"]) for r in rows) / 1000
+            if (oldest_version == 0
+                    or (recorded is not None and any(b <= recorded for b in tags))
+                    or (since > 0 and oldest_s <= since - _CLOCK_SLACK_S)):
+                return False
+            if limit is None or len(rows) < limit:
+                break
+        raise ConfigurationError(
+            f"batch {ctx.batch_id} was being committed when a driver stopped (the sink's "
+            f"ledger has its intent, no decision), and the table's history no longer reaches "
+            f"back to that moment (Delta's log clean-up removed it), so the sink cannot prove "
+            "whether that commit landed and refuses to write the batch again. Check DESCRIBE "
+            f"HISTORY for a commit whose userMetadata names batch {ctx.batch_id} of app id "
+            f"{ctx.app_id!r}; if there is none, delete the intent file "
+            f"intents/{ctx.batch_id:020d}.json in the sink's ledger directory and restart",
+            sink_id=self.sink_id,
+            batch_id=ctx.batch_id,
+        )
 
     # ---- hooks ----
     def validate_input(self, schema: pa.Schema) -> None:
@@ -644,12 +660,20 @@ class DeltaSink(DriverCommitSink):
         return fingerprint_now(batch.spark_df)
 
     def is_committed(self, ctx: BatchContext) -> bool:
-        """Driver: does the Delta log hold ``(ctx.app_id, ctx.batch_id)``?
+        """Driver: does the table hold the commit of ``(ctx.app_id, ctx.batch_id)``?
 
-        Answered from the log as read once at the start of the run, kept up to date by
-        :meth:`commit_batch`. A transaction id that Delta forgot (expired, or the table
-        was restored or recreated) is settled from the table's history, or refused.
+        Tag path (default): committed by this driver run (kept locally), or an intent
+        without a decision that the table's history settles
+        (:meth:`_settle_from_history`); the first batch of every run also looks at the
+        newest commits once (a commit of a release that wrote no intents, or an intent lost
+        with an operating-system crash). No intent: the batch was never attempted.
+
+        Txn path: answered from the log as read once at the start of the run, kept up to
+        date by :meth:`commit_batch`. A transaction id that Delta forgot (expired, or the
+        table was restored or recreated) is settled from the table's history, or refused.
         """
+        if not self.delta_txn_id:
+            return self._is_committed_tag(ctx)
         state = self._run_log(ctx)
         version = self._versions.get(ctx.app_id)
         assert self._ledger is not None
@@ -669,6 +693,31 @@ class DeltaSink(DriverCommitSink):
         if committed:
             latest = max(ctx.batch_id, version if version is not None else -1)
             self._versions[ctx.app_id] = latest
+        return committed
+
+    def _is_committed_tag(self, ctx: BatchContext) -> bool:
+        assert self._ledger is not None
+        known = self._versions.get(ctx.app_id)
+        first_of_run, self._run_looked = not self._run_looked, True
+        if known is not None and ctx.batch_id <= known:
+            committed = True  # this driver run committed it (its record failed)
+        else:
+            intent = self._ledger.intent(ctx.batch_id, ctx.app_id)
+            if intent is not None:
+                committed = self._settle_from_history(ctx, float(intent.get("at") or 0.0))
+                logger.info(
+                    "sink %s batch %d: RECONCILING: an attempt of run %s had no decision; "
+                    "the table's history says it %s", self.sink_id, ctx.batch_id,
+                    intent.get("run_id"), "committed" if committed else "did not commit",
+                )
+            elif first_of_run:
+                window = self._history_rows(_HISTORY_WINDOWS[0])
+                committed = ctx.batch_id in self._tags_in(window, ctx.app_id)
+            else:
+                return False  # never attempted
+        if committed:
+            self._versions[ctx.app_id] = max(ctx.batch_id, known if known is not None else -1)
+            self._check_reconciled(ctx)
         return committed
 
     def _settle_forgotten(
@@ -718,7 +767,7 @@ class DeltaSink(DriverCommitSink):
         count is compared with the commit's instead, and ``None`` is returned."""
         if self.merge_on or not self.verify_replay or self._df is None:
             return None
-        found = self._tags(ctx.app_id).get(ctx.batch_id)
+        found = self._find_commit(ctx.app_id, ctx.batch_id)
         if found is None:
             logger.warning(
                 "sink %s batch %d: the table's history no longer shows the commit of this "
@@ -748,7 +797,7 @@ class DeltaSink(DriverCommitSink):
         its commit wrote (a MERGE's: as many source rows)."""
         if not self.verify_replay or self._df is None:
             return
-        found = self._tags(ctx.app_id).get(ctx.batch_id)
+        found = self._find_commit(ctx.app_id, ctx.batch_id)
         if found is None:
             return
         if not self.merge_on:
@@ -784,35 +833,58 @@ class DeltaSink(DriverCommitSink):
         logger.warning("%s", err)
 
     def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> Fingerprint | None:
-        """Driver: the batch as one Delta commit with txn id ``(ctx.app_id, ctx.batch_id)``.
+        """Driver: the batch as one Delta commit tagged ``(ctx.app_id, ctx.batch_id)``.
 
         Steps:
-          1. MERGE only: attach the fingerprint aggregates to the batch (observed by the
+          1. tag path: a retry after a failed attempt in this process first asks the
+             table's history whether that attempt landed (then nothing is written); every
+             attempt is preceded by the ledger's intent (fsynced);
+          2. MERGE only: attach the fingerprint aggregates to the batch (observed by the
              write job); an append records none (a replay is compared with the files its
              commit added: :meth:`committed_fingerprint`);
-          2. append/overwrite with the ``txnAppId``/``txnVersion`` writer options, or MERGE
-             with the txn session confs set on the query's own session (and unset after);
-          3. keep the committed version locally; fill the post-commit snapshot's txn ids
-             from its checksum so that the next batch's write skips Delta's state
-             reconstruction (:func:`_seed_txn_lookup`); return the observed fingerprint
-             (the template records it in the ledger), or ``None``.
+          3. append/overwrite with the ``userMetadata`` tag (txn path: and the
+             ``txnAppId``/``txnVersion`` writer options), or MERGE with the matching session
+             confs set on the query's own session (and unset after);
+          4. keep the committed version locally; txn path with the accelerator: fill the
+             post-commit snapshot's txn ids from its checksum so that the next batch's
+             write skips Delta's state reconstruction
+             (:func:`~connectors.delta._txn_seed.seed_txn_lookup`); return the observed
+             fingerprint (the template records it in the ledger), or ``None``.
 
-        Delta skips the write if the log already holds the pair (a retry after an
-        ambiguous failure), so calling it again is harmless.
+        Calling it again is harmless: the tag path settles an earlier attempt from the
+        history first; on the txn path Delta skips a version it holds.
         """
         df = batch.spark_df
         assert df is not None and self._ledger is not None
+        session = df.sparkSession
+        path = self._commit_path(session)
         tag = CommitTag(self.sink_id, ctx.app_id, ctx.batch_id, ctx.query_id, ctx.run_id)
+        # Step 1
+        if path == "tag":
+            key = (ctx.app_id, ctx.batch_id)
+            intent = self._ledger.intent(ctx.batch_id, ctx.app_id)
+            if key in self._attempted and intent is not None and self._settle_from_history(
+                    ctx, float(intent.get("at") or 0.0)):
+                logger.warning(
+                    "sink %s batch %d: an earlier attempt that reported a failure did commit "
+                    "(the table's history has it); it is not written again",
+                    self.sink_id, ctx.batch_id,
+                )
+                self._versions[ctx.app_id] = max(ctx.batch_id, self._versions.get(ctx.app_id, -1))
+                self._batch_path = path
+                return None
+            self._ledger.intend(ctx.batch_id, ctx.app_id, ctx.run_id)
+            self._attempted.add(key)
         if self.merge_on and self._schema is None:
             self._create_empty(df)
-        # Step 1: only a MERGE is fingerprinted while it runs (its commit holds merged rows,
+        # Step 2: only a MERGE is fingerprinted while it runs (its commit holds merged rows,
         # not the batch's); an append's replay is compared with its commit's files instead.
         observed = (
             observe(df, f"connectors_{self.sink_id}_{ctx.batch_id}_{uuid.uuid4().hex[:8]}")
             if self.verify_replay and self.merge_on else None
         )
         source = observed.df if observed is not None else df
-        # Step 2
+        # Step 3
         started = time.monotonic()
         try:
             if self.merge_on:
@@ -821,20 +893,28 @@ class DeltaSink(DriverCommitSink):
                 self._append(source, ctx, tag)
             self._write_ms = (time.monotonic() - started) * 1000
         except Exception as exc:
-            raise translate(
+            err = translate(
                 exc, doing=f"writing batch {ctx.batch_id} to {self.location()}",
                 sink_id=self.sink_id, batch_id=ctx.batch_id,
-            ) from exc
-        # Step 3
+                values_in_errors=self.values_in_errors,
+            )
+            if err is exc:
+                raise
+            if self.values_in_errors:
+                raise err from exc
+            raise err from None  # the original's text may quote row values
+        # Step 4
         self._versions[ctx.app_id] = max(ctx.batch_id, self._versions.get(ctx.app_id, -1))
         self._history = None  # read again if a replay of this batch must find its commit
-        if self.seed_txn_lookup:
-            # Spare the next batch's write Delta's state reconstruction (see _seed_txn_lookup).
-            _seed_txn_lookup(df.sparkSession, self.location(), ctx.app_id, ctx.batch_id)
+        self._batch_path = path
+        # txn_seed: spare the next batch's write Delta's state reconstruction (_txn_seed).
+        if path == "txn_seed" and not seed_txn_lookup(session, self.location(), ctx.app_id,
+                                                      ctx.batch_id):
+            self._batch_path = "txn"
         if self.merge_schema or self._schema is None:
             # The table may have new columns (or was just created): its schema as of this
-            # commit, from the JVM's snapshot (a read of the table costs a job, ~0.3 s).
-            self._schema = _snapshot_schema(df.sparkSession, self.location())
+            # commit, from Delta's cached snapshot (a read of the table costs a job, ~0.3 s).
+            self._schema = _snapshot_schema(session, self.location())
         if observed is None:
             return None
         fp = observed.result()
@@ -848,10 +928,11 @@ class DeltaSink(DriverCommitSink):
         writer = (
             df.write.format("delta")
             .mode(self.mode)
-            .option("txnAppId", ctx.app_id)
-            .option("txnVersion", str(ctx.batch_id))
             .option("userMetadata", tag.to_json())
         )
+        if self.delta_txn_id:
+            writer = (writer.option("txnAppId", ctx.app_id)
+                      .option("txnVersion", str(ctx.batch_id)))
         if self.merge_schema:
             writer = writer.option("mergeSchema", "true")
         if self.partition_by and self._schema is None:
@@ -892,7 +973,8 @@ class DeltaSink(DriverCommitSink):
     def _merge_confs(
         self, session: SparkSession, ctx: BatchContext, tag: CommitTag
     ) -> Iterator[None]:
-        """Delta's txn session confs, on ``session`` only, unset afterwards.
+        """The commit's session confs (the ``userMetadata`` tag; on the txn path Delta's
+        txn confs too), on ``session`` only, unset afterwards.
 
         In ``foreachBatch`` the batch's session is the query's own clone, so two streaming
         queries never see each other's confs. A batch job's session may be shared: MERGEs
@@ -903,10 +985,11 @@ class DeltaSink(DriverCommitSink):
         with lock:
             conf = session.conf
             try:
-                conf.set(CONF_TXN_APP_ID, ctx.app_id)
-                conf.set(CONF_TXN_VERSION, str(ctx.batch_id))
-                # Delta clears the version after the commit; the app id stays: unset both.
-                conf.set(CONF_TXN_AUTO_RESET, "true")
+                if self.delta_txn_id:
+                    conf.set(CONF_TXN_APP_ID, ctx.app_id)
+                    conf.set(CONF_TXN_VERSION, str(ctx.batch_id))
+                    # Delta clears the version after the commit; the app id stays: unset both.
+                    conf.set(CONF_TXN_AUTO_RESET, "true")
                 conf.set(CONF_USER_METADATA, tag.to_json())
                 yield
             finally:
