@@ -280,7 +280,10 @@ def test_lease_keeps_a_second_driver_out_until_the_first_is_gone(tmp_path: Path)
     root = tmp_path / "l"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time\n"
+         "import importlib.util, sys, time, types\n"
+         # The ledger needs no delta-spark; a lane without it (newest) still runs this.
+         "if importlib.util.find_spec('delta') is None:\n"
+         "    sys.modules['delta'] = types.ModuleType('delta')\n"
          "from connectors.delta import DeltaLedger\n"
          f"DeltaLedger({str(root)!r}, sink_id='s').open_run('other')\n"
          "print('held', flush=True)\n"
