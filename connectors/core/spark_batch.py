@@ -612,7 +612,9 @@ class SparkBatch(BatchInput):
         from pyspark.sql import functions as F  # noqa: N812
 
         hashed = columns is None and not self.hashes_in_tasks and not self._hashed
-        by_key = key is not None and key in self._df.columns
+        # The schema the sink already read, if any: ``df.columns`` is a py4j round trip.
+        names = self._schema.names if self._schema is not None else self._df.columns
+        by_key = key is not None and key in names
 
         def place(df: DataFrame) -> DataFrame:
             if not by_key:  # the placement before per-key order: kept exactly, for replays

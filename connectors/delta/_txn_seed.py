@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 from typing import Any
+
+from connectors.core.accelerators import ACCELERATORS_ENV, accelerators_off
 
 __all__ = [
     "ACCELERATORS_ENV",
@@ -50,7 +51,6 @@ __all__ = [
 logger = logging.getLogger("connectors.delta")
 
 #: The one environment switch of every private-internals accelerator of the library.
-ACCELERATORS_ENV = "CONNECTORS_ACCELERATORS"
 _SNAPSHOT_CLASS = "org.apache.spark.sql.delta.Snapshot"
 #: The allow-list: class file -> SHA-256, Delta 4.4.0 (delta-spark_4.2_2.13-4.4.0.jar).
 VERIFIED_CLASSES = {
@@ -69,11 +69,6 @@ _LOCK = threading.Lock()
 # that its id is never reused by another one.
 _tools: dict[int, tuple[Any, Any]] = {}
 _delta_log_classes: dict[int, tuple[Any, Any]] = {}
-
-
-def accelerators_off() -> bool:
-    """``CONNECTORS_ACCELERATORS=off`` (also ``0``, ``false``, ``no``) is set."""
-    return os.environ.get(ACCELERATORS_ENV, "").strip().lower() in ("off", "0", "false", "no")
 
 
 class _SeedTools:

@@ -49,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from connectors.core.accelerators import ACCELERATORS_ENV, accelerators_off
 from connectors.kafka._placement import (
     METADATA_REFRESH_MS,
     MURMUR2_PARTITIONERS,
@@ -71,7 +72,6 @@ ERR_QUEUE_FULL = KafkaError._QUEUE_FULL
 ERR_FATAL = KafkaError._FATAL
 
 #: The environment switch that forces every private-internals accelerator off.
-ACCELERATORS_ENV = "CONNECTORS_ACCELERATORS"
 
 #: ``(confluent_kafka.version(), confluent_kafka.libversion(), Producer.__basicsize__)``
 #: -> offset of ``rd_kafka_t *rk`` in the ``Producer`` object. Each entry was verified on
@@ -114,11 +114,6 @@ print(*text, Producer.__basicsize__, "verified" if ok else "mismatch")
 
 #: Where empty (not null) values and keys point: librdkafka reads no byte of them.
 _EMPTY = ctypes.create_string_buffer(1)
-
-
-def accelerators_off() -> bool:
-    """``CONNECTORS_ACCELERATORS=off`` (also ``0``, ``false``, ``no``) is set."""
-    return os.environ.get(ACCELERATORS_ENV, "").strip().lower() in ("off", "0", "false", "no")
 
 
 def layout_triple() -> tuple[str, str, int]:
