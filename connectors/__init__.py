@@ -24,6 +24,7 @@ its extra raises an ImportError that says which extra to install.
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.batch import BatchContext, BatchInput, TaskInfo
+from connectors.core.engine import register_front_end
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
@@ -52,13 +53,13 @@ from connectors.core.retry import (
     NoRetry,
     RetryPolicy,
 )
-from connectors.core.tasks import SlotMarker, SlotTransaction, TaskTransaction
 from connectors.core.template import (
     DriverCommitSink,
     PreparedTransactionSink,
     TaskCommitSink,
     TwoPhaseCommitSink,
 )
+from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
 
 if TYPE_CHECKING:
     from connectors.delta import DeltaSink, DeltaSinks
@@ -66,6 +67,19 @@ if TYPE_CHECKING:
     from connectors.postgres import PostgresSink
 
 __version__ = "0.1.0.dev0"
+
+
+def _spark_front_end(data: Any, hash_rows_in_tasks: bool) -> tuple[BatchInput, str | None] | None:
+    """Spark's front end, loaded (with pyspark) on the first object that comes from
+    pyspark; the core itself knows no engine (:mod:`connectors.core.engine`)."""
+    if not type(data).__module__.startswith("pyspark."):
+        return None
+    from connectors.spark.batch import front_end
+
+    return front_end(data, hash_rows_in_tasks)
+
+
+register_front_end(_spark_front_end)
 
 # Target sinks: public name -> module (imported on first use, so that the core works
 # without every client library installed).

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from connectors.core.spark_batch import MAX_BYTES, MAX_RECORDS, handover_rows
+from connectors.spark.batch import MAX_BYTES, MAX_RECORDS, handover_rows
 from connectors.kafka import KafkaSink
 from integration._kafka import KafkaTarget, target_fixture
 

@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 )
 
 from connectors.core.errors import BadInputError
-from connectors.core.spark_batch import ROW_BOUND_MARK, with_row_hash
+from connectors.spark.batch import ROW_BOUND_MARK, with_row_hash
 from connectors.kafka._records import RecordLimits, record_sizes, scan_batch
 from connectors.kafka._scan import (
     DataFrameScan,

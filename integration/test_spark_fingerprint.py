@@ -20,7 +20,7 @@ from connectors.core.batch import TaskInfo, TaskOutcome
 from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import ROW_HASH_COLUMN, Fingerprint, split_row_hash
 from connectors.core.ledger import TaskCommit
-from connectors.core.spark_batch import SparkBatch
+from connectors.spark.batch import SparkBatch
 from connectors.delta._fingerprint import observe
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from pyspark.sql import functions as sf
 from pyspark.sql.window import Window
 
 from connectors.core.batch import TaskInfo, TaskOutcome
-from connectors.core.spark_batch import ADAPTIVE, SparkBatch, narrow_plan
+from connectors.spark.batch import ADAPTIVE, SparkBatch, narrow_plan
 
 pytestmark = [pytest.mark.integration]
 

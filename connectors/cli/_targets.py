@@ -147,7 +147,8 @@ class PostgresTarget(Target):
     def recover(
         self, sink_id: str, *, commit_decided: bool, abort_undecided: bool, min_age_s: float
     ) -> RecoverReport:
-        from connectors.core.driver import finish_decided
+        from connectors.core.coordinator import Coordinator
+        from connectors.core.executor import DriverState, Executor
         from connectors.core.metrics import BatchMetrics
         from connectors.postgres._sink import PostgresSink
 
@@ -157,41 +158,25 @@ class PostgresTarget(Target):
         ledger = sink.create_ledger()
         metrics = BatchMetrics(sink_id, -1, sink.family.value)
         try:
-            if commit_decided:
-                for entry in ledger.unfinished():
-                    finish_decided(sink, ledger, entry, metrics)
-                    report.committed += [c.transaction_id for c in entry.commits]
-            for item in self.lingering(sink_id):
-                tid = TransactionId.parse(item.transaction)
-                assert tid is not None
-                decision = ledger.get(tid.batch_id)
-                listed = [c for c in (decision.commits if decision else ())
-                          if c.transaction_id == item.transaction]
-                if listed:
-                    if not commit_decided:
-                        report.left.append(item)
-                        continue
-                    commit = listed[0]
-                    sink.commit(commit)
-                    report.committed.append(item.transaction)
-                    continue
-                if not abort_undecided:
-                    report.left.append(item)
-                    continue
-                if item.age_s is not None and item.age_s < min_age_s:
-                    report.left.append(item)
-                    report.notes.append(
-                        f"{item.transaction} is {item.age_s:.0f} s old (< --min-age "
-                        f"{min_age_s:.0f} s): a live driver may be about to decide it")
-                    continue
-                # Under the lease: forbid the decision first, then roll back.
-                found = ledger.abort(tid.batch_id, tid.run_id)
-                if found is not None and item.transaction in {
-                        c.transaction_id for c in found.commits}:
-                    report.left.append(item)  # decided meanwhile: never roll it back
-                    continue
-                sink.abort(item.transaction)
-                report.aborted.append(item.transaction)
+            lingering = self.lingering(sink_id)
+            young = [item for item in lingering if not item.decided and item.age_s is not None
+                     and item.age_s < min_age_s]
+            state = DriverState(ledger)
+            coordinator = Coordinator(sink.family, sink_id, run_id=state.run_id,
+                                      query_id="operator", metrics=metrics)
+            done = Executor(sink, state, metrics).run(coordinator.settle(
+                [item.transaction for item in lingering], commit_decided=commit_decided,
+                abort_undecided=abort_undecided,
+                keep=frozenset(item.transaction for item in young)))
+            report.committed += done["committed"]
+            report.aborted += done["aborted"]
+            left = set(done["left"])
+            report.left += [item for item in lingering if item.transaction in left]
+            if abort_undecided:
+                report.notes += [
+                    f"{item.transaction} is {item.age_s:.0f} s old (< --min-age "
+                    f"{min_age_s:.0f} s): a live driver may be about to decide it"
+                    for item in young if item.age_s is not None]
         finally:
             ledger.close()
             sink.close()

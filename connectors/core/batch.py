@@ -2,7 +2,7 @@
 
 The driver-side protocol never touches Spark directly: it asks a :class:`BatchInput` to
 run a task function on every partition and to hand back what each task returned. The
-Spark implementation (:mod:`connectors.core.spark_batch`) runs the function in
+Spark implementation (:mod:`connectors.spark.batch`) runs the function in
 ``mapInArrow``; :class:`connectors.testing.LocalBatch` runs it in-process with simulated
 retries and speculative attempts, so every crash point is testable in milliseconds.
 """

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -27,15 +26,14 @@ from connectors.core.errors import (
 )
 from connectors.core.fingerprint import Fingerprint, fingerprint_batch, split_row_hash
 from connectors.core.ledger import TaskCommit
-from connectors.core.naming import TransactionId, slot_name
+from connectors.core.naming import TransactionId
+from connectors.core.participants import PreparedParticipant, SlotParticipant
 from connectors.core.protocol import CrashPoint
-
-if TYPE_CHECKING:
-    from connectors.core.template import PreparedTransactionSink, TaskCommitSink
+from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
 
 __all__ = ["SlotMarker", "SlotTransaction", "TaskTransaction", "prepare_task", "slot_task"]
 
-logger = logging.getLogger("connectors.core.tasks")
+logger = logging.getLogger(__name__)
 
 #: Errors that would fail again on a retried task: returned to the driver, not raised.
 DETERMINISTIC_ERRORS: tuple[type[ConnectorError], ...] = (
@@ -44,78 +42,6 @@ DETERMINISTIC_ERRORS: tuple[type[ConnectorError], ...] = (
     NonDeterministicReplayError,
     FatalError,
 )
-
-
-@dataclass(frozen=True)
-class TaskTransaction:
-    """What ``PreparedTransactionSink.begin_transaction`` gets: who this transaction is."""
-
-    transaction_id: TransactionId
-    partition: int
-    schema: pa.Schema
-
-    @property
-    def sink_id(self) -> str:
-        return self.transaction_id.sink_id
-
-    @property
-    def batch_id(self) -> int:
-        return self.transaction_id.batch_id
-
-
-@dataclass(frozen=True)
-class SlotMarker:
-    """Written in the same transaction as a slot's rows: "(sink, batch, slot) is done"."""
-
-    sink_id: str
-    generation: int
-    batch_id: int
-    slot: int
-    run_id: str
-    fingerprint: Fingerprint
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "v": 1,
-            "sink_id": self.sink_id,
-            "generation": self.generation,
-            "batch_id": self.batch_id,
-            "slot": self.slot,
-            "run_id": self.run_id,
-            "fp": self.fingerprint.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SlotMarker:
-        return cls(
-            str(data["sink_id"]),
-            int(data.get("generation", 0)),
-            int(data["batch_id"]),
-            int(data["slot"]),
-            str(data["run_id"]),
-            Fingerprint.from_json(data["fp"]),
-        )
-
-
-@dataclass(frozen=True)
-class SlotTransaction:
-    """What ``TaskCommitSink.open_slot`` gets: the slot, its stable name and the batch.
-
-    A slot's marker for this batch is keyed by ``(sink_id, generation, batch_id, slot)``.
-    """
-
-    sink_id: str
-    generation: int
-    batch_id: int
-    run_id: str
-    slot: int
-    task_attempt_id: int
-    schema: pa.Schema
-
-    @property
-    def name(self) -> str:
-        """The slot's stable name (e.g. its Kafka ``transactional.id``)."""
-        return slot_name(self.sink_id, self.slot)
 
 
 def _abort_quietly(action: str, fn: Any, handle: Any) -> None:
@@ -147,7 +73,7 @@ def _replay_mismatch(
 
 
 def prepare_task(
-    sink: PreparedTransactionSink[Any],
+    sink: PreparedParticipant[Any],
     run_id: str,
     batch_id: int,
     schema: pa.Schema,
@@ -199,7 +125,7 @@ def prepare_task(
 
 
 def slot_task(
-    sink: TaskCommitSink[Any],
+    sink: SlotParticipant[Any],
     batch_ctx: BatchContext,
     schema: pa.Schema,
     info: TaskInfo,

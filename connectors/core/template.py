@@ -34,23 +34,22 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import pyarrow as pa
 
-from connectors.core import driver, recovery
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.errors import ConfigurationError, QueryBindingError
+from connectors.core.coordinator import Coordinator
+from connectors.core.engine import batch_input_for
+from connectors.core.errors import ConfigurationError
+from connectors.core.executor import DriverState, Executor
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger, TaskCommit
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import Family
 from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
-from connectors.core.tasks import SlotMarker, SlotTransaction, TaskTransaction
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
 
 __all__ = [
     "DriverCommitSink",
@@ -59,7 +58,7 @@ __all__ = [
     "TwoPhaseCommitSink",
 ]
 
-logger = logging.getLogger("connectors.core")
+logger = logging.getLogger(__name__)
 H = TypeVar("H")
 ReplayPolicy = Literal["fail", "warn"]
 
@@ -95,7 +94,7 @@ class TwoPhaseCommitSink(ABC):
     #: Cheaper for rows of numbers and short strings (no extra projection and Arrow
     #: column); nested types always use the JVM. Must not change while a batch may be
     #: replayed: a replay's fingerprint is computed the same way (see
-    #: :mod:`connectors.core.spark_batch`).
+    #: :mod:`connectors.spark.batch`).
     hash_rows_in_tasks: ClassVar[bool] = False
 
     def __init__(
@@ -128,7 +127,7 @@ class TwoPhaseCommitSink(ABC):
         self.values_in_errors = bool(values_in_errors)
         #: Metrics of the last batch this sink handled on this driver.
         self.last_metrics: BatchMetrics | None = None
-        self._driver: driver.DriverState | None = None
+        self._driver: DriverState | None = None
 
     # ---- pickling: executors get the configuration, never the driver's connections ----
     def __getstate__(self) -> dict[str, Any]:
@@ -161,19 +160,41 @@ class TwoPhaseCommitSink(ABC):
         """
         return batch
 
-    # ---- the entry point ----
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        """``foreachBatch`` entry point: write ``df`` as batch ``batch_id``, exactly once."""
-        from connectors.core.spark_batch import SparkBatch, current_query_id
+    def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
+        """Driver, once per new batch (never for a replay the ledger already has), before
+        any task runs: check the input and split it into the tasks the protocol runs.
 
+        The default calls :meth:`validate_input`, then the family's split
+        (:meth:`partition_input`; a task-commit sink's slots). A sink that needs more
+        (its target's metadata, a check of every record before any slot runs) overrides
+        it and calls ``super()``, or returns a batch of the same rows.
+        """
+        self.validate_input(batch.schema)
+        return self.partition_input(batch)
+
+    def fingerprint_input(self, batch: BatchInput) -> Fingerprint | None:
+        """Driver: the batch's fingerprint for the replay check (``None`` skips the check).
+
+        The default runs one job over the batch; override to derive it more cheaply.
+        """
+        return batch.fingerprint()
+
+    def report_metrics(self, metrics: BatchMetrics) -> None:  # noqa: B027 - optional hook
+        """Driver, after every batch (also a failed one), before its metrics line is
+        logged: add the sink's own figures to ``metrics.extra``."""
+
+    # ---- the entry point ----
+    def __call__(self, df: Any, batch_id: int) -> None:
+        """``foreachBatch`` entry point: write ``df`` as batch ``batch_id``, exactly once."""
         if getattr(df, "isStreaming", False):
             raise ConfigurationError(
                 "the sink got a streaming DataFrame: use it as "
                 "df.writeStream.foreachBatch(sink), or call it with a batch DataFrame",
                 sink_id=self.sink_id,
             )
-        self.write_batch(SparkBatch(df, hash_in_tasks=self.hash_rows_in_tasks), batch_id,
-                         query_id=current_query_id(df))
+        batch, query_id = batch_input_for(df, hash_rows_in_tasks=self.hash_rows_in_tasks,
+                                          sink_id=self.sink_id)
+        self.write_batch(batch, batch_id, query_id=query_id)
 
     def write_batch(
         self, batch: BatchInput, batch_id: int, *, query_id: str | None = None
@@ -192,29 +213,16 @@ class TwoPhaseCommitSink(ABC):
         state = self._driver_state()
         metrics = BatchMetrics(self.sink_id, batch_id, self.family.value)
         started = time.monotonic()
+        qid = query_id or BATCH_JOB_QUERY_ID
+        coordinator = Coordinator(
+            self.family, self.sink_id, run_id=state.run_id, query_id=qid,
+            reset_binding=self.reset_binding, on_replay_mismatch=self.on_replay_mismatch,
+            fingerprint_in_commit=bool(getattr(self, "fingerprint_in_commit", False)),
+            keep_batches=self.keep_batches, metrics=metrics,
+        )
+        start = not state.started or state.query_id != qid
         try:
-            qid = query_id or BATCH_JOB_QUERY_ID
-            if not state.started or state.query_id != qid:
-                logger.info(
-                    "sink %s: RECONCILING (run %s, query %s)", self.sink_id, state.run_id, qid
-                )
-                state.ledger.open_run(state.run_id)
-                self._reconcile(state, metrics)
-                state.generation = state.ledger.bind_query(qid, reset=self.reset_binding)
-                state.query_id, state.started = qid, True
-            last = state.ledger.last_batch_id()
-            if last is not None and batch_id < last:
-                raise QueryBindingError(
-                    f"batch id went backwards: got {batch_id}, but batch {last} is already "
-                    "decided. Spark only replays the last batch; this is another query or a "
-                    "reused run id. Use the original checkpoint or a new sink_id; "
-                    "reset_binding=True forgets the ledger, and rows the new query reads "
-                    "again are then written again (duplicates)",
-                    sink_id=self.sink_id,
-                    batch_id=batch_id,
-                )
-            self._run_batch(state, batch, batch_id, metrics)
-            state.ledger.prune(self.keep_batches)
+            Executor(self, state, metrics, batch).run(coordinator.write(batch_id, start=start))
         except BaseException:
             metrics.outcome = "failed"
             # A new run id for the next attempt: this run's leftovers get swept and may be
@@ -223,6 +231,11 @@ class TwoPhaseCommitSink(ABC):
             raise
         finally:
             metrics.extra["total_ms"] = (time.monotonic() - started) * 1000
+            try:
+                self.report_metrics(metrics)
+            except Exception as exc:  # figures must never fail a batch
+                logger.warning("sink %s: report_metrics failed: %s", self.sink_id,
+                               type(exc).__name__)
             self.last_metrics = metrics
             metrics.emit()
         return metrics
@@ -234,18 +247,10 @@ class TwoPhaseCommitSink(ABC):
             self._driver = None
 
     # ---- internals ----
-    def _driver_state(self) -> driver.DriverState:
+    def _driver_state(self) -> DriverState:
         if self._driver is None:
-            self._driver = driver.DriverState(self.create_ledger())
+            self._driver = DriverState(self.create_ledger())
         return self._driver
-
-    @abstractmethod
-    def _run_batch(
-        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
-    ) -> None: ...
-
-    @abstractmethod
-    def _reconcile(self, state: driver.DriverState, metrics: BatchMetrics) -> None: ...
 
 
 class PreparedTransactionSink(TwoPhaseCommitSink, Generic[H]):
@@ -301,14 +306,6 @@ class PreparedTransactionSink(TwoPhaseCommitSink, Generic[H]):
         The template keeps only ids whose sink id is exactly this sink's, so a loose
         filter here (e.g. by prefix) cannot touch another sink.
         """
-
-    def _run_batch(
-        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
-    ) -> None:
-        driver.run_prepared_batch(self, state, batch, batch_id, metrics)
-
-    def _reconcile(self, state: driver.DriverState, metrics: BatchMetrics) -> None:
-        recovery.reconcile_prepared(self, state, metrics)
 
 
 class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
@@ -377,13 +374,10 @@ class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
         """Driver, at (re)start and after a failed batch: fence every slot this sink ever
         used, so no transaction of a dead run stays open. Returns how many were fenced."""
 
-    def _run_batch(
-        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
-    ) -> None:
-        driver.run_slot_batch(self, state, batch, batch_id, metrics)
-
-    def _reconcile(self, state: driver.DriverState, metrics: BatchMetrics) -> None:
-        metrics.reconciled += self.fence_all()
+    def partition_input(self, batch: BatchInput) -> BatchInput:
+        """Driver: the rows placed into :attr:`slots` partitions by a hash of their content
+        (of :attr:`slot_key` where it is set and not null), deterministically."""
+        return batch.slotted(self.slots, self.slot_columns, key=self.slot_key)
 
 
 class DriverCommitSink(TwoPhaseCommitSink):
@@ -422,20 +416,3 @@ class DriverCommitSink(TwoPhaseCommitSink):
         replays this way at no cost on the normal path. Default: ``None``.
         """
         return None
-
-    def fingerprint_input(self, batch: BatchInput) -> Fingerprint | None:
-        """Driver: the batch's fingerprint for the replay check (``None`` skips the check).
-
-        The default runs one job over the batch; override to derive it more cheaply.
-        """
-        return batch.fingerprint()
-
-    def _run_batch(
-        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
-    ) -> None:
-        driver.run_driver_batch(self, state, batch, batch_id, metrics)
-
-    def _reconcile(self, state: driver.DriverState, metrics: BatchMetrics) -> None:
-        # The target's commit is the decision: nothing stays prepared between runs.
-        return None
-

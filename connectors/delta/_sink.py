@@ -55,7 +55,7 @@ from connectors.core.errors import (
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
 from connectors.core.metrics import BatchMetrics
-from connectors.core.spark_batch import has_map
+from connectors.core.rules import check_replay
 from connectors.core.template import DriverCommitSink
 from connectors.delta._errors import translate
 from connectors.delta._fingerprint import fingerprint_now, observe
@@ -64,6 +64,7 @@ from connectors.delta._log import LocalDeltaLog, LogState, jvm_log_state
 from connectors.delta._meta import CommitTag, parse_user_metadata
 from connectors.delta._replay import Unreadable, committed_fingerprint
 from connectors.delta._txn_seed import ACCELERATORS_ENV, seed_problem, seed_txn_lookup
+from connectors.spark.batch import has_map
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -319,12 +320,7 @@ class DeltaSink(DriverCommitSink):
             )
         self._df, self._write_ms, self._batch_path = df, None, None
         try:
-            metrics = super().write_batch(batch, batch_id, query_id=query_id)
-            if self._write_ms is not None:  # Delta's own write (the rest is the sink's)
-                metrics.extra["write_ms"] = round(self._write_ms, 1)
-            if self._batch_path is not None:  # which commit path this batch's commit took
-                metrics.extra[f"delta_path_{self._batch_path}"] = 1
-            return metrics
+            return super().write_batch(batch, batch_id, query_id=query_id)
         except BaseException:
             # The outcome of a failed commit is known only to the log: read it again.
             self._log, self._schema, self._history = None, None, None
@@ -332,6 +328,13 @@ class DeltaSink(DriverCommitSink):
             raise
         finally:
             self._df = None
+
+    def report_metrics(self, metrics: BatchMetrics) -> None:
+        """Delta's own write time, and the commit path this batch's commit took."""
+        if self._write_ms is not None:  # Delta's own write (the rest is the sink's)
+            metrics.extra["write_ms"] = round(self._write_ms, 1)
+        if self._batch_path is not None:
+            metrics.extra[f"delta_path_{self._batch_path}"] = 1
 
     def close(self) -> None:
         super().close()
@@ -803,9 +806,8 @@ class DeltaSink(DriverCommitSink):
         if not self.merge_on:
             committed = self._content_of(ctx, found[0])
             if committed is not None:
-                from connectors.core.driver import check_replay
-
-                check_replay(self, ctx.batch_id, committed, fingerprint_now(self._df))
+                check_replay(self.sink_id, self.on_replay_mismatch, ctx.batch_id, committed,
+                             fingerprint_now(self._df))
                 return
         self._check_count(ctx, found)
 

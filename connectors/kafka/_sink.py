@@ -41,8 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.core import driver
-from connectors.core.batch import BatchInput, TaskInfo, TaskOutcome
+from connectors.core.batch import BatchContext, BatchInput, TaskInfo, TaskOutcome
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
@@ -55,7 +54,6 @@ from connectors.core.fingerprint import Fingerprint, without_row_hash
 from connectors.core.ledger import Ledger, TaskCommit
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import slot_name
-from connectors.core.spark_batch import Handover, SparkBatch, handover_budget, handover_rows
 from connectors.core.tasks import DETERMINISTIC_ERRORS, SlotMarker, SlotTransaction
 from connectors.core.template import TaskCommitSink
 from connectors.kafka._config import (
@@ -79,7 +77,8 @@ from connectors.kafka._records import (
     scan_batch,
 )
 from connectors.kafka._scan import bad_input_message, check_condition, scan_dataframe
-from connectors.kafka._spark import RetryableBarrierBatch
+from connectors.kafka._spark import ErrorMappingBatch, RetryableBarrierBatch
+from connectors.spark.batch import Handover, SparkBatch, handover_budget, handover_rows
 
 __all__ = ["KafkaSink", "marker_key"]
 
@@ -274,6 +273,9 @@ class KafkaSink(TaskCommitSink[_Slot]):
         #: The row size assumed for the slot tasks' Arrow batches (``barrier=False``, given
         #: topic; ``None``: not derived yet), raised when a batch proves it too small.
         self._row_bound: int | None = None
+        #: The batch in flight's Arrow hand-over and row bound, for its metrics.
+        self._handover: Handover | None = None
+        self._bound: int | None = None
 
     def __repr__(self) -> str:
         return (
@@ -286,6 +288,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         state["_admin"] = None  # driver clients never travel to executors
         state["_ledger"] = None
         state["_record_checks"] = {}  # holds JVM references
+        state["_handover"] = None  # likewise
         return state
 
     # ------------------------------------------------------------------ helpers
@@ -380,7 +383,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
             found[slot] = _last_marker(self, slot)
         return found
 
-    def _resolve_slots(self, batch: BatchInput, state: driver.DriverState) -> None:
+    def _resolve_slots(self, batch: BatchInput, generation: int) -> None:
         """Driver, every batch: the slot count and placement rule (stored, fixed while a
         batch is unfinished), the marker topic with one partition per slot, and the barrier
         prerequisites."""
@@ -394,7 +397,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         placement = PLACEMENT_KEY if self.slot_columns is None else PLACEMENT_ROW
         unfinished = None
         if (stored is not None and stored != wanted) or (placed not in (None, placement)):
-            unfinished = self._unfinished(state)
+            unfinished = self._unfinished(generation)
         if stored is not None and stored != wanted:
             if unfinished is not None:
                 raise ConfigurationError(
@@ -436,11 +439,11 @@ class KafkaSink(TaskCommitSink[_Slot]):
         if self.barrier:
             _check_barrier(self, batch)
 
-    def _unfinished(self, state: driver.DriverState) -> int | None:
+    def _unfinished(self, generation: int) -> int | None:
         """A batch some slot committed (its marker) but the ledger does not record."""
         assert self._ledger is not None
         for marker in self._last_markers().values():
-            if marker is None or marker.generation != state.generation:
+            if marker is None or marker.generation != generation:
                 continue
             if self._ledger.get(marker.batch_id) is None:
                 return marker.batch_id
@@ -482,7 +485,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         JVM aggregation first finds the topics and partitions to check against the cluster.
 
         Either way the slot tasks then receive their Arrow batches without Spark's per-row
-        size check (:class:`~connectors.core.spark_batch.Handover`): with a ``topic``
+        size check (:class:`~connectors.spark.batch.Handover`): with a ``topic``
         column, sized from the largest row the aggregation found; with a given topic, from
         an assumed bound that the record check also guards.
         """
@@ -555,48 +558,53 @@ class KafkaSink(TaskCommitSink[_Slot]):
 
     def _raise_row_bound(self) -> None:
         """A row of a batch exceeded the assumed bound: assume 8x larger rows from now on
-        (:func:`~connectors.core.spark_batch.handover_rows` turns the bound off once it
+        (:func:`~connectors.spark.batch.handover_rows` turns the bound off once it
         would leave fewer than 1,024 rows per Arrow batch)."""
         if self._row_bound:
             self._row_bound *= 8
         logger.info("sink %s: rows of up to %s bytes assumed for the Arrow batches from now on",
                     self.sink_id, self._row_bound)
 
-    def _run_batch(
-        self, state: driver.DriverState, batch: BatchInput, batch_id: int, metrics: BatchMetrics
-    ) -> None:
-        started = time.monotonic()
-        if state.ledger.get(batch_id) is None:
-            self._resolve_slots(batch, state)
-            if not self.barrier:
-                batch = self._prescan(batch, batch_id)
-        handover = batch.handover if isinstance(batch, SparkBatch) else None
-        bound = self._row_bound  # raised by a guard that fails the job (_raise_row_bound)
-        metrics.extra["slots"] = self.slots
-        metrics.extra["barrier"] = self.barrier
+    def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
+        """Driver, a new batch: the slot count and placement, every record checked before
+        any slot runs (``barrier=False``), then the rows placed into the slots."""
+        self._resolve_slots(batch, ctx.generation)
+        if self.barrier:
+            self.validate_input(batch.schema)
+        else:
+            batch = self._prescan(batch, ctx.batch_id)
+        self._handover = batch.handover if isinstance(batch, SparkBatch) else None
+        self._bound = self._row_bound  # raised by a guard that fails the job
         if self.barrier and batch.spark_df is not None:
             batch = RetryableBarrierBatch(batch)
-        try:
-            driver.run_slot_batch(self, state, batch, batch_id, metrics)
-        except ConnectorError:
-            raise
-        except Exception as exc:
+        batch_id = ctx.batch_id
+
+        def translate(exc: Exception) -> BaseException | None:
+            if isinstance(exc, ConnectorError):
+                return None
             message = bad_input_message(exc)
             if message is None:
-                raise
+                return None
             # A record refused by the check in the shuffle's map stage: no slot ran.
-            raise BadInputError(message, sink_id=self.sink_id, batch_id=batch_id) from None
+            return BadInputError(message, sink_id=self.sink_id, batch_id=batch_id)
+
+        return ErrorMappingBatch(self.partition_input(batch), translate)
+
+    def report_metrics(self, metrics: BatchMetrics) -> None:
+        """Slots, barrier, Arrow hand-over, produce paths and transaction durations."""
+        metrics.extra["slots"] = self.slots
+        metrics.extra["barrier"] = self.barrier
+        handover, self._handover = self._handover, None
         # Rows per Arrow batch without Spark's per-row size check; 0: Spark's batching.
         metrics.extra["arrow_batch_rows"] = (
-            handover.rows if handover is not None and self._row_bound == bound else 0)
-        self._check_durations(state, batch_id, metrics)
-        metrics.extra["sink_ms"] = (time.monotonic() - started) * 1000
+            handover.rows if handover is not None and self._row_bound == self._bound else 0)
+        if metrics.outcome != "failed" and self._ledger is not None:
+            self._check_durations(self._ledger, metrics.batch_id, metrics)
+        metrics.extra["sink_ms"] = metrics.extra.get("total_ms", 0.0)
 
-    def _check_durations(
-        self, state: driver.DriverState, batch_id: int, metrics: BatchMetrics
-    ) -> None:
+    def _check_durations(self, ledger: Ledger, batch_id: int, metrics: BatchMetrics) -> None:
         """Warn when a slot's transaction reached 80% of ``transaction.timeout.ms``."""
-        entry = state.ledger.get(batch_id)
+        entry = ledger.get(batch_id)
         if entry is None:
             return
         longest, waited = 0.0, 0.0

@@ -7,11 +7,12 @@ streaming query. Followed by a one-partition exchange, the barrier stage becomes
 shuffle-map stage, which Spark retries as a whole (``spark.stage.maxConsecutiveAttempts``):
 every slot fences its previous attempt, committed slots find their markers, the others
 write again. Only the collected results change their path; nothing else differs from
-:class:`connectors.core.spark_batch.SparkBatch`.
+:class:`connectors.spark.batch.SparkBatch`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -19,7 +20,7 @@ import pyarrow as pa
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
 from connectors.core.fingerprint import Fingerprint
 
-__all__ = ["RetryableBarrierBatch"]
+__all__ = ["ErrorMappingBatch", "RetryableBarrierBatch"]
 
 
 class RetryableBarrierBatch(BatchInput):
@@ -40,7 +41,7 @@ class RetryableBarrierBatch(BatchInput):
         return self._inner.estimated_partitions()
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
-        from connectors.core.spark_batch import SparkBatch, outcome_task
+        from connectors.spark.batch import SparkBatch, outcome_task
 
         inner = self._inner
         if not barrier or not isinstance(inner, SparkBatch):
@@ -52,6 +53,47 @@ class RetryableBarrierBatch(BatchInput):
     def slotted(self, slots: int, columns: list[str] | None = None, *,
                 key: str | None = None) -> BatchInput:
         return RetryableBarrierBatch(self._inner.slotted(slots, columns, key=key))
+
+    def fingerprint(self) -> Fingerprint:
+        return self._inner.fingerprint()
+
+    def to_arrow(self) -> pa.Table:
+        return self._inner.to_arrow()
+
+
+class ErrorMappingBatch(BatchInput):
+    """Wraps a :class:`BatchInput`; an exception of its task runs that ``translate`` knows
+    (a record refused by a check in the shuffle's map stage) becomes the error it returns.
+    """
+
+    def __init__(self, inner: BatchInput,
+                 translate: Callable[[Exception], BaseException | None]) -> None:
+        self._inner = inner
+        self._translate = translate
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._inner.schema
+
+    @property
+    def spark_df(self) -> Any:
+        return self._inner.spark_df
+
+    def estimated_partitions(self) -> int | None:
+        return self._inner.estimated_partitions()
+
+    def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
+        try:
+            return self._inner.run_tasks(fn, barrier=barrier)
+        except Exception as exc:
+            translated = self._translate(exc)
+            if translated is None:
+                raise
+            raise translated from None
+
+    def slotted(self, slots: int, columns: list[str] | None = None, *,
+                key: str | None = None) -> BatchInput:
+        return ErrorMappingBatch(self._inner.slotted(slots, columns, key=key), self._translate)
 
     def fingerprint(self) -> Fingerprint:
         return self._inner.fingerprint()

@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.core.driver import DriverState
 from connectors.core.errors import BadInputError, TransientError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import LedgerEntry, TaskCommit
@@ -150,7 +149,7 @@ def test_driver_warns_at_80_percent_of_the_transaction_timeout(
     for txn_ms, warned in ((7_000.0, False), (8_500.0, True)):
         caplog.clear()
         metrics = BatchMetrics("unit", 3, "commit_in_task")
-        sink._check_durations(DriverState(Ledger(txn_ms)), 3, metrics)  # type: ignore[arg-type]
+        sink._check_durations(Ledger(txn_ms), 3, metrics)  # type: ignore[arg-type]
         assert ("85% of transaction.timeout.ms=10000" in caplog.text) is warned
         assert metrics.extra["txn_ms"] == txn_ms
 

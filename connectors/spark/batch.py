@@ -99,8 +99,8 @@ if TYPE_CHECKING:
 __all__ = ["ADAPTIVE", "ENV_GC_FREEZE", "NARROW_NODES", "ROW_BOUND_MARK", "Handover",
            "SparkBatch", "arrow_schema", "arrow_settings", "check_columns",
            "combine_fingerprint", "current_query_id", "fingerprint_aggregates", "flat_schema",
-           "gc_freeze_enabled", "handover_budget", "handover_rows", "has_map", "narrow_plan",
-           "outcome_task", "row_hash", "session_settings", "spark_fingerprint",
+           "front_end", "gc_freeze_enabled", "handover_budget", "handover_rows", "has_map",
+           "narrow_plan", "outcome_task", "row_hash", "session_settings", "spark_fingerprint",
            "with_row_hash"]
 
 logger = logging.getLogger(__name__)
@@ -484,6 +484,17 @@ def current_query_id(df: DataFrame) -> str | None:
     except Exception:  # Spark Connect has no SparkContext
         return None
     return str(value) if value else None
+
+
+def front_end(data: Any, hash_rows_in_tasks: bool) -> tuple[BatchInput, str | None] | None:
+    """The engine front end of classic PySpark (:mod:`connectors.core.engine`): a Spark
+    DataFrame as a :class:`SparkBatch`, with its streaming query's id; ``None`` for
+    anything else."""
+    from pyspark.sql import DataFrame as SparkDataFrame
+
+    if not isinstance(data, SparkDataFrame):
+        return None
+    return SparkBatch(data, hash_in_tasks=hash_rows_in_tasks), current_query_id(data)
 
 
 class SparkBatch(BatchInput):

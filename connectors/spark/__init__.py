@@ -560,7 +560,7 @@ def _ensure_python_exec() -> None:
 
 def _source_root_if_not_installed() -> str | None:
     """The directory holding the ``connectors`` package, unless it is a site directory."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # connectors/spark/__init__.py
     sites = [*site.getsitepackages(), site.getusersitepackages()]
     installed = {Path(p).resolve() for p in sites if p}
     return None if root in installed else str(root)

@@ -23,7 +23,7 @@ from pyspark.sql.types import (
 )
 
 from connectors import KafkaSink, PostgresSink
-from connectors.core.spark_batch import (
+from connectors.spark.batch import (
     MAX_BYTES,
     MAX_RECORDS,
     NO_SIZE_CHECK,
@@ -64,7 +64,7 @@ def test_postgres_tasks_hash_their_rows_and_kafka_tasks_sum_the_jvm_s() -> None:
 
 _GC_PROBE = r'''
 import gc, json, sys
-from connectors.core import spark_batch
+from connectors.spark import batch as spark_batch
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.tasks import TaskCommit, TaskInfo, TaskOutcome
 

@@ -1,0 +1,249 @@
+"""The executor: performs a coordinator's commands against the ledger, the engine and the
+sink's hooks.
+
+This is where every protocol step becomes I/O, and the only place that does: the order
+of the steps is the coordinator's (:mod:`connectors.core.coordinator`). Here are the I/O
+concerns: retries of transient failures (counted in the metrics), the re-read after an
+ambiguous decision write, timings, the task functions the engine runs, and crash points
+(a :class:`~connectors.core.steps.Crash` command calls
+:func:`~connectors.core.crash.crash_point`).
+
+An exception a command raises is thrown into the coordinator at the step that yielded
+it, so the coordinator decides what follows (e.g. fence every slot when the tasks
+failed), as psycopg's generators receive their I/O errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, cast
+
+from connectors.core.batch import BatchContext, BatchInput
+from connectors.core.crash import crash_point
+from connectors.core.errors import TransientError
+from connectors.core.ledger import Ledger, LedgerEntry
+from connectors.core.metrics import BatchMetrics
+from connectors.core.naming import new_run_id
+from connectors.core.participants import (
+    DriverParticipant,
+    Participant,
+    PreparedParticipant,
+    SlotParticipant,
+)
+from connectors.core.protocol import Family
+from connectors.core.retry import call_with_retry
+from connectors.core.steps import (
+    Abort,
+    BindQuery,
+    Command,
+    Commit,
+    CommitBatch,
+    CommittedFingerprint,
+    Crash,
+    Decide,
+    FenceAll,
+    ForbidDecision,
+    InputFingerprint,
+    LastBatchId,
+    ListPrepared,
+    MarkCommitted,
+    OpenRun,
+    PrepareInput,
+    Prune,
+    ReadDecision,
+    ReadUnfinished,
+    RunTasks,
+    TargetHasBatch,
+)
+from connectors.core.tasks import prepare_task, slot_task
+
+__all__ = ["DriverState", "Executor", "run_steps"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DriverState:
+    """What one driver run of a sink holds: its ledger, run id and query binding."""
+
+    ledger: Ledger
+    run_id: str = field(default_factory=new_run_id)
+    query_id: str | None = None
+    generation: int = 0
+    started: bool = False
+
+    def context(self, sink_id: str, batch_id: int) -> BatchContext:
+        return BatchContext(sink_id, batch_id, self.run_id, self.generation, self.query_id)
+
+    def new_run(self) -> None:
+        """Start a new run: new run id, and reconcile again before the next batch."""
+        self.run_id = new_run_id()
+        self.started = False
+
+
+def run_steps(steps: Generator[Command, Any, Any], perform: Callable[[Command], Any]) -> Any:
+    """Drive ``steps`` to its end: perform each command, send back its result (or throw
+    its exception in); return what ``steps`` returns."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            command = steps.throw(error) if error is not None else steps.send(result)
+        except StopIteration as stop:
+            return stop.value
+        error = None
+        try:
+            result = perform(command)
+        except BaseException as exc:
+            result, error = None, exc
+
+
+class Executor:
+    """Performs commands for one sink and one batch (see the module docstring)."""
+
+    def __init__(
+        self,
+        sink: Participant,
+        state: DriverState,
+        metrics: BatchMetrics,
+        batch: BatchInput | None = None,
+    ) -> None:
+        self.sink = sink
+        self.state = state
+        self.metrics = metrics
+        self.batch = batch
+
+    def run(self, steps: Generator[Command, Any, Any]) -> Any:
+        return run_steps(steps, self.perform)
+
+    # ---- helpers ----
+    def _context(self, batch_id: int) -> BatchContext:
+        return self.state.context(self.sink.sink_id, batch_id)
+
+    def _input(self) -> BatchInput:
+        if self.batch is None:
+            raise RuntimeError("a batch step without a batch input")  # a coordinator bug
+        return self.batch
+
+    def _retry(self, fn: Callable[[], Any], description: str, **ids: Any) -> Any:
+        def count(_attempt: int, _error: BaseException, _delay: float) -> None:
+            self.metrics.retries += 1
+
+        return call_with_retry(fn, policy=self.sink.retry, description=description,
+                               on_retry=count, sink_id=self.sink.sink_id, **ids)
+
+    def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
+        start = time.monotonic()
+        try:
+            return fn()
+        finally:
+            ms = (time.monotonic() - start) * 1000
+            setattr(self.metrics, name, getattr(self.metrics, name) + ms)
+
+    # ---- the commands ----
+    def perform(self, command: Command) -> Any:
+        ledger = self.state.ledger
+        if isinstance(command, ReadDecision):
+            return ledger.get(command.batch_id)
+        if isinstance(command, ReadUnfinished):
+            return ledger.unfinished()
+        if isinstance(command, LastBatchId):
+            return ledger.last_batch_id()
+        if isinstance(command, ListPrepared):
+            sink = cast("PreparedParticipant[Any]", self.sink)
+            return self._retry(lambda: list(sink.recover()), "listing prepared transactions")
+        if isinstance(command, OpenRun):
+            ledger.open_run(command.run_id)
+            return None
+        if isinstance(command, BindQuery):
+            generation = ledger.bind_query(command.query_id, reset=command.reset)
+            self.state.generation, self.state.query_id = generation, command.query_id
+            self.state.started = True
+            return generation
+        if isinstance(command, FenceAll):
+            return cast("SlotParticipant[Any]", self.sink).fence_all()
+        if isinstance(command, InputFingerprint):
+            return self.sink.fingerprint_input(self._input())
+        if isinstance(command, CommittedFingerprint):
+            return cast("DriverParticipant", self.sink).committed_fingerprint(
+                self._context(command.batch_id))
+        if isinstance(command, TargetHasBatch):
+            return cast("DriverParticipant", self.sink).is_committed(
+                self._context(command.batch_id))
+        if isinstance(command, PrepareInput):
+            self.batch = self.sink.prepare_input(self._input(), self._context(command.batch_id))
+            if self.sink.family is Family.COMMIT_IN_TASK:
+                return cast("SlotParticipant[Any]", self.sink).slots
+            return None
+        if isinstance(command, RunTasks):
+            return self._timed("prepare_ms", partial(self._run_tasks, command.batch_id))
+        if isinstance(command, CommitBatch):
+            sink_d = cast("DriverParticipant", self.sink)
+            batch, ctx = self._input(), self._context(command.batch_id)
+            return self._timed("commit_ms", partial(
+                self._retry, partial(sink_d.commit_batch, batch, ctx),
+                f"commit of batch {command.batch_id}", batch_id=command.batch_id))
+        if isinstance(command, Decide):
+            return self._timed("decide_ms", partial(self._decide, command.entry))
+        if isinstance(command, ForbidDecision):
+            return ledger.abort(command.batch_id, command.run_id)
+        if isinstance(command, Commit):
+            sink_p = cast("PreparedParticipant[Any]", self.sink)
+            tid = command.commit.transaction_id
+            return self._timed("commit_ms", partial(
+                self._retry, partial(sink_p.commit, command.commit), f"commit of {tid}",
+                batch_id=command.batch_id, transaction_id=tid))
+        if isinstance(command, Abort):
+            return self._abort(command)
+        if isinstance(command, MarkCommitted):
+            return self._timed("commit_ms", partial(
+                self._retry, partial(ledger.mark_committed, command.batch_id),
+                f"recording batch {command.batch_id} as committed", batch_id=command.batch_id))
+        if isinstance(command, Prune):
+            ledger.prune(command.keep)
+            return None
+        if isinstance(command, Crash):
+            crash_point(command.point, sink_id=self.sink.sink_id, batch_id=command.batch_id)
+            return None
+        raise TypeError(f"not a protocol command: {command!r}")
+
+    def _run_tasks(self, batch_id: int) -> Any:
+        batch = self._input()
+        if self.sink.family is Family.PREPARE_IN_TASK:
+            sink_p = cast("PreparedParticipant[Any]", self.sink)
+            return batch.run_tasks(
+                partial(prepare_task, sink_p, self.state.run_id, batch_id, batch.schema))
+        sink_s = cast("SlotParticipant[Any]", self.sink)
+        task = partial(slot_task, sink_s, self._context(batch_id), batch.schema)
+        return batch.run_tasks(task, barrier=sink_s.barrier)
+
+    def _decide(self, entry: LedgerEntry) -> LedgerEntry:
+        """Record the decision; after an ambiguous failure re-read, never guess."""
+        ledger = self.state.ledger
+        try:
+            return ledger.decide(entry)
+        except TransientError:
+            # The write may or may not have happened: the ledger is the only truth.
+            found = self._retry(partial(ledger.get, entry.batch_id),
+                                f"re-reading the decision of batch {entry.batch_id}",
+                                batch_id=entry.batch_id)
+            if found is None:
+                raise
+            return cast("LedgerEntry", found)
+
+    def _abort(self, command: Abort) -> None:
+        sink = cast("PreparedParticipant[Any]", self.sink)
+        tid = command.transaction_id
+        if command.quiet:
+            try:
+                sink.abort(tid)
+            except Exception as exc:  # the sweep of the next run rolls it back
+                logger.warning("sink %s: roll-back of %s failed (%s); the next sweep retries",
+                               sink.sink_id, tid, type(exc).__name__)
+            return
+        self._retry(partial(sink.abort, tid), f"roll-back of {tid}",
+                    batch_id=command.batch_id, transaction_id=tid)

@@ -1,0 +1,218 @@
+"""The rules every coordinator command obeys, checked before its side effect.
+
+:class:`Guard` sees each command before the coordinator yields it and each result after
+the executor performed it; from the results it knows which decisions are durable, which
+transactions are committed or rolled back and which batches have all their tasks'
+results. A command that would break exactly-once raises
+:class:`~connectors.core.errors.ProtocolStateError` *before* it is yielded, so the
+executor never performs it:
+
+- ``Commit`` of a transaction no durable decision lists (commit before decide);
+- ``Abort`` of a transaction a decision lists, or of one whose batch could still be
+  decided with it (neither a decision without it, nor a forbidden run, nor this run's own
+  batch before its decision);
+- ``Decide`` with other committables than the accepted task results, than an earlier
+  decision of the batch, or with a transaction already rolled back; of another run; of a
+  COMMIT_ON_DRIVER batch the target does not hold;
+- ``MarkCommitted`` before every transaction of the decision committed;
+- ``CommitBatch`` of a batch not first found absent from the ledger and the target.
+
+Also here: the replay rule (:func:`check_replay`) and the split of task outcomes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from connectors.core.batch import TaskOutcome
+from connectors.core.errors import ConnectorError, NonDeterministicReplayError, ProtocolStateError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledger import LedgerEntry, TaskCommit
+from connectors.core.naming import TransactionId
+from connectors.core.protocol import BatchState, Family
+from connectors.core.steps import (
+    Abort,
+    Command,
+    Commit,
+    CommitBatch,
+    Decide,
+    ForbidDecision,
+    MarkCommitted,
+    ReadDecision,
+    ReadUnfinished,
+    RunTasks,
+    TargetHasBatch,
+)
+
+__all__ = ["Guard", "check_replay", "split_outcomes"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_replay(
+    sink_id: str,
+    policy: str,
+    batch_id: int,
+    recorded: Fingerprint | None,
+    actual: Fingerprint | None,
+) -> None:
+    """The one replay rule: a replay must hold the rows that were committed.
+
+    ``policy`` ``"fail"`` raises :class:`NonDeterministicReplayError`; ``"warn"`` logs."""
+    if recorded is None or actual is None or recorded == actual:
+        return
+    err = NonDeterministicReplayError(
+        f"replayed batch differs from the committed one: committed {recorded}, replay has "
+        f"{actual}. The query is not deterministic (rand(), uuid(), a changed source?). "
+        'Make it deterministic, or pass on_replay_mismatch="warn" to keep the committed rows',
+        sink_id=sink_id,
+        batch_id=batch_id,
+    )
+    if policy == "fail":
+        raise err
+    logger.warning("%s", err)
+
+
+def split_outcomes(
+    sink_id: str, outcomes: Sequence[TaskOutcome], batch_id: int
+) -> tuple[list[TaskCommit], list[ConnectorError]]:
+    """The commits (by partition) and the errors of a batch's task outcomes."""
+    commits = [o.commit for o in outcomes if o.commit is not None]
+    errors = [o.error for o in outcomes if o.error is not None]
+    partitions = [c.partition for c in commits]
+    if len(set(partitions)) != len(partitions):
+        raise ProtocolStateError(
+            f"two task results for one partition ({sorted(partitions)}): the engine must "
+            "return exactly one accepted attempt per partition",
+            sink_id=sink_id,
+            batch_id=batch_id,
+        )
+    return sorted(commits, key=lambda c: c.partition), errors
+
+
+def _ids(entry: LedgerEntry) -> frozenset[str]:
+    return frozenset(c.transaction_id for c in entry.commits)
+
+
+class Guard:
+    """What one coordinator knows, and the rules its commands must obey (module doc)."""
+
+    def __init__(self, family: Family, sink_id: str, run_id: str) -> None:
+        self.family = family
+        self.sink_id = sink_id
+        self.run_id = run_id
+        self.decisions: dict[int, LedgerEntry] = {}
+        self.committed: set[str] = set()
+        self.aborted: set[str] = set()
+        self.forbidden: set[tuple[int, str]] = set()
+        self.accepted: dict[int, frozenset[str]] = {}  # batch -> accepted task results
+        self.deciding: set[int] = set()  # batches this run sent a decision for
+        self.absent: set[int] = set()  # COMMIT_ON_DRIVER: neither ledger nor target has it
+        self.held: set[int] = set()  # COMMIT_ON_DRIVER: the target holds the batch
+
+    def _refuse(self, why: str, batch_id: int, transaction_id: str | None = None) -> None:
+        raise ProtocolStateError(f"refused before its side effect: {why}",
+                                 sink_id=self.sink_id, batch_id=batch_id,
+                                 transaction_id=transaction_id)
+
+    def before(self, command: Command) -> None:
+        """Raise :class:`ProtocolStateError` if ``command`` breaks a rule."""
+        if isinstance(command, Commit):
+            self._check_commit(command)
+        elif isinstance(command, Abort):
+            self._check_abort(command)
+        elif isinstance(command, Decide):
+            self._check_decide(command.entry)
+        elif isinstance(command, MarkCommitted):
+            entry = self.decisions.get(command.batch_id)
+            if entry is None:
+                self._refuse(f"batch {command.batch_id} recorded committed without a durable "
+                             "decision", command.batch_id)
+            else:
+                missing = sorted(_ids(entry) - self.committed)
+                if missing:
+                    self._refuse(f"batch {command.batch_id} recorded committed while "
+                                 f"{missing} are not committed", command.batch_id)
+        elif isinstance(command, CommitBatch) and command.batch_id not in self.absent:
+            self._refuse(f"batch {command.batch_id} committed to the target before the "
+                         "ledger and the target were both found without it", command.batch_id)
+
+    def _check_commit(self, command: Commit) -> None:
+        tid = command.commit.transaction_id
+        entry = self.decisions.get(command.batch_id)
+        if entry is None or tid not in _ids(entry):
+            self._refuse(f"commit of {tid} before a durable decision lists it",
+                         command.batch_id, tid)
+
+    def _check_abort(self, command: Abort) -> None:
+        tid, batch_id = command.transaction_id, command.batch_id
+        entry = self.decisions.get(batch_id)
+        if entry is not None:
+            if tid in _ids(entry):
+                self._refuse(f"roll-back of {tid}, which the decision of batch {batch_id} "
+                             "lists (a decided transaction is always committed)", batch_id, tid)
+            return  # the decision is final and does not list it
+        parsed = TransactionId.parse(tid)
+        run = parsed.run_id if parsed is not None else None
+        if (batch_id, run) in self.forbidden:
+            return
+        if run == self.run_id and batch_id not in self.deciding:
+            return  # this run's own batch, before its decision: it will never list it
+        self._refuse(f"roll-back of {tid} while batch {batch_id} could still be decided with "
+                     "it (forbid its run's decision first)", batch_id, tid)
+
+    def _check_decide(self, entry: LedgerEntry) -> None:
+        batch_id = entry.batch_id
+        if entry.run_id != self.run_id:
+            self._refuse(f"a decision of run {entry.run_id} by run {self.run_id}", batch_id)
+        earlier = self.decisions.get(batch_id)
+        if earlier is not None and _ids(earlier) != _ids(entry):
+            self._refuse(f"re-deciding batch {batch_id} with other committables "
+                         f"({sorted(_ids(entry))}, decided: {sorted(_ids(earlier))})", batch_id)
+        if self.family is Family.COMMIT_ON_DRIVER:
+            if batch_id not in self.held:
+                self._refuse(f"batch {batch_id} recorded committed before the target holds it",
+                             batch_id)
+            return
+        accepted = self.accepted.get(batch_id)
+        if accepted is None:
+            self._refuse(f"a decision of batch {batch_id} before its tasks' results", batch_id)
+        elif _ids(entry) != accepted:
+            self._refuse(f"a decision of batch {batch_id} with other committables than its "
+                         f"accepted task results ({sorted(_ids(entry))} vs {sorted(accepted)})",
+                         batch_id)
+        rolled_back = sorted(_ids(entry) & self.aborted)
+        if rolled_back:
+            self._refuse(f"a decision of batch {batch_id} listing rolled-back {rolled_back}",
+                         batch_id)
+        self.deciding.add(batch_id)
+
+    def after(self, command: Command, result: Any) -> None:
+        """Learn from a performed command's result."""
+        if isinstance(command, ReadDecision | ForbidDecision | Decide) and result is not None:
+            self.decisions[result.batch_id] = result
+        elif isinstance(command, ForbidDecision):
+            self.forbidden.add((command.batch_id, command.run_id))
+        elif isinstance(command, ReadUnfinished):
+            for entry in result:
+                self.decisions[entry.batch_id] = entry
+        elif isinstance(command, Commit):
+            self.committed.add(command.commit.transaction_id)
+        elif isinstance(command, Abort):
+            self.aborted.add(command.transaction_id)
+        elif isinstance(command, MarkCommitted):
+            entry = self.decisions[command.batch_id]
+            self.decisions[command.batch_id] = dataclasses.replace(
+                entry, state=BatchState.COMMITTED)
+        elif isinstance(command, RunTasks):
+            outcomes: Sequence[TaskOutcome] = result
+            if all(o.error is None for o in outcomes):
+                self.accepted[command.batch_id] = frozenset(
+                    o.commit.transaction_id for o in outcomes if o.commit is not None)
+        elif isinstance(command, TargetHasBatch):
+            (self.held if result else self.absent).add(command.batch_id)
+        elif isinstance(command, CommitBatch):
+            self.held.add(command.batch_id)

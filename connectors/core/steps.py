@@ -1,0 +1,193 @@
+"""The commands a :class:`~connectors.core.coordinator.Coordinator` yields.
+
+Each names one protocol step; an executor performs it and sends back the result named in
+its docstring. Commands are plain data: they can be logged, compared and replayed by a test
+without any I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from connectors.core.ledger import LedgerEntry, TaskCommit
+from connectors.core.protocol import CrashPoint
+
+__all__ = [
+    "Abort",
+    "BindQuery",
+    "Command",
+    "Commit",
+    "CommitBatch",
+    "CommittedFingerprint",
+    "Crash",
+    "Decide",
+    "FenceAll",
+    "ForbidDecision",
+    "InputFingerprint",
+    "LastBatchId",
+    "ListPrepared",
+    "MarkCommitted",
+    "OpenRun",
+    "PrepareInput",
+    "Prune",
+    "ReadDecision",
+    "ReadUnfinished",
+    "RunTasks",
+    "TargetHasBatch",
+]
+
+
+@dataclass(frozen=True)
+class Command:
+    """Base of every command."""
+
+
+# ---- reads ----
+@dataclass(frozen=True)
+class ReadDecision(Command):
+    """The ledger's entry for ``batch_id`` -> ``LedgerEntry | None``."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class ReadUnfinished(Command):
+    """The ledger's decided, not yet committed entries -> ``list[LedgerEntry]``."""
+
+
+@dataclass(frozen=True)
+class LastBatchId(Command):
+    """The highest batch id the ledger records -> ``int | None``."""
+
+
+@dataclass(frozen=True)
+class ListPrepared(Command):
+    """Ids of the sink's transactions prepared right now (``sink.recover()``) ->
+    ``list[str]``."""
+
+
+@dataclass(frozen=True)
+class InputFingerprint(Command):
+    """The fingerprint of the batch's input -> ``Fingerprint | None`` (``None``: not
+    checked)."""
+
+
+@dataclass(frozen=True)
+class CommittedFingerprint(Command):
+    """COMMIT_ON_DRIVER: the fingerprint of what the target holds for the batch ->
+    ``Fingerprint | None``."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class TargetHasBatch(Command):
+    """COMMIT_ON_DRIVER: does the target itself record the batch committed -> ``bool``."""
+
+    batch_id: int
+
+
+# ---- the run and the query ----
+@dataclass(frozen=True)
+class OpenRun(Command):
+    """Register the driver run with the ledger (a lease, where the ledger has one) ->
+    ``None``."""
+
+    run_id: str
+
+
+@dataclass(frozen=True)
+class BindQuery(Command):
+    """Bind the sink to its query (refusing another one unless ``reset``) -> the binding's
+    generation, ``int``."""
+
+    query_id: str
+    reset: bool
+
+
+@dataclass(frozen=True)
+class FenceAll(Command):
+    """COMMIT_IN_TASK: fence every slot, so no transaction of a dead run stays open ->
+    how many were fenced, ``int``."""
+
+
+# ---- the batch ----
+@dataclass(frozen=True)
+class PrepareInput(Command):
+    """Validate the input and split it into tasks (the sink's ``prepare_input``) -> the
+    number of tasks the protocol expects (COMMIT_IN_TASK: its slots), ``int | None``."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class RunTasks(Command):
+    """Run the family's task on every partition -> one ``TaskOutcome`` per partition."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class CommitBatch(Command):
+    """COMMIT_ON_DRIVER: write and commit the whole batch, idempotently ->
+    ``Fingerprint | None`` (the fingerprint the write observed)."""
+
+    batch_id: int
+
+
+# ---- decisions and their transactions ----
+@dataclass(frozen=True)
+class Decide(Command):
+    """Record ``entry`` in the ledger, first writer wins -> the recorded
+    ``LedgerEntry`` (another run's, if it decided first)."""
+
+    entry: LedgerEntry
+
+
+@dataclass(frozen=True)
+class ForbidDecision(Command):
+    """Record that run ``run_id`` may never decide ``batch_id`` -> the batch's decision if
+    there already is one, ``LedgerEntry | None``."""
+
+    batch_id: int
+    run_id: str
+
+
+@dataclass(frozen=True)
+class Commit(Command):
+    """Commit one decided transaction (idempotent) -> ``None``."""
+
+    batch_id: int
+    commit: TaskCommit
+
+
+@dataclass(frozen=True)
+class Abort(Command):
+    """Roll back one undecided transaction -> ``None``. ``quiet``: after a failed batch,
+    a failure is logged and left to the next sweep."""
+
+    batch_id: int
+    transaction_id: str
+    quiet: bool = False
+
+
+@dataclass(frozen=True)
+class MarkCommitted(Command):
+    """Record the decided batch as committed -> ``None``."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class Prune(Command):
+    """Drop all but the newest ``keep`` decisions from the ledger -> ``None``."""
+
+    keep: int
+
+
+@dataclass(frozen=True)
+class Crash(Command):
+    """A crash point: the executor calls ``crash_point`` -> ``None``."""
+
+    point: CrashPoint
+    batch_id: int

@@ -1,0 +1,154 @@
+"""The import graph of ``connectors/``: no cycle anywhere, and no pyspark under the core.
+
+Every import statement counts, wherever it stands: at module level, inside a function (a
+runtime cycle through a function-local import is still a cycle) and under
+``TYPE_CHECKING``. A module's implicit import of its parent packages is not an edge (every
+module would otherwise depend on ``connectors/__init__.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "connectors"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every module of ``known`` that ``path`` imports (``from a import b``: ``a.b`` when
+    that is a module, else ``a``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                       for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            # "import a.b.c" imports a.b.c; keep the longest known prefix
+            while target and target not in known and "." in target:
+                target = target.rpartition(".")[0]
+            if target in known and target != name:
+                found.add(target)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports_of(name, path, known) for name, path in mods.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(1000, 10 * len(edges)))
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_walker_sees_modules_and_edges() -> None:
+    edges = graph()
+    assert len(edges) > 40
+    assert "connectors.core.ledger" in edges["connectors.core.template"]
+    # a cycle is found when there is one
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_anywhere_in_connectors() -> None:
+    found = cycles(graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def pyspark_imports(path: Path) -> list[int]:
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        if any(n == "pyspark" or n.startswith("pyspark.") for n in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_pyspark_import_under_core() -> None:
+    edges = graph()
+    core = {m for m in edges if m == "connectors.core" or m.startswith("connectors.core.")}
+    direct = {m: pyspark_imports(modules()[m]) for m in core}
+    assert not {m: ln for m, ln in direct.items() if ln}, direct
+    # nor through another connectors module
+    outside = {m: sorted(t for t in edges[m] if t not in core) for m in core}
+    assert not {m: t for m, t in outside.items() if t}, outside
+
+
+@pytest.mark.parametrize("module", ["connectors.core", "connectors.testing"])
+def test_the_core_runs_without_pyspark_installed(module: str) -> None:
+    # pyspark made unimportable: the core, the in-memory participants and one exact batch
+    code = (
+        "import sys; sys.modules['pyspark'] = None\n"
+        f"import {module}\n"
+        "import pyarrow as pa\n"
+        "from connectors.testing import InMemoryPreparedSink, InMemoryTarget, LocalBatch\n"
+        "target = InMemoryTarget()\n"
+        "sink = InMemoryPreparedSink(target, sink_id='m')\n"
+        "sink.write_batch(LocalBatch(pa.table({'x': [1, 2, 3]}), partitions=2), 0)\n"
+        "assert sorted(r[0] for r in target.committed_rows()) == [1, 2, 3]\n"
+        "print(any(m.startswith('pyspark') and sys.modules[m] for m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, cwd=PACKAGE.parent)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
