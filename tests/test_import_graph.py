@@ -120,7 +120,7 @@ def pyspark_imports(path: Path) -> list[int]:
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                  else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
         if any(n == "pyspark" or n.startswith("pyspark.") for n in names):
-            lines.append(node.lineno)
+            lines.append(getattr(node, "lineno", 0))
     return lines
 
 

@@ -319,6 +319,8 @@ def test_every_interleaving_within_the_bounds_is_exact(family: Family) -> None:
 class CommitBeforeDecide(Coordinator):
     """Commits the tasks' transactions at BEFORE_DECISION, before any decision."""
 
+    mutant_commits: Sequence[TaskCommit] = ()
+
     def _do(self, command: Any) -> Steps[Any]:
         if isinstance(command, Crash) and command.point is CrashPoint.BEFORE_DECISION:
             for commit in self.mutant_commits:
@@ -415,4 +417,4 @@ def test_each_seeded_mutant_fails_the_exploration(
 
 def test_the_real_coordinator_is_what_the_template_runs() -> None:
     # The mutants are swapped in through this name; the exploration must use it.
-    assert template.Coordinator is Coordinator
+    assert getattr(template, "Coordinator") is Coordinator  # noqa: B009
