@@ -1,17 +1,21 @@
-"""The protocol core, written once for every target.
+"""The protocol core, written once for every target; no engine, no target library.
 
 Layout (a picture of the protocol):
 
-- :mod:`~connectors.core.protocol`  pure per-batch state machine, families, crash points
-- :mod:`~connectors.core.template`  ``TwoPhaseCommitSink`` and the three family templates
-- :mod:`~connectors.core.tasks`     executor side: what one task does
-- :mod:`~connectors.core.driver`    driver side: decide, commit, record
-- :mod:`~connectors.core.recovery`  reconcile and sweep what earlier runs left
-- :mod:`~connectors.core.ledger`    ledger interface, committables, query binding
-- :mod:`~connectors.core.naming`    sink ids, transaction ids
-- :mod:`~connectors.core.fingerprint`, :mod:`~connectors.core.retry`,
+- :mod:`~connectors.core.coordinator`  every protocol step, in order, recovery included:
+  a sans-I/O generator of commands (:mod:`~connectors.core.steps`), each checked by the
+  guard in :mod:`~connectors.core.rules` before its side effect
+- :mod:`~connectors.core.executor`     performs the commands: ledger, engine, hooks, retries
+- :mod:`~connectors.core.tasks`        executor side: what one task does
+- :mod:`~connectors.core.template`     ``TwoPhaseCommitSink`` and the three family templates
+- :mod:`~connectors.core.participants` what the protocol needs of a sink (typing protocols)
+- :mod:`~connectors.core.protocol`     families, batch states, crash points
+- :mod:`~connectors.core.ledger`       ledger interface, committables, query binding
+- :mod:`~connectors.core.engine`       engine front ends (Spark's lives in ``connectors.spark``)
+- :mod:`~connectors.core.naming`, :mod:`~connectors.core.transactions`,
+  :mod:`~connectors.core.fingerprint`, :mod:`~connectors.core.retry`,
   :mod:`~connectors.core.crash`, :mod:`~connectors.core.metrics`,
   :mod:`~connectors.core.errors`
 
-Nothing in ``core`` imports a target package; only ``spark_batch`` imports pyspark.
+Nothing in ``core`` imports pyspark or a target package (``tests/test_import_graph.py``).
 """

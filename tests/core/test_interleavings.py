@@ -418,3 +418,23 @@ def test_each_seeded_mutant_fails_the_exploration(
 def test_the_real_coordinator_is_what_the_template_runs() -> None:
     # The mutants are swapped in through this name; the exploration must use it.
     assert getattr(template, "Coordinator") is Coordinator  # noqa: B009
+
+
+def test_the_architecture_diagram_names_the_crash_points_of_the_code() -> None:
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "architecture.md").read_text()
+    section = doc[doc.index("## The coordinator"):doc.index("## Layout")]
+    diagram = section[section.index("```text"):section.index("```\n", section.index("```text") + 7)]
+    in_doc = set(re.findall(r"crash point (\w+)", diagram))
+    in_code: set[str] = set()
+    for module in ("coordinator.py", "tasks.py"):
+        tree = ast.parse((root / "connectors" / "core" / module).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id == "CrashPoint":
+                in_code.add(CrashPoint[node.attr].value)
+    assert in_doc == in_code == {p.value for p in CrashPoint}
