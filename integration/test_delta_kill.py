@@ -196,10 +196,15 @@ SHORT_PLAN = [
 ]
 
 
+# A mismatched digest falls back to the delta_txn_id path: one point (the table ahead of
+# the ledger) in CI's time budget; the short plan with EOS_WIDE_MATRIX=1.
+MISMATCH_PLAN = SHORT_PLAN if os.environ.get("EOS_WIDE_MATRIX") == "1" else SHORT_PLAN[:1]
+
+
 @pytest.mark.parametrize(("delta_path", "plan"), [
     pytest.param("tag", PLAN, id="tag-every-point"),
     pytest.param("txn_seed", SHORT_PLAN, id="txn-seed"),
-    pytest.param("txn_mismatch", SHORT_PLAN, id="txn-digest-mismatch"),
+    pytest.param("txn_mismatch", MISMATCH_PLAN, id="txn-digest-mismatch"),
 ])
 def test_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
     tmp_path: Path, spark: SparkSession, delta_path: str,
