@@ -19,7 +19,9 @@ family                 who commits, and how a replay stays exact   example
 States of a batch (logs name them): ``OPEN -> PREPARED -> DECIDED -> COMMITTED``, or
 ``ABORTED`` before a decision. A driver that settles what an earlier run left is
 ``RECONCILING``. :class:`BatchProtocol` refuses any other transition with an error that
-names it; the template drives it, so a bug in the template cannot commit before deciding.
+names it. The coordinator (:mod:`connectors.core.coordinator`) advances it along its steps;
+what stops an illegal *side effect* (a commit before a durable decision, say) is the guard
+every command passes before it is performed (:mod:`connectors.core.rules`).
 
 Crash points are named places in the protocol where tests kill the process (see
 :mod:`connectors.core.crash`); :data:`CRASH_POINTS` lists which apply to each family.
