@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from connectors.spark.batch import MAX_BYTES, MAX_RECORDS, handover_rows
 from connectors.kafka import KafkaSink
+from connectors.spark.batch import MAX_BYTES, MAX_RECORDS, handover_rows
 from integration._kafka import KafkaTarget, target_fixture
 
 pytestmark = [pytest.mark.integration]

@@ -23,7 +23,6 @@ from pyspark.sql.types import (
 )
 
 from connectors.core.errors import BadInputError
-from connectors.spark.batch import ROW_BOUND_MARK, with_row_hash
 from connectors.kafka._records import RecordLimits, record_sizes, scan_batch
 from connectors.kafka._scan import (
     DataFrameScan,
@@ -32,6 +31,7 @@ from connectors.kafka._scan import (
     row_bytes,
     scan_dataframe,
 )
+from connectors.spark.batch import ROW_BOUND_MARK, with_row_hash
 
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 SCHEMA = StructType([

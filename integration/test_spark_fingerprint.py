@@ -20,8 +20,8 @@ from connectors.core.batch import TaskInfo, TaskOutcome
 from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import ROW_HASH_COLUMN, Fingerprint, split_row_hash
 from connectors.core.ledger import TaskCommit
-from connectors.spark.batch import SparkBatch
 from connectors.delta._fingerprint import observe
+from connectors.spark.batch import SparkBatch
 
 pytestmark = pytest.mark.integration
 
