@@ -96,6 +96,8 @@ class TwoPhaseCommitSink(ABC):
     #: replayed: a replay's fingerprint is computed the same way (see
     #: :mod:`connectors.spark.batch`).
     hash_rows_in_tasks: ClassVar[bool] = False
+    #: COMMIT_ON_DRIVER only: see :class:`DriverCommitSink`.
+    fingerprint_in_commit: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -217,7 +219,7 @@ class TwoPhaseCommitSink(ABC):
         coordinator = Coordinator(
             self.family, self.sink_id, run_id=state.run_id, query_id=qid,
             reset_binding=self.reset_binding, on_replay_mismatch=self.on_replay_mismatch,
-            fingerprint_in_commit=bool(getattr(self, "fingerprint_in_commit", False)),
+            fingerprint_in_commit=self.fingerprint_in_commit,
             keep_batches=self.keep_batches, metrics=metrics,
         )
         start = not state.started or state.query_id != qid

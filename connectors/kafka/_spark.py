@@ -20,14 +20,19 @@ import pyarrow as pa
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
 from connectors.core.fingerprint import Fingerprint
 
-__all__ = ["ErrorMappingBatch", "RetryableBarrierBatch"]
+__all__ = ["ErrorMappingBatch", "RetryableBarrierBatch", "WrappedBatch"]
 
 
-class RetryableBarrierBatch(BatchInput):
-    """Wraps a Spark :class:`BatchInput`; barrier task runs become retryable stages."""
+class WrappedBatch(BatchInput):
+    """A :class:`BatchInput` around another one: everything is the inner batch's, and
+    :meth:`slotted` wraps the slotted batch the same way (:meth:`_wrap`). Subclasses
+    change :meth:`run_tasks`."""
 
     def __init__(self, inner: BatchInput) -> None:
         self._inner = inner
+
+    def _wrap(self, inner: BatchInput) -> BatchInput:
+        return type(self)(inner)
 
     @property
     def schema(self) -> pa.Schema:
@@ -39,6 +44,23 @@ class RetryableBarrierBatch(BatchInput):
 
     def estimated_partitions(self) -> int | None:
         return self._inner.estimated_partitions()
+
+    def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
+        return self._inner.run_tasks(fn, barrier=barrier)
+
+    def slotted(self, slots: int, columns: list[str] | None = None, *,
+                key: str | None = None) -> BatchInput:
+        return self._wrap(self._inner.slotted(slots, columns, key=key))
+
+    def fingerprint(self) -> Fingerprint:
+        return self._inner.fingerprint()
+
+    def to_arrow(self) -> pa.Table:
+        return self._inner.to_arrow()
+
+
+class RetryableBarrierBatch(WrappedBatch):
+    """Wraps a Spark :class:`BatchInput`; barrier task runs become retryable stages."""
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
         from connectors.spark.batch import SparkBatch, outcome_task
@@ -50,37 +72,19 @@ class RetryableBarrierBatch(BatchInput):
                 .repartition(1).collect())
         return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
-    def slotted(self, slots: int, columns: list[str] | None = None, *,
-                key: str | None = None) -> BatchInput:
-        return RetryableBarrierBatch(self._inner.slotted(slots, columns, key=key))
 
-    def fingerprint(self) -> Fingerprint:
-        return self._inner.fingerprint()
-
-    def to_arrow(self) -> pa.Table:
-        return self._inner.to_arrow()
-
-
-class ErrorMappingBatch(BatchInput):
+class ErrorMappingBatch(WrappedBatch):
     """Wraps a :class:`BatchInput`; an exception of its task runs that ``translate`` knows
     (a record refused by a check in the shuffle's map stage) becomes the error it returns.
     """
 
     def __init__(self, inner: BatchInput,
                  translate: Callable[[Exception], BaseException | None]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._translate = translate
 
-    @property
-    def schema(self) -> pa.Schema:
-        return self._inner.schema
-
-    @property
-    def spark_df(self) -> Any:
-        return self._inner.spark_df
-
-    def estimated_partitions(self) -> int | None:
-        return self._inner.estimated_partitions()
+    def _wrap(self, inner: BatchInput) -> BatchInput:
+        return ErrorMappingBatch(inner, self._translate)
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
         try:
@@ -90,13 +94,3 @@ class ErrorMappingBatch(BatchInput):
             if translated is None:
                 raise
             raise translated from None
-
-    def slotted(self, slots: int, columns: list[str] | None = None, *,
-                key: str | None = None) -> BatchInput:
-        return ErrorMappingBatch(self._inner.slotted(slots, columns, key=key), self._translate)
-
-    def fingerprint(self) -> Fingerprint:
-        return self._inner.fingerprint()
-
-    def to_arrow(self) -> pa.Table:
-        return self._inner.to_arrow()
