@@ -116,7 +116,8 @@ def point_reached(crash_log: Path, point: Any, sink_id: str, batch: int | None =
         want["batch"] = str(batch)
     for line in reached(crash_log):
         if line.startswith(f"{point.value} "):
-            words = dict(w.split("=", 1) for w in line.split()[1:])
+            # (a line being appended while a kill_when predicate polls may be partial)
+            words = dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
             if all(words.get(k) == v for k, v in want.items()):
                 return True
     return False

@@ -29,6 +29,17 @@ _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
+# Every Spark JVM of these tests (the in-process session below and each driver subprocess,
+# which inherits the environment) compiles with C1 only and collects with the serial GC:
+# they live for seconds to a minute on 2 cores, where C2's compile threads and the parallel
+# GC's workers cost more than they give back. Measured on the CI machine, one Delta driver
+# run of four batches: 50.7 s -> 35.5 s (2 runs each). What the JVM computes is unchanged.
+# A PYSPARK_SUBMIT_ARGS of your own wins.
+os.environ.setdefault(
+    "PYSPARK_SUBMIT_ARGS",
+    '--driver-java-options "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" pyspark-shell',
+)
+
 from integration._fixtures_services import (  # noqa: E402
     docker_compose_file,
     eos_services,

@@ -69,8 +69,16 @@ class OrderJob:
         """SIGKILL the driver while slots 0 and 1 have committed ``batch`` and slot 2 stalls
         before its commit: the batch is half in Kafka, the ledger does not record it."""
         stall = f"{CrashPoint.BEFORE_PRECOMMIT.value}:batch={batch}:partition=2"
+
+        def half_committed() -> bool:
+            # Slot 2's task starts only when a core frees up (local[2]): wait for it to
+            # reach its stall too, not just for slots 0 and 1 to commit.
+            return {0, 1} <= self.marked(batch) and point_reached(
+                self.crash_log, CrashPoint.BEFORE_PRECOMMIT, self.target.sink_id, batch,
+                partition=2)
+
         first = self.run(release, crash=f"{stall}:action=stall:seconds=300", kill_after=0.0,
-                         kill_when=lambda: {0, 1} <= self.marked(batch))
+                         kill_when=half_committed)
         assert first.returncode == -9, f"the driver was not SIGKILLed:\n{first.tail()}"
         assert point_reached(self.crash_log, CrashPoint.BEFORE_PRECOMMIT, self.target.sink_id,
                              batch, partition=2), reached(self.crash_log)
