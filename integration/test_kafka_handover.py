@@ -64,10 +64,10 @@ def test_a_row_over_the_assumed_bound_reruns_the_batch_then_the_bound_grows(
         return sink.last_metrics.extra["arrow_batch_rows"]
 
     assert batch(0) == 10_000  # Spark's defaults: 64 MB / 10,000 rows -> 6,710 bytes a row
-    first = sink._row_bound
+    first = sink._frames.row_bound
     assert first == 64 * 1024 * 1024 // 10_000
     assert batch(1, pad=20_000) == 0  # guard tripped: Spark's batching, exactly once
-    assert sink._row_bound == 8 * first
+    assert sink._frames.row_bound == 8 * first
     assert batch(2, pad=30_000) == 64 * 1024 * 1024 // (8 * first)  # fits the new bound
     assert batch(3, pad=100_000) == 0  # tripped again: 64 * first leaves < 1,024 rows
     assert batch(4) == 0  # and the sink keeps Spark's batching from then on
@@ -88,7 +88,7 @@ def test_the_user_s_arrow_settings_size_the_batches_and_are_restored(
         sink(_frame(spark, 0), 0)
         assert sink.last_metrics is not None
         assert sink.last_metrics.extra["arrow_batch_rows"] == 4000
-        assert sink._row_bound == 16 * 1024 * 1024 // 4000
+        assert sink._frames.row_bound == 16 * 1024 * 1024 // 4000
         assert _settings(spark) == ("4000", "16m")
     finally:
         spark.conf.unset(MAX_RECORDS)

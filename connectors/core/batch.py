@@ -12,8 +12,8 @@ from __future__ import annotations
 import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -45,13 +45,28 @@ class BatchContext:
         return self.sink_id if self.generation == 0 else f"{self.sink_id}.g{self.generation}"
 
 
+class TaskBarrier(Protocol):
+    """The engine's barrier among the tasks of one barrier stage (Spark's
+    ``BarrierTaskContext``), as a task of that stage sees it."""
+
+    def tasks(self) -> int:
+        """How many tasks this attempt of the stage runs (an engine may resubmit only
+        some partitions of a failed stage)."""
+
+    def all_gather(self, message: str) -> list[str]:
+        """Wait for every task of the stage attempt; return their messages in order."""
+
+
 @dataclass(frozen=True)
 class TaskInfo:
-    """Who a task attempt is (from Spark's ``TaskContext``)."""
+    """Who a task attempt is (from Spark's ``TaskContext``); ``barrier``: the stage's
+    barrier when the task runs in one (``run_tasks(..., barrier=True)`` on an engine that
+    offers it), else ``None``."""
 
     partition: int
     attempt_number: int
     task_attempt_id: int
+    barrier: TaskBarrier | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -122,11 +137,39 @@ class BatchInput(ABC):
     def to_arrow(self) -> pa.Table:
         """Every row on the driver (for small batches and tests)."""
 
+    def estimated_partitions(self) -> int | None:
+        """The number of tasks :meth:`run_tasks` will start, if known cheaply."""
+        return None
+
+    # Capabilities an engine front end may offer. A sink asks for them here, never for the
+    # input's concrete type: a front end that lacks one keeps the default ("not offered").
+
     @property
     def spark_df(self) -> Any:
         """The Spark DataFrame behind the batch, if there is one (``None`` otherwise)."""
         return None
 
-    def estimated_partitions(self) -> int | None:
-        """The number of tasks :meth:`run_tasks` will start, if known cheaply."""
+    def with_frame(self, frame: Any, *, handover: Any = None,
+                   schema: pa.Schema | None = None) -> BatchInput:
+        """An input of the same front end over ``frame``: a DataFrame derived from
+        :attr:`spark_df` with the same rows (a check that raises on bad rows added, for
+        example). ``handover``: how the rows reach the tasks when the sink bounds them
+        (:class:`connectors.spark.batch.Handover`); ``schema``: the rows' schema when the
+        caller knows it already. Offered by every input with a :attr:`spark_df`."""
+        raise NotImplementedError(f"{type(self).__name__} has no DataFrame to derive from")
+
+    @property
+    def handover(self) -> Any:
+        """How the rows reach the tasks when the sink bounds them (``None``: the engine's
+        own batching, or no engine)."""
+        return None
+
+    def task_slots(self) -> int | None:
+        """How many tasks the engine runs at once (``None``: unknown)."""
+        return None
+
+    def barrier_refusal(self) -> str | None:
+        """Why the engine would refuse a barrier stage now (``None``: it would not). A
+        barrier run of :meth:`run_tasks` that fails is retried by the engine as a whole,
+        where the engine can (Spark: as a shuffle-map stage)."""
         return None

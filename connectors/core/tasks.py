@@ -143,7 +143,8 @@ def slot_task(
     slot = info.partition
     batch_id, run_id, generation = batch_ctx.batch_id, batch_ctx.run_id, batch_ctx.generation
     ctx = SlotTransaction(
-        sink.sink_id, generation, batch_id, run_id, slot, info.task_attempt_id, schema
+        sink.sink_id, generation, batch_id, run_id, slot, info.task_attempt_id, schema,
+        barrier=info.barrier,
     )
     # Step 1
     try:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.naming import TransactionId, slot_name
+
+if TYPE_CHECKING:
+    from connectors.core.batch import TaskBarrier
 
 __all__ = ["SlotMarker", "SlotTransaction", "TaskTransaction"]
 
@@ -78,6 +81,8 @@ class SlotTransaction:
     slot: int
     task_attempt_id: int
     schema: pa.Schema
+    #: The barrier of the task's stage, when it runs in one (:class:`TaskInfo`).
+    barrier: TaskBarrier | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:

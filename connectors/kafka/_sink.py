@@ -35,13 +35,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.core.batch import BatchContext, BatchInput, TaskInfo, TaskOutcome
+from connectors.core.batch import BatchContext, BatchInput, TaskBarrier, TaskInfo, TaskOutcome
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
@@ -76,9 +76,11 @@ from connectors.kafka._records import (
     produce_batch,
     scan_batch,
 )
-from connectors.kafka._scan import bad_input_message, check_condition, scan_dataframe
-from connectors.kafka._spark import ErrorMappingBatch, RetryableBarrierBatch
-from connectors.spark.batch import Handover, SparkBatch, handover_budget, handover_rows
+from connectors.kafka._scan import bad_input_message
+from connectors.kafka._spark import ErrorMappingBatch, FrameChecks
+
+if TYPE_CHECKING:
+    from connectors.spark.batch import Handover
 
 __all__ = ["KafkaSink", "marker_key"]
 
@@ -268,11 +270,8 @@ class KafkaSink(TaskCommitSink[_Slot]):
         self._checked_broker = False
         self._validated: set[str] = set()
         self._marker_ready = 0
-        #: The record checks of ``barrier=False`` (Spark Columns) by what they were built for.
-        self._record_checks: dict[tuple[Any, ...], Any] = {}
-        #: The row size assumed for the slot tasks' Arrow batches (``barrier=False``, given
-        #: topic; ``None``: not derived yet), raised when a batch proves it too small.
-        self._row_bound: int | None = None
+        #: The record checks of ``barrier=False`` on a DataFrame, and the row bound.
+        self._frames = FrameChecks(self.sink_id, self.values_in_errors)
         #: The batch in flight's Arrow hand-over and row bound, for its metrics.
         self._handover: Handover | None = None
         self._bound: int | None = None
@@ -287,7 +286,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         state = super().__getstate__()
         state["_admin"] = None  # driver clients never travel to executors
         state["_ledger"] = None
-        state["_record_checks"] = {}  # holds JVM references
+        state["_frames"] = self._frames.shipped()  # holds JVM references
         state["_handover"] = None  # likewise
         return state
 
@@ -392,7 +391,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
         stored = self._ledger.slots
         wanted = self.slots
         if self._auto_slots:
-            wanted = stored or _default_parallelism(batch) or 1
+            wanted = stored or batch.task_slots() or 1
         placed = self._ledger.placement
         placement = PLACEMENT_KEY if self.slot_columns is None else PLACEMENT_ROW
         unfinished = None
@@ -477,49 +476,18 @@ class KafkaSink(TaskCommitSink[_Slot]):
 
     def _prescan(self, batch: BatchInput, batch_id: int) -> BatchInput:
         """``barrier=False``: check every record before any slot runs, so that a bad batch
-        commits nothing. Returns the batch to write.
-
-        On Spark with a given topic, the checks become a filter that raises, placed before
-        the slotting shuffle, so they run in its map stage (no job of their own:
-        :func:`~connectors.kafka._scan.check_condition`); with a ``topic`` column, one
-        JVM aggregation first finds the topics and partitions to check against the cluster.
-
-        Either way the slot tasks then receive their Arrow batches without Spark's per-row
-        size check (:class:`~connectors.spark.batch.Handover`): with a ``topic``
-        column, sized from the largest row the aggregation found; with a given topic, from
-        an assumed bound that the record check also guards.
-        """
+        commits nothing. Returns the batch to write: on a DataFrame, the checks run in the
+        slotting shuffle's map stage (:meth:`~connectors.kafka._spark.FrameChecks.prescan`);
+        otherwise a job of plain tasks checks them first."""
         schema = batch.schema
         check_schema(schema, fixed_topic=self.options.topic is not None)
         self.validate_input(schema)
         topics: dict[str, int] = {}
-        df = batch.spark_df
-        if df is not None and self.options.topic is not None:
-            spark = df.sparkSession
-            if self._row_bound is None:
-                budget = handover_budget(spark)
-                self._row_bound = budget[0] // (budget[1] or 10_000) if budget else 0
-            rows = handover_rows(spark, self._row_bound) if self._row_bound else None
-            if rows is None:
-                return SparkBatch(df.where(self._record_check(df.columns)),
-                                  hash_in_tasks=self.hash_rows_in_tasks, schema=schema)
-            columns = df.columns
-            guarded = df.where(self._record_check(columns, self._row_bound))
-            handover = Handover(rows, lambda: df.where(self._record_check(columns)),
-                                self._raise_row_bound)
-            return SparkBatch(guarded, hash_in_tasks=self.hash_rows_in_tasks, handover=handover,
-                              schema=schema)
-        if df is not None:  # one JVM aggregation, no Python workers
-            scan = scan_dataframe(
-                df, self.limits, self.options.topic,
-                lambda message: BadInputError(message, sink_id=self.sink_id, batch_id=batch_id),
-                values_in_errors=self.values_in_errors,
-            )
-            topics = scan.topics
-            rows = handover_rows(df.sparkSession, scan.max_row_bytes)
-            if rows is not None:  # measured: no guard
-                batch = SparkBatch(df, hash_in_tasks=self.hash_rows_in_tasks, schema=schema,
-                                   handover=Handover(rows))
+        topic = self.options.topic
+        on_frame = self._frames.prescan(batch, batch_id, self.limits, topic,
+                                        self.known_topics.get(topic) if topic else None)
+        if on_frame is not None:
+            batch, topics = on_frame
         else:
             for outcome in batch.run_tasks(partial(_scan_task, self, batch_id)):
                 if outcome.error is not None:
@@ -542,29 +510,6 @@ class KafkaSink(TaskCommitSink[_Slot]):
                     f"{partitions} partitions", sink_id=self.sink_id, batch_id=batch_id)
         return batch
 
-    def _record_check(self, columns: list[str], row_bound: int | None = None) -> Any:
-        """:func:`~connectors.kafka._scan.check_condition` for a batch with these columns (and
-        the guard of ``row_bound``), built once (some 30 py4j calls) and reused."""
-        topic = self.options.topic
-        assert topic is not None
-        key = (tuple(columns), self.limits, topic, self.known_topics.get(topic), row_bound)
-        check = self._record_checks.get(key)
-        if check is None:
-            if len(self._record_checks) >= 8:
-                self._record_checks.clear()
-            check = self._record_checks[key] = check_condition(
-                list(columns), *key[1:], values_in_errors=self.values_in_errors)
-        return check
-
-    def _raise_row_bound(self) -> None:
-        """A row of a batch exceeded the assumed bound: assume 8x larger rows from now on
-        (:func:`~connectors.spark.batch.handover_rows` turns the bound off once it
-        would leave fewer than 1,024 rows per Arrow batch)."""
-        if self._row_bound:
-            self._row_bound *= 8
-        logger.info("sink %s: rows of up to %s bytes assumed for the Arrow batches from now on",
-                    self.sink_id, self._row_bound)
-
     def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
         """Driver, a new batch: the slot count and placement, every record checked before
         any slot runs (``barrier=False``), then the rows placed into the slots."""
@@ -573,10 +518,8 @@ class KafkaSink(TaskCommitSink[_Slot]):
             self.validate_input(batch.schema)
         else:
             batch = self._prescan(batch, ctx.batch_id)
-        self._handover = batch.handover if isinstance(batch, SparkBatch) else None
-        self._bound = self._row_bound  # raised by a guard that fails the job
-        if self.barrier and batch.spark_df is not None:
-            batch = RetryableBarrierBatch(batch)
+        self._handover = batch.handover
+        self._bound = self._frames.row_bound  # raised by a guard that fails the job
         batch_id = ctx.batch_id
 
         def translate(exc: Exception) -> BaseException | None:
@@ -597,7 +540,8 @@ class KafkaSink(TaskCommitSink[_Slot]):
         handover, self._handover = self._handover, None
         # Rows per Arrow batch without Spark's per-row size check; 0: Spark's batching.
         metrics.extra["arrow_batch_rows"] = (
-            handover.rows if handover is not None and self._row_bound == self._bound else 0)
+            handover.rows if handover is not None and self._frames.row_bound == self._bound
+            else 0)
         if metrics.outcome != "failed" and self._ledger is not None:
             self._check_durations(self._ledger, metrics.batch_id, metrics)
         metrics.extra["sink_ms"] = metrics.extra.get("total_ms", 0.0)
@@ -637,18 +581,17 @@ class KafkaSink(TaskCommitSink[_Slot]):
             self._admin = None
 
     # ------------------------------------------------------------------ executor side
-    def _gather(self, handle: _Slot | None, status: str) -> list[str]:
+    def _gather(self, handle: _Slot | None, status: str,
+                barrier: TaskBarrier | None = None) -> list[str]:
         """Barrier mode: exchange every slot's status (exactly once per task)."""
         if handle is not None:
             if handle.gathered:
                 return [status]
             handle.gathered = True
-        if not self.barrier:
+            barrier = handle.ctx.barrier
+        if not self.barrier or barrier is None:
             return [status]
-        context = _barrier_context()
-        if context is None:
-            return [status]
-        running = len(context.getTaskInfos())
+        running = barrier.tasks()
         if running < self.slots:
             # Spark resubmitted only some partitions of the barrier stage (a slot's success
             # from the failed attempt arrived after its failure was handled). The barrier
@@ -660,16 +603,17 @@ class KafkaSink(TaskCommitSink[_Slot]):
                 running, self.slots)
             return [status]
         started = time.monotonic()
-        statuses: list[str] = list(context.allGather(status))
+        statuses = barrier.all_gather(status)
         if handle is not None:
             handle.wait_ms = (time.monotonic() - started) * 1000
         return statuses
 
-    def _fail(self, handle: _Slot | None, exc: ConnectorError) -> ConnectorError:
+    def _fail(self, handle: _Slot | None, exc: ConnectorError,
+              barrier: TaskBarrier | None = None) -> ConnectorError:
         """A deterministic failure of this slot: tell the other slots before raising."""
         if handle is not None:
             handle.failure = str(exc)
-        self._gather(handle, f"{_FAILED}|{exc}")
+        self._gather(handle, f"{_FAILED}|{exc}", barrier)
         return exc
 
     def _pool_key(self, transactional_id: str) -> str:
@@ -741,7 +685,7 @@ class KafkaSink(TaskCommitSink[_Slot]):
             err = self._error(exc, f"starting slot {slot.slot}'s transaction",
                               batch_id=slot.batch_id, transaction_id=slot.name)
             if isinstance(err, DETERMINISTIC_ERRORS):
-                raise self._fail(None, err) from None
+                raise self._fail(None, err, slot.barrier) from None
             raise err from None
         handle = _Slot(slot, fresh.producer, time.monotonic(), errors=fresh.errors, pooled=fresh)
         handle.topics.update(self.known_topics)
@@ -1131,43 +1075,19 @@ def _last_marker(sink: KafkaSink, slot: int, batch_id: int | None = None) -> Slo
         tail = None  # nothing in the tail: read the whole (compacted) partition
 
 
-def _default_parallelism(batch: BatchInput) -> int | None:
-    df = batch.spark_df
-    if df is None:
-        return None
-    try:
-        return int(df.sparkSession.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect: no SparkContext
-        return None
-
-
 def _check_barrier(sink: KafkaSink, batch: BatchInput) -> None:
-    """Barrier mode needs ``slots`` concurrent task slots and no dynamic allocation."""
-    df = batch.spark_df
-    if df is None:
-        return
-    conf = df.sparkSession.sparkContext.getConf()
-    if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+    """Barrier mode needs ``slots`` concurrent task slots and an engine that runs it."""
+    refusal = batch.barrier_refusal()
+    if refusal is not None:
         raise ConfigurationError(
-            "barrier=True (the default) cannot run with spark.dynamicAllocation.enabled=true "
-            "(Spark refuses barrier stages then): pass barrier=False, or turn dynamic "
-            "allocation off", sink_id=sink.sink_id)
-    cores = _default_parallelism(batch)
+            f"barrier=True (the default) cannot run here: {refusal}. Or pass barrier=False",
+            sink_id=sink.sink_id)
+    cores = batch.task_slots()
     if cores is not None and sink.slots > cores:
         raise ConfigurationError(
             f"barrier=True needs one free task slot per sink slot: slots={sink.slots}, but "
             f"the cluster offers {cores} (spark default parallelism). Use slots<={cores}, "
             "more executor cores, or barrier=False", sink_id=sink.sink_id)
-
-
-def _barrier_context() -> Any:
-    try:
-        from pyspark import BarrierTaskContext, TaskContext
-    except ImportError:  # pragma: no cover - pyspark is always there in a task
-        return None
-    if not isinstance(TaskContext.get(), BarrierTaskContext):
-        return None
-    return BarrierTaskContext.get()
 
 
 def _scan_task(

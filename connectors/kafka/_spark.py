@@ -1,26 +1,30 @@
-"""Barrier mode that Spark can retry: the slots' barrier stage as a shuffle-map stage.
+"""KafkaSink's Spark-facing part: the record checks of ``barrier=False`` on the batch's
+DataFrame (before the slotting shuffle, so they cost no job of their own) and the Arrow
+hand-over sized from them; and the wrappers of a batch input the sink hands the protocol.
 
-Spark never retries a failed barrier *result* stage ("Could not recover from a failed
-barrier ResultStage": its tasks may have committed output). ``mapInArrow(...,
-barrier=True).collect()`` is such a result stage, so one lost executor would fail the whole
-streaming query. Followed by a one-partition exchange, the barrier stage becomes a
-shuffle-map stage, which Spark retries as a whole (``spark.stage.maxConsecutiveAttempts``):
-every slot fences its previous attempt, committed slots find their markers, the others
-write again. Only the collected results change their path; nothing else differs from
-:class:`connectors.spark.batch.SparkBatch`.
+The sink asks the batch input for these capabilities (:attr:`BatchInput.spark_df`,
+:meth:`BatchInput.with_frame`), never for its type: an input without a DataFrame is
+checked by a job of plain tasks instead (:func:`connectors.kafka._sink._scan_task`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
+from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import Fingerprint
+from connectors.kafka._records import RecordLimits
+from connectors.kafka._scan import check_condition, scan_dataframe
+from connectors.spark.batch import Handover, handover_budget, handover_rows
 
-__all__ = ["ErrorMappingBatch", "RetryableBarrierBatch", "WrappedBatch"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["ErrorMappingBatch", "FrameChecks", "WrappedBatch"]
 
 
 class WrappedBatch(BatchInput):
@@ -42,6 +46,20 @@ class WrappedBatch(BatchInput):
     def spark_df(self) -> Any:
         return self._inner.spark_df
 
+    @property
+    def handover(self) -> Any:
+        return self._inner.handover
+
+    def with_frame(self, frame: Any, *, handover: Any = None,
+                   schema: pa.Schema | None = None) -> BatchInput:
+        return self._wrap(self._inner.with_frame(frame, handover=handover, schema=schema))
+
+    def task_slots(self) -> int | None:
+        return self._inner.task_slots()
+
+    def barrier_refusal(self) -> str | None:
+        return self._inner.barrier_refusal()
+
     def estimated_partitions(self) -> int | None:
         return self._inner.estimated_partitions()
 
@@ -57,20 +75,6 @@ class WrappedBatch(BatchInput):
 
     def to_arrow(self) -> pa.Table:
         return self._inner.to_arrow()
-
-
-class RetryableBarrierBatch(WrappedBatch):
-    """Wraps a Spark :class:`BatchInput`; barrier task runs become retryable stages."""
-
-    def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
-        from connectors.spark.batch import SparkBatch, outcome_task
-
-        inner = self._inner
-        if not barrier or not isinstance(inner, SparkBatch):
-            return inner.run_tasks(fn, barrier=barrier)
-        rows = (inner.task_frame().mapInArrow(outcome_task(fn), "outcome binary", barrier=True)
-                .repartition(1).collect())
-        return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
 
 class ErrorMappingBatch(WrappedBatch):
@@ -94,3 +98,92 @@ class ErrorMappingBatch(WrappedBatch):
             if translated is None:
                 raise
             raise translated from None
+
+
+class FrameChecks:
+    """KafkaSink's record checks of ``barrier=False`` on a batch's DataFrame, and the row
+    size it assumes for the slot tasks' Arrow batches. Driver only (holds JVM references:
+    a sink ships to its tasks without them, :meth:`shipped`)."""
+
+    def __init__(self, sink_id: str, values_in_errors: bool) -> None:
+        self.sink_id = sink_id
+        self.values_in_errors = values_in_errors
+        #: The record checks (Spark Columns) by what they were built for.
+        self._checks: dict[tuple[Any, ...], Any] = {}
+        #: The row size assumed for the slot tasks' Arrow batches (given topic; ``None``:
+        #: not derived yet), raised when a batch proves it too small.
+        self.row_bound: int | None = None
+
+    def shipped(self) -> FrameChecks:
+        """A copy without the JVM references, for the tasks."""
+        copy = FrameChecks(self.sink_id, self.values_in_errors)
+        copy.row_bound = self.row_bound
+        return copy
+
+    def condition(self, columns: list[str], limits: RecordLimits, topic: str,
+                  partitions: int | None, row_bound: int | None = None) -> Any:
+        """:func:`~connectors.kafka._scan.check_condition` for a batch with these columns
+        (and the guard of ``row_bound``), built once (some 30 py4j calls) and reused."""
+        key = (tuple(columns), limits, topic, partitions, row_bound)
+        check = self._checks.get(key)
+        if check is None:
+            if len(self._checks) >= 8:
+                self._checks.clear()
+            check = self._checks[key] = check_condition(
+                list(columns), *key[1:], values_in_errors=self.values_in_errors)
+        return check
+
+    def raise_row_bound(self) -> None:
+        """A row of a batch exceeded the assumed bound: assume 8x larger rows from now on
+        (:func:`~connectors.spark.batch.handover_rows` turns the bound off once it would
+        leave fewer than 1,024 rows per Arrow batch)."""
+        if self.row_bound:
+            self.row_bound *= 8
+        logger.info("sink %s: rows of up to %s bytes assumed for the Arrow batches from now on",
+                    self.sink_id, self.row_bound)
+
+    def prescan(self, batch: BatchInput, batch_id: int, limits: RecordLimits,
+                topic: str | None, partitions: int | None
+                ) -> tuple[BatchInput, dict[str, int]] | None:
+        """The batch to write and the topics (with their highest partition) still to check
+        against the cluster; ``None`` when the batch has no DataFrame.
+
+        With a given ``topic`` (of ``partitions`` partitions), the checks become a filter
+        that raises, placed before the slotting shuffle, so they run in its map stage (no
+        job of their own: :func:`~connectors.kafka._scan.check_condition`); with a ``topic``
+        column, one JVM aggregation first finds the topics and partitions to check.
+
+        Either way the slot tasks then receive their Arrow batches without Spark's per-row
+        size check (:class:`~connectors.spark.batch.Handover`): with a ``topic`` column,
+        sized from the largest row the aggregation found; with a given topic, from an
+        assumed bound that the record check also guards.
+        """
+        df = batch.spark_df
+        if df is None:
+            return None
+        schema = batch.schema
+        if topic is not None:
+            spark = df.sparkSession
+            if self.row_bound is None:
+                budget = handover_budget(spark)
+                self.row_bound = budget[0] // (budget[1] or 10_000) if budget else 0
+            rows = handover_rows(spark, self.row_bound) if self.row_bound else None
+            columns = df.columns
+            if rows is None:
+                check = self.condition(columns, limits, topic, partitions)
+                return batch.with_frame(df.where(check), schema=schema), {}
+            guarded = df.where(self.condition(columns, limits, topic, partitions,
+                                              self.row_bound))
+            handover = Handover(
+                rows, lambda: df.where(self.condition(columns, limits, topic, partitions)),
+                self.raise_row_bound)
+            return batch.with_frame(guarded, handover=handover, schema=schema), {}
+        scan = scan_dataframe(  # one JVM aggregation, no Python workers
+            df, limits, topic,
+            lambda message: BadInputError(message, sink_id=self.sink_id, batch_id=batch_id),
+            values_in_errors=self.values_in_errors,
+        )
+        rows = handover_rows(df.sparkSession, scan.max_row_bytes)
+        if rows is not None:  # measured: no guard
+            batch = batch.with_frame(df, handover=Handover(rows), schema=schema)
+        return batch, scan.topics

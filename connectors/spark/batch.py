@@ -299,16 +299,32 @@ def _ack_now() -> None:
             continue
 
 
+class _SparkBarrier:
+    """:class:`~connectors.core.batch.TaskBarrier` of a Spark barrier stage's task."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context  # pyspark.BarrierTaskContext
+
+    def tasks(self) -> int:
+        return len(self._context.getTaskInfos())
+
+    def all_gather(self, message: str) -> list[str]:
+        return list(self._context.allGather(message))
+
+
 def _task_info() -> TaskInfo:
-    from pyspark import TaskContext
+    from pyspark import BarrierTaskContext, TaskContext
 
     ctx = TaskContext.get()
     if ctx is None:  # pragma: no cover - only outside a Spark task
         raise RuntimeError("not running in a Spark task")
+    barrier = (_SparkBarrier(BarrierTaskContext.get())
+               if isinstance(ctx, BarrierTaskContext) else None)
     return TaskInfo(
         partition=ctx.partitionId(),
         attempt_number=ctx.attemptNumber(),
         task_attempt_id=ctx.taskAttemptId(),
+        barrier=barrier,
     )
 
 
@@ -579,16 +595,39 @@ class SparkBatch(BatchInput):
         except Exception:
             return None
 
+    def with_frame(self, frame: Any, *, handover: Any = None,
+                   schema: pa.Schema | None = None) -> SparkBatch:
+        return SparkBatch(frame, hash_in_tasks=self._hash_in_tasks, handover=handover,
+                          schema=schema)
+
+    def task_slots(self) -> int | None:
+        try:
+            return int(self._df.sparkSession.sparkContext.defaultParallelism)
+        except Exception:  # Spark Connect: no SparkContext
+            return None
+
+    def barrier_refusal(self) -> str | None:
+        try:
+            conf = self._df.sparkSession.sparkContext.getConf()
+        except Exception:  # Spark Connect: no SparkContext
+            return None
+        if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+            return ("spark.dynamicAllocation.enabled=true, and Spark refuses barrier "
+                    "stages then (turn dynamic allocation off)")
+        return None
+
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
         def run(df: DataFrame) -> list[TaskOutcome]:
             rows = (self.task_frame(df)
                     .mapInArrow(outcome_task(fn), _outcome_type(), barrier=barrier).collect())
             return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
+        if barrier:
+            return self._run_barrier(fn)
         spark = self._df.sparkSession
         plan = {ADAPTIVE: "false"} if self.static_plan else {}
         handover = self._handover
-        if handover is None or barrier:
+        if handover is None:
             with session_settings(spark, plan):
                 return run(self._plain())
         try:
@@ -604,6 +643,22 @@ class SparkBatch(BatchInput):
             handover.tripped()
         with session_settings(spark, plan):
             return run(self._plain())
+
+    def _run_barrier(self, fn: TaskFunction) -> list[TaskOutcome]:
+        """The tasks as one barrier stage that Spark can retry.
+
+        Spark never retries a failed barrier *result* stage ("Could not recover from a
+        failed barrier ResultStage": its tasks may have committed output), and
+        ``mapInArrow(..., barrier=True).collect()`` is one: a lost executor would fail the
+        whole streaming query. Followed by a one-partition exchange, the barrier stage is a
+        shuffle-map stage, which Spark retries as a whole
+        (``spark.stage.maxConsecutiveAttempts``): a task-commit sink's slots fence their
+        previous attempt, committed slots find their markers, the others write again. Rows
+        reach the tasks by Spark's own batching (no :class:`Handover`).
+        """
+        rows = (self.task_frame().mapInArrow(outcome_task(fn), _outcome_type(), barrier=True)
+                .repartition(1).collect())
+        return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
     def slotted(self, slots: int, columns: list[str] | None = None, *,
                 key: str | None = None) -> SparkBatch:
