@@ -5,13 +5,17 @@ Maven is replaced by a small shell script (``EOS_MVN``) where a test needs one.
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import os
+import site
 import stat
 import subprocess
 import sys
 import textwrap
+import urllib.error
+import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ import pytest
 
 import connectors.spark as cs
 from connectors.core.errors import ConfigurationError
+from connectors.spark import _components, _maven, _releases, _session
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SPARK = pyspark.__version__
@@ -45,12 +50,44 @@ def fake_jars(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
         calls.append(tuple(components))
         return list(FAKE_JARS) if tuple(components) else []
 
-    monkeypatch.setattr(cs, "resolve_jars", fake)
+    monkeypatch.setattr(_session, "resolve_jars", fake)
     return calls
 
 
 def options(builder: Any) -> dict[str, str]:
     return {k: str(v) for k, v in builder._options.items()}
+
+
+# ------------------------------------------------------------------ public names
+
+SPARK_ALL = ["JarChoice", "check_components", "get_session", "jar_report", "resolve_jars",
+             "session_builder"]
+
+
+def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
+    assert sorted(cs.__all__) == SPARK_ALL
+    namespace: dict[str, object] = {}
+    exec("from connectors.spark import *", namespace)
+    namespace.pop("__builtins__")
+    assert sorted(namespace) == SPARK_ALL
+    homes = {"JarChoice": "_jars", "jar_report": "_jars", "resolve_jars": "_jars",
+             "check_components": "_session", "get_session": "_session",
+             "session_builder": "_session"}
+    for name, home in homes.items():
+        assert getattr(cs, name).__module__ == f"connectors.spark.{home}"
+    assert cs.COMPONENTS == ("delta", "kafka")  # not in __all__; connectors doctor uses it
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        cs.nothing_here  # noqa: B018
+
+
+def test_importing_connectors_spark_does_not_import_pyspark() -> None:
+    """The helper loads on first use: ``connectors.spark.batch`` users do not pay for it."""
+    code = ("import sys, connectors.spark; print(sorted(m for m in sys.modules "
+            "if m.startswith(('pyspark', 'connectors.spark'))))")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.strip() == "['connectors.spark']"
 
 
 # ------------------------------------------------------------------ session_builder
@@ -135,12 +172,12 @@ def test_python_exec_defaults_to_this_interpreter(
 def test_executor_pythonpath_has_the_source_root_unless_installed(
     fake_jars: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cs.site, "getsitepackages", lambda: ["/nowhere/site-packages"])
-    monkeypatch.setattr(cs.site, "getusersitepackages", lambda: "/nowhere/user")
+    monkeypatch.setattr(site, "getsitepackages", lambda: ["/nowhere/site-packages"])
+    monkeypatch.setattr(site, "getusersitepackages", lambda: "/nowhere/user")
     opts = options(cs.session_builder(conf={"spark.executorEnv.PYTHONPATH": "/extra"}))
     assert opts["spark.executorEnv.PYTHONPATH"] == os.pathsep.join([str(REPO_ROOT), "/extra"])
 
-    monkeypatch.setattr(cs.site, "getsitepackages", lambda: [str(REPO_ROOT)])
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(REPO_ROOT)])
     opts = options(cs.session_builder())
     assert "spark.executorEnv.PYTHONPATH" not in opts
 
@@ -282,7 +319,7 @@ def test_fetch_drops_what_pyspark_ships_and_writes_a_stamp(fake_mvn: Path, tmp_p
 @pytest.fixture
 def spark_42(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plan as pyspark 4.2.0 would, whatever pyspark runs the tests (CI runs several)."""
-    monkeypatch.setattr(cs, "_spark_version", lambda: "4.2.0")
+    monkeypatch.setattr(_components, "_spark_version", lambda: "4.2.0")
 
 
 def test_an_unpublished_version_falls_back_to_the_newest_older_release(
@@ -361,14 +398,14 @@ def test_a_transitive_delta_jar_is_pinned_to_the_minor_version_too(
 def test_no_delta_jar_for_this_spark_minor_says_so(
     fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cs, "_spark_version", lambda: "4.3.0")
+    monkeypatch.setattr(_components, "_spark_version", lambda: "4.3.0")
     monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
     monkeypatch.setenv("FAKE_MVN_MISSING", "io.delta:delta-spark_4.3_2.13@4.4.1")
 
     def not_found(url: str, timeout: float = 0) -> io.BytesIO:
-        raise cs.urllib.error.HTTPError(url, 404, "Not Found", {}, None)  # type: ignore[arg-type]
+        raise urllib.error.HTTPError(url, 404, "Not Found", {}, None)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cs.urllib.request, "urlopen", not_found)
+    monkeypatch.setattr(urllib.request, "urlopen", not_found)
     with pytest.raises(ConfigurationError) as info:
         cs.resolve_jars(["delta"], cache_dir=str(tmp_path / "c"))
     message = str(info.value)
@@ -419,9 +456,9 @@ def test_jar_report_needs_no_maven_and_no_delta_spark(
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # any Maven call would fail
 
     def not_installed(dist: str) -> str:
-        raise cs.importlib.metadata.PackageNotFoundError(dist)
+        raise importlib.metadata.PackageNotFoundError(dist)
 
-    monkeypatch.setattr(cs.importlib.metadata, "version", not_installed)
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
     delta, kafka = cs.jar_report(cache_dir=str(tmp_path))
     assert delta.used == () and delta.jars is None
     assert delta.line() == ("delta: no jars (delta-spark is not installed and EOS_DELTA_VERSION "
@@ -453,7 +490,7 @@ def _serve_metadata(monkeypatch: pytest.MonkeyPatch, asked: list[str], versions:
         asked.append(url)
         return io.BytesIO(body.encode())
 
-    monkeypatch.setattr(cs.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
 
 
 def test_two_processes_resolving_at_once_run_maven_once(fake_mvn: Path, tmp_path: Path) -> None:
@@ -492,7 +529,7 @@ def test_two_processes_resolving_at_once_run_maven_once(fake_mvn: Path, tmp_path
     ],
 )
 def test_artifact_id_of_jar_names(jar: str, artifact_id: str) -> None:
-    assert cs._artifact_id_of(jar) == artifact_id
+    assert _components._artifact_id_of(jar) == artifact_id
 
 
 @pytest.mark.parametrize(
@@ -525,22 +562,24 @@ def test_artifact_id_of_jar_names(jar: str, artifact_id: str) -> None:
     ],
 )
 def test_missing_artifact_is_read_from_maven_output(output: str, expected: str | None) -> None:
-    found = cs._missing_artifact(output)
+    found = _maven._missing_artifact(output)
     assert (str(found) if found else None) == expected
 
 
 def test_transitive_fallback_may_leave_the_minor_line(monkeypatch: pytest.MonkeyPatch) -> None:
     _serve_metadata(monkeypatch, [], ["3.5.4", "4.0.0", "4.1.0-preview1", "4.2.0"])
-    missing = cs._Artifact("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", "4.2.0")
-    older = cs._older_release(missing, "https://r", exclude={"4.2.0"}, same_minor=False)
+    missing = _components._Artifact(
+        "org.apache.spark", "spark-token-provider-kafka-0-10_2.13", "4.2.0")
+    older_release = _releases._older_release
+    older = older_release(missing, "https://r", exclude={"4.2.0"}, same_minor=False)
     assert older is not None and older.version == "4.0.0"
-    assert cs._older_release(missing, "https://r", exclude={"4.2.0"}, same_minor=True) is None
-    assert cs._older_release(missing, "file:///etc", exclude=set(), same_minor=False) is None
+    assert older_release(missing, "https://r", exclude={"4.2.0"}, same_minor=True) is None
+    assert older_release(missing, "file:///etc", exclude=set(), same_minor=False) is None
 
 
 def test_pom_substitutes_a_transitive_artifact_as_a_direct_dependency() -> None:
-    root = cs._Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0")
-    pom = cs._render_pom(
+    root = _components._Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0")
+    pom = _maven._render_pom(
         (root,),
         {("org.apache.spark", "spark-token-provider-kafka-0-10_2.13"): "4.0.0"},
         frozenset({"slf4j-api"}),
@@ -573,6 +612,6 @@ def test_pom_substitutes_a_transitive_artifact_as_a_direct_dependency() -> None:
 
 
 def test_delta_artifact_names_follow_delta_pip_utils() -> None:
-    assert cs._delta_artifact_id("4.4.1", "4.2.0", "2.13") == "delta-spark_4.2_2.13"
-    assert cs._delta_artifact_id("4.0.0", "4.0.1", "2.13") == "delta-spark_2.13"
-    assert cs._delta_artifact_id("3.3.2", "3.5.4", "2.12") == "delta-spark_2.12"
+    assert _components._delta_artifact_id("4.4.1", "4.2.0", "2.13") == "delta-spark_4.2_2.13"
+    assert _components._delta_artifact_id("4.0.0", "4.0.1", "2.13") == "delta-spark_2.13"
+    assert _components._delta_artifact_id("3.3.2", "3.5.4", "2.12") == "delta-spark_2.12"

@@ -1,0 +1,161 @@
+"""What a component needs: the installed Spark and Delta versions, and the Maven roots.
+
+A :class:`_Plan` names a component's root coordinates and its cache directory; it is built
+from the installed pyspark (its version, Scala version and ``jars/`` directory) and, for
+Delta, from the installed delta-spark Python package (or ``$EOS_DELTA_VERSION``). Nothing
+here touches the network or the cache.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pyspark
+
+from connectors.core.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+#: Components :func:`connectors.spark.resolve_jars` knows.
+COMPONENTS: tuple[str, ...] = ("delta", "kafka")
+
+# Delta publishes one artifact per Spark minor (delta-spark_4.2_2.13) from 4.1 on; before
+# that one artifact per Scala version (delta-spark_2.13). See delta/pip_utils.py.
+_DELTA_FIRST_SPARK_SUFFIXED = (4, 1)
+
+
+@dataclass(frozen=True)
+class _Artifact:
+    group: str
+    artifact: str
+    version: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.group, self.artifact)
+
+    def __str__(self) -> str:
+        return f"{self.group}:{self.artifact}:{self.version}"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one component needs: Maven roots and the cache directory name.
+
+    ``pinned_group``: artifacts of this group (the root's and its transitive ones) may be
+    substituted only by a release of the same minor version as the root's.
+    ``spark_version``: the pyspark version the plan was made for.
+    """
+
+    component: str
+    dirname: str
+    roots: tuple[_Artifact, ...]
+    pinned_group: str | None = None
+    spark_version: str = ""
+
+
+def _spark_version() -> str:
+    return str(pyspark.__version__)
+
+
+def _spark_home() -> Path:
+    """Spark's home as the pyspark launcher uses it: ``$SPARK_HOME`` or pyspark's dir."""
+    env = os.environ.get("SPARK_HOME")
+    if env:
+        return Path(env)
+    return Path(pyspark.__file__).resolve().parent
+
+
+def _artifact_id_of(jar_name: str) -> str:
+    """``spark-core_2.13-4.2.0.jar`` -> ``spark-core_2.13``: the name before the version."""
+    stem = jar_name[:-4] if jar_name.endswith(".jar") else jar_name
+    match = re.search(r"-\d", stem)
+    return stem[: match.start()] if match else stem
+
+
+@lru_cache(maxsize=4)
+def _provided_artifact_ids(jars_dir: Path) -> frozenset[str]:
+    """Artifact ids of the jars Spark already ships: never fetched nor put on spark.jars."""
+    try:
+        names = os.listdir(jars_dir)
+    except OSError:
+        return frozenset()
+    return frozenset(_artifact_id_of(n) for n in names if n.endswith(".jar"))
+
+
+def _scala_binary_version(jars_dir: Path) -> str:
+    try:
+        names = os.listdir(jars_dir)
+    except OSError:
+        names = []
+    for name in names:
+        match = re.fullmatch(r"scala-library-(\d+)\.(\d+)\.\d+.*\.jar", name)
+        if match:
+            return f"{match.group(1)}.{match.group(2)}"
+    return "2.13"  # every Spark 4 build
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("-", maxsplit=1)[0])[:3])
+
+
+def _minor(version: str) -> str:
+    return ".".join(map(str, _version_tuple(version)[:2]))
+
+
+def _delta_version() -> str:
+    override = os.environ.get("EOS_DELTA_VERSION")
+    if override:
+        return override
+    for dist in ("delta-spark", "delta_spark"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    raise ConfigurationError(
+        "The 'delta' jars match the installed delta-spark Python package, which is not "
+        "installed: pip install 'spark-exactly-once[delta]' (or delta-spark), set "
+        "EOS_DELTA_VERSION to the Delta Lake version wanted, or leave 'delta' out of components."
+    )
+
+
+def _delta_declared_pyspark() -> str | None:
+    """The pyspark requirement the installed delta-spark declares (its metadata)."""
+    for dist in ("delta-spark", "delta_spark"):
+        try:
+            requires = importlib.metadata.requires(dist) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for req in requires:
+            if req.replace("_", "-").lower().startswith("pyspark"):
+                return req
+    return None
+
+
+def _delta_artifact_id(delta_version: str, spark_version: str, scala: str) -> str:
+    if _version_tuple(delta_version)[:2] >= _DELTA_FIRST_SPARK_SUFFIXED:
+        spark_minor = ".".join(spark_version.split(".")[:2])
+        return f"delta-spark_{spark_minor}_{scala}"
+    return f"delta-spark_{scala}"
+
+
+def _plan(component: str, spark_home: Path) -> _Plan:
+    spark = _spark_version()
+    scala = _scala_binary_version(spark_home / "jars")
+    if component == "delta":
+        delta = _delta_version()
+        artifact = _Artifact("io.delta", _delta_artifact_id(delta, spark, scala), delta)
+        return _Plan("delta", f"delta-{delta}-spark{spark}_{scala}", (artifact,),
+                     pinned_group=artifact.group, spark_version=spark)
+    if component == "kafka":
+        artifact = _Artifact("org.apache.spark", f"spark-sql-kafka-0-10_{scala}", spark)
+        return _Plan("kafka", f"kafka-{spark}_{scala}", (artifact,), spark_version=spark)
+    raise ConfigurationError(
+        f"Unknown Spark component {component!r}: choose from {', '.join(COMPONENTS)}."
+    )

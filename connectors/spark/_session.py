@@ -1,0 +1,186 @@
+"""The session: :func:`session_builder`, :func:`get_session` and :func:`check_components`.
+
+The builder's settings come from :func:`_session_conf`: the jars of
+:func:`connectors.spark.resolve_jars`, Delta's extension and catalog, small-machine
+defaults, the Python workers' interpreter and path, ``local-cluster`` executor memory, and
+the caller's ``conf`` last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import site
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from connectors.core.errors import ConfigurationError
+from connectors.spark._components import COMPONENTS
+from connectors.spark._jars import resolve_jars
+
+logger = logging.getLogger(__name__)
+
+_DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+_DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
+
+
+def session_builder(
+    app_name: str = "connectors",
+    *,
+    master: str = "local[2]",
+    components: Iterable[str] = COMPONENTS,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession.Builder:
+    """Return a ``SparkSession.Builder`` with the jars and settings for ``components``.
+
+    Settings, in order (later wins):
+
+    * ``spark.jars`` from :func:`resolve_jars`;
+    * with ``"delta"``: Delta's SQL extension and catalog, and
+      ``spark.databricks.delta.snapshotPartitions=2``;
+    * small-machine defaults: ``spark.sql.shuffle.partitions=2``, ``spark.ui.enabled=false``,
+      ``spark.ui.showConsoleProgress=false`` (``spark.driver.memory`` is left alone);
+    * for Python workers: ``PYSPARK_PYTHON`` is set to this interpreter when unset (Spark
+      would otherwise start whatever ``python3`` is on ``PATH``), and when ``connectors``
+      is not installed into site-packages its source root is added to
+      ``spark.executorEnv.PYTHONPATH`` so executors can import it;
+    * on ``local-cluster[N,cores,memMB]``: ``spark.executor.memory=<memMB>m`` so that an
+      executor fits its worker;
+    * ``conf``, last. ``spark.jars``, ``spark.sql.extensions`` and
+      ``spark.executorEnv.PYTHONPATH`` given there are merged with the helper's values
+      instead of replacing them.
+
+    ``local-cluster`` works with the pip-installed pyspark: the workers run inside the
+    driver JVM, each executor in its own JVM launched from ``$SPARK_HOME/jars`` (pyspark's
+    directory), and executor logs go to ``$SPARK_HOME/work/<app id>/``. Only one
+    SparkContext lives in a process: when one already runs, ``getOrCreate()`` returns it
+    and the jars and master given here do not apply.
+
+    Example (``b.getOrCreate()`` then starts the session; ``integration/test_spark_session.py``
+    runs a ``local-cluster`` one in a process of its own)::
+
+        >>> b = session_builder("t", master="local-cluster[2,1,1024]", components=[],
+        ...                     conf={"spark.sql.shuffle.partitions": "4"})
+        >>> type(b).__name__
+        'Builder'
+    """
+    names = (components,) if isinstance(components, str) else tuple(components)
+    settings = _session_conf(app_name, master, names, dict(conf or {}))
+    logger.debug("Spark session settings: %s", settings)
+    _ensure_python_exec()
+    builder: SparkSession.Builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def get_session(
+    app_name: str = "connectors",
+    *,
+    master: str = "local[2]",
+    components: Iterable[str] = COMPONENTS,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Return ``session_builder(...).getOrCreate()``; same arguments.
+
+    .. example-needs: spark
+
+    Example:
+        >>> spark = get_session("t", components=["delta"])
+        >>> spark.range(2).write.format("delta").save(f"{path}/t")
+        >>> spark.read.format("delta").load(f"{path}/t").count()
+        2
+    """
+    names = (components,) if isinstance(components, str) else tuple(components)
+    spark = session_builder(app_name, master=master, components=names, conf=conf).getOrCreate()
+    check_components(spark, names)
+    return spark
+
+
+#: A class each component's jars provide, to tell whether they reached the driver.
+_MARKER_CLASSES = {
+    "delta": _DELTA_EXTENSION,
+    "kafka": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+}
+
+
+def check_components(spark: SparkSession, components: Iterable[str] = COMPONENTS) -> None:
+    """Raise :class:`ConfigurationError` if ``spark``'s JVM lacks a component's classes.
+
+    PySpark keeps its JVM after ``SparkSession.stop()``: a later session in the same
+    process gets the first one's class path, and its ``spark.jars`` silently never reach
+    the driver (Delta and Kafka then fail later with "data source not found").
+    """
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: the server's class path is not ours to check
+        return
+    utils = jvm.org.apache.spark.util.Utils
+    missing = [c for c in components
+               if c in _MARKER_CLASSES and not utils.classIsLoadable(_MARKER_CLASSES[c])]
+    if missing:
+        raise ConfigurationError(
+            f"this Spark driver JVM has no {' and no '.join(missing)} classes: it was started "
+            "before connectors.spark added their jars (an earlier SparkSession in this "
+            "process, even stopped, keeps its JVM and class path). Call get_session() "
+            "before creating any other SparkSession, in a new Python process, or start "
+            "Spark with spark.jars set to connectors.spark.resolve_jars(...)"
+        )
+
+
+_MERGED_KEYS = {
+    "spark.jars": ",",
+    "spark.sql.extensions": ",",
+    "spark.executorEnv.PYTHONPATH": os.pathsep,
+}
+
+
+def _session_conf(
+    app_name: str, master: str, components: tuple[str, ...], user: dict[str, str]
+) -> dict[str, str]:
+    """Every setting :func:`session_builder` applies, as one ordered dict."""
+    settings: dict[str, str] = {"spark.app.name": app_name, "spark.master": master}
+    jars = resolve_jars(components)
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
+    if "delta" in components:
+        settings["spark.sql.extensions"] = _DELTA_EXTENSION
+        settings["spark.sql.catalog.spark_catalog"] = _DELTA_CATALOG
+        settings["spark.databricks.delta.snapshotPartitions"] = "2"
+    settings["spark.sql.shuffle.partitions"] = "2"
+    settings["spark.ui.enabled"] = "false"
+    settings["spark.ui.showConsoleProgress"] = "false"
+    source_root = _source_root_if_not_installed()
+    if source_root is not None:
+        settings["spark.executorEnv.PYTHONPATH"] = source_root
+    cluster = _LOCAL_CLUSTER.match(master.strip())
+    if cluster is not None:
+        settings["spark.executor.memory"] = f"{cluster.group(3)}m"
+    for key, value in user.items():
+        sep = _MERGED_KEYS.get(key)
+        if sep is not None and settings.get(key) and value:
+            ours = settings[key].split(sep)
+            theirs = [v for v in value.split(sep) if v and v not in ours]
+            settings[key] = sep.join(ours + theirs)
+        else:
+            settings[key] = value
+    return settings
+
+
+def _ensure_python_exec() -> None:
+    """Make Python workers run this interpreter unless the user chose one."""
+    if not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        logger.debug("PYSPARK_PYTHON set to %s", sys.executable)
+
+
+def _source_root_if_not_installed() -> str | None:
+    """The directory holding the ``connectors`` package, unless it is a site directory."""
+    root = Path(__file__).resolve().parents[2]  # connectors/spark/_session.py
+    sites = [*site.getsitepackages(), site.getusersitepackages()]
+    installed = {Path(p).resolve() for p in sites if p}
+    return None if root in installed else str(root)
