@@ -4,7 +4,7 @@ hand-over sized from them; and the wrappers of a batch input the sink hands the 
 
 The sink asks the batch input for these capabilities (:attr:`BatchInput.spark_df`,
 :meth:`BatchInput.with_frame`), never for its type: an input without a DataFrame is
-checked by a job of plain tasks instead (:func:`connectors.kafka._sink._scan_task`).
+checked by a job of plain tasks instead (:func:`connectors.kafka._input._scan_task`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from connectors.core.metrics import BatchMetrics
 from connectors.core.protocol import BatchState
 from connectors.core.tasks import SlotMarker, SlotTransaction
 from connectors.kafka import KafkaSink
-from connectors.kafka._sink import _Slot, marker_key
+from connectors.kafka._slot import _Slot, marker_key
 
 
 class FakeProducer:
@@ -191,7 +191,6 @@ class InitCountingProducer(FakeProducer):
 @pytest.fixture
 def pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
     """New producers come from a list; markers from a dict; the pool starts empty."""
-    from connectors.kafka import _sink as sink_module
     from connectors.kafka._pool import SLOT_OWNERS, SlotProducers
 
     SlotProducers.clear()
@@ -204,7 +203,7 @@ def pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
         return made[-1]
 
     monkeypatch.setattr(KafkaSink, "_producer", new_producer)
-    monkeypatch.setattr(sink_module, "_last_marker",
+    monkeypatch.setattr(KafkaSink, "_last_marker",
                         lambda sink, slot, batch_id=None: markers.get(slot))
     yield made, markers
     SlotProducers.clear()
@@ -335,7 +334,7 @@ def test_a_fresh_producer_fenced_at_commit_still_fails_the_attempt(pool: Any) ->
 def test_a_fatal_error_met_by_flush_surfaces_as_the_kafka_exception() -> None:
     """confluent-kafka raises SystemError (cause: the KafkaException) from flush() of a
     fenced producer that has an error_cb; the sink sees the KafkaException."""
-    from connectors.kafka._sink import _client_errors
+    from connectors.kafka._slot import _client_errors
 
     fenced = KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
     with pytest.raises(KafkaException) as caught, _client_errors():
@@ -542,16 +541,14 @@ def test_init_transactions_waits_for_a_learned_broker_first() -> None:
 @pytest.fixture
 def marker_reads(pool: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Slots whose marker partition was read (on top of ``pool``'s markers)."""
-    from connectors.kafka import _sink as sink_module
-
     reads: list[int] = []
-    read = sink_module._last_marker
+    read = KafkaSink._last_marker
 
     def counting(sink: KafkaSink, slot: int, batch_id: int | None = None) -> Any:
         reads.append(slot)
         return read(sink, slot, batch_id)
 
-    monkeypatch.setattr(sink_module, "_last_marker", counting)
+    monkeypatch.setattr(KafkaSink, "_last_marker", counting)
     return reads
 
 
