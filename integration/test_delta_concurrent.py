@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from connectors.delta import DeltaSink, LocalDeltaLog
-from connectors.delta._sink import CONF_TXN_APP_ID, CONF_TXN_VERSION
+from connectors.delta._writer import CONF_TXN_APP_ID, CONF_TXN_VERSION
 from integration._delta import table_rows, tagged_commits
 
 pytestmark = pytest.mark.integration

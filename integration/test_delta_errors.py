@@ -27,7 +27,7 @@ from connectors.core.errors import (
 )
 from connectors.delta import DeltaSink, DeltaSinks, LocalDeltaLog
 from connectors.delta._log import jvm_log_state
-from connectors.delta._sink import CONF_TXN_APP_ID, CONF_TXN_VERSION, CONF_USER_METADATA
+from connectors.delta._writer import CONF_TXN_APP_ID, CONF_TXN_VERSION, CONF_USER_METADATA
 from integration._delta import ledger_batches, ledger_fingerprint, table_rows, tagged_commits
 
 pytestmark = pytest.mark.integration

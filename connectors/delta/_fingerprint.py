@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Observed", "fingerprint_now", "observe"]
 
-logger = logging.getLogger("connectors.delta")
+logger = logging.getLogger(__name__)
 
 #: How long to wait, after the write returned, for Spark to deliver the observed metrics
 #: (they arrive as the write's query execution ends; normally already there). If Delta

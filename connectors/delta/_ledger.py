@@ -39,12 +39,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from connectors.core.errors import ConfigurationError, FencedError
 from connectors.core.file_ledger import FileLedger, write_atomic
+from connectors.delta._table import local_path
 
-__all__ = ["LEASE_WAIT_S", "DeltaLedger"]
+__all__ = ["LEASE_WAIT_S", "DeltaLedger", "ledger_root"]
 
 #: How long a driver waits for the sink's lease before it fails: long enough for a previous
 #: driver of the same sink that is still shutting down (its lease goes with its process).
@@ -55,6 +57,22 @@ _LEASE_POLL_S = 0.2
 # objects of one sink id in one process (a notebook re-creating its query) share it.
 _LEASES: dict[str, list[int]] = {}
 _LEASES_LOCK = threading.Lock()
+
+
+def ledger_root(ledger_path: str | None, location: Callable[[], str], sink_id: str) -> Path:
+    """The ledger's directory: ``ledger_path``, else ``<table location>/_connectors/<sink_id>``
+    (``location()`` is asked only then; a table not on a local file system is refused)."""
+    if ledger_path is not None:
+        return Path(ledger_path)
+    local = local_path(location())
+    if local is None:
+        raise ConfigurationError(
+            f"the table at {location()} is not on a local file system, so the "
+            "sink cannot keep its ledger next to it: pass ledger_path='/a/local/or/"
+            "shared/posix/dir'",
+            sink_id=sink_id,
+        )
+    return local / "_connectors" / sink_id
 
 
 class DeltaLedger(FileLedger):

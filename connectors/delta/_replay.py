@@ -13,25 +13,36 @@ batch's columns in the batch's order and types; partition columns come from the 
 ``partitionValues``. When the files are gone (VACUUM after a rewrite), the table uses
 column mapping (physical names differ) or the commit cannot be read, :class:`Unreadable`
 is raised and the sink falls back to comparing the row count of the commit's metrics.
+
+:class:`ReplayCheck` holds the checks a replay of a committed batch passes: against the
+fingerprint of its commit's files, or by the row count of the commit's metrics.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from connectors.core.errors import NonDeterministicReplayError
 from connectors.core.fingerprint import Fingerprint
+from connectors.core.rules import check_replay
 from connectors.delta._fingerprint import fingerprint_now
+from connectors.delta._history import Commit
+from connectors.delta._table import local_path
+from connectors.delta._writer import dedupe_by_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["Unreadable", "commit_actions", "committed_fingerprint"]
+    from connectors.core.template import ReplayPolicy
 
-logger = logging.getLogger("connectors.delta")
+__all__ = ["ReplayCheck", "Unreadable", "commit_actions", "committed_fingerprint"]
+
+logger = logging.getLogger(__name__)
 
 _FILE_NAME = "__connectors_file_name"
 
@@ -134,3 +145,86 @@ def committed_fingerprint(
         raise
     except Exception as exc:  # files vacuumed, unreadable, a cast Spark refuses
         raise Unreadable(f"the files of Delta commit {version} cannot be read ({exc})") from exc
+
+
+
+@dataclass(frozen=True)
+class ReplayCheck:
+    """The replay ``df`` of batch ``batch_id`` compared with the commit that batch made
+    (driver side: a replay the ledger recorded, or a batch committed but not recorded)."""
+
+    session: SparkSession
+    location: str
+    df: DataFrame
+    merge_on: tuple[str, ...]
+    on_replay_mismatch: ReplayPolicy
+    sink_id: str
+    batch_id: int
+
+    def committed_fingerprint(self, found: Commit | None) -> Fingerprint | None:
+        """The fingerprint of the rows commit ``found`` added (:func:`committed_fingerprint`);
+        where they cannot be read, the row counts are compared instead and ``None``
+        returned (also, logged, when the history no longer shows the commit: ``None``)."""
+        if found is None:
+            logger.warning(
+                "sink %s batch %d: the table's history no longer shows the commit of this "
+                "batch (log retention?), so its replay is not compared",
+                self.sink_id, self.batch_id,
+            )
+            return None
+        fp = self.content(found[0])
+        if fp is None:
+            self.check_count(found)
+        return fp
+
+    def reconciled(self, found: Commit | None) -> None:
+        """A batch committed to Delta but not recorded: an append's replay must hold the
+        rows its commit ``found`` wrote (a MERGE's: as many source rows; no commit found:
+        nothing to compare)."""
+        if found is None:
+            return
+        if not self.merge_on:
+            committed = self.content(found[0])
+            if committed is not None:
+                check_replay(self.sink_id, self.on_replay_mismatch, self.batch_id, committed,
+                             fingerprint_now(self.df))
+                return
+        self.check_count(found)
+
+    def content(self, version: int) -> Fingerprint | None:
+        """:func:`committed_fingerprint` of commit ``version``, or ``None`` (logged) where
+        its files cannot be read: then the replay is compared by its row count only."""
+        try:
+            return committed_fingerprint(self.session, self.location, version, self.df,
+                                         local_path(self.location))
+        except Unreadable as exc:
+            logger.warning(
+                "sink %s batch %d: %s; the replay is compared by its row count only",
+                self.sink_id, self.batch_id, exc,
+            )
+            return None
+
+    def check_count(self, found: Commit) -> None:
+        """The replay has as many rows as commit ``found`` wrote (a MERGE: as many
+        deduplicated source rows), by its ``operationMetrics``; otherwise
+        :class:`NonDeterministicReplayError` is raised, or logged with ``"warn"``."""
+        version, metrics = found
+        key = "numSourceRows" if self.merge_on else "numOutputRows"
+        if key not in metrics:
+            return
+        committed = int(metrics[key])
+        source = dedupe_by_key(self.df, self.merge_on) if self.merge_on else self.df
+        actual = source.count()
+        if actual == committed:
+            return
+        err = NonDeterministicReplayError(
+            f"replayed batch has {actual} row(s), but Delta commit {version} of this batch "
+            f"wrote {committed}. The query is not deterministic (rand(), uuid(), a changed "
+            "source?). Make it deterministic, or pass on_replay_mismatch=\"warn\" to keep the "
+            "committed rows",
+            sink_id=self.sink_id,
+            batch_id=self.batch_id,
+        )
+        if self.on_replay_mismatch == "fail":
+            raise err
+        logger.warning("%s", err)

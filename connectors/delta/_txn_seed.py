@@ -48,7 +48,7 @@ __all__ = [
     "seed_txn_lookup",
 ]
 
-logger = logging.getLogger("connectors.delta")
+logger = logging.getLogger(__name__)
 
 #: The one environment switch of every private-internals accelerator of the library.
 _SNAPSHOT_CLASS = "org.apache.spark.sql.delta.Snapshot"

@@ -17,7 +17,7 @@ from connectors.core.errors import (
 )
 from connectors.delta import DeltaLedger, DeltaSink, DeltaSinks
 from connectors.delta._errors import translate
-from connectors.delta._sink import _local_path
+from connectors.delta._table import local_path
 
 
 def test_path_sink_defaults() -> None:
@@ -65,9 +65,10 @@ def test_sink_id_is_required_and_validated() -> None:
 
 def test_sink_pickles_without_driver_state() -> None:
     sink = DeltaSink("/d", sink_id="s", merge_on=["k"])
-    sink._versions = {"s": 3}
+    sink._committer.versions = {"s": 3}
     clone = pickle.loads(pickle.dumps(sink))
-    assert clone.merge_on == ("k",) and clone._versions == {} and clone._ledger is None
+    assert clone.merge_on == ("k",) and clone._committer.versions == {}
+    assert clone._committer.ledger is None and sink._committer.versions == {"s": 3}
 
 
 def test_sinks_refuse_repeated_sink_ids_so_delta_never_skips_a_write() -> None:
@@ -79,11 +80,11 @@ def test_sinks_refuse_repeated_sink_ids_so_delta_never_skips_a_write() -> None:
     assert [s.sink_id for s in two.sinks] == ["x", "y"]
 
 
-def test_local_path() -> None:
-    assert _local_path("/data/t") == Path("/data/t")
-    assert _local_path("file:/data/t") == Path("/data/t")
-    assert _local_path("file:///data/t") == Path("/data/t")
-    assert _local_path("s3a://bucket/t") is None
+def testlocal_path() -> None:
+    assert local_path("/data/t") == Path("/data/t")
+    assert local_path("file:/data/t") == Path("/data/t")
+    assert local_path("file:///data/t") == Path("/data/t")
+    assert local_path("s3a://bucket/t") is None
 
 
 class _JClass:

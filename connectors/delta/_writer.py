@@ -1,0 +1,184 @@
+"""The write of a DeltaSink's commit: an append/overwrite with the ``userMetadata`` tag (and
+Delta's txn id on the txn path), or a MERGE with the same as session confs; the empty table
+a MERGE creates; :func:`dedupe_by_key`, which gives a MERGE one source row per key."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from connectors.core.batch import BatchContext
+from connectors.core.ledger import BATCH_JOB_QUERY_ID
+from connectors.delta._errors import translate
+from connectors.delta._meta import CommitTag
+from connectors.delta._options import Mode
+from connectors.spark.batch import has_map
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "CONF_TXN_APP_ID",
+    "CONF_TXN_AUTO_RESET",
+    "CONF_TXN_VERSION",
+    "CONF_USER_METADATA",
+    "DeltaWriter",
+    "dedupe_by_key",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Session confs through which Delta makes MERGE/UPDATE/DELETE idempotent (delta-io/delta
+#: #3934: they are session-wide, so only the query's own session may carry them).
+CONF_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+CONF_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+CONF_TXN_AUTO_RESET = "spark.databricks.delta.write.txnVersion.autoReset.enabled"
+CONF_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_MERGE_CONFS = (CONF_TXN_APP_ID, CONF_TXN_VERSION, CONF_TXN_AUTO_RESET, CONF_USER_METADATA)
+
+#: Serializes MERGEs that run on a session that is not a streaming query's own clone (a
+#: batch job's ``sink(df, run_id)``): the txn confs are session-wide there.
+_SHARED_SESSION_LOCK = threading.Lock()
+_RANK = "__connectors_rank"
+
+
+def dedupe_by_key(df: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """One row per key, chosen deterministically: the greatest row by value wins.
+
+    Rows are ranked within each key by every other column, descending, NULLs last
+    (columns holding maps, which Spark cannot order, by their JSON form); two rows that
+    tie on every column are identical, so whichever is kept, the result is the same.
+    MERGE then never sees two source rows for one target row.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F  # noqa: N812
+
+    order = []
+    for f in df.schema.fields:
+        if f.name in keys:
+            continue
+        col = F.col(f"`{f.name}`")
+        order.append((F.to_json(F.struct(col)) if has_map(f.dataType) else col).desc_nulls_last())
+    if not order:
+        return df.dropDuplicates(list(keys))
+    window = Window.partitionBy(*[F.col(f"`{k}`") for k in keys]).orderBy(*order)
+    return df.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1).drop(_RANK)
+
+
+@dataclass(frozen=True)
+class DeltaWriter:
+    """One batch's write into the table at ``location``, with the sink's options; the
+    sink builds one per commit (``commit_batch``, driver side)."""
+
+    location: str
+    sink_id: str
+    mode: Mode
+    merge_on: tuple[str, ...]
+    merge_schema: bool
+    partition_by: tuple[str, ...]
+    delta_txn_id: bool
+    values_in_errors: bool
+
+    def write(self, df: DataFrame, ctx: BatchContext, tag: CommitTag, *,
+              new_table: bool) -> float:
+        """Write ``df`` as one Delta commit tagged ``tag`` (MERGE with ``merge_on``); return
+        Delta's write time in ms. ``new_table``: the sink knows no schema of the table yet
+        (an append then partitions by ``partition_by``). Errors are translated
+        (:func:`~connectors.delta._errors.translate`); without ``values_in_errors`` the
+        original, which may quote row values, is not chained."""
+        started = time.monotonic()
+        try:
+            if self.merge_on:
+                self._merge(df, ctx, tag)
+            else:
+                self._append(df, ctx, tag, new_table=new_table)
+            return (time.monotonic() - started) * 1000
+        except Exception as exc:
+            err = translate(
+                exc, doing=f"writing batch {ctx.batch_id} to {self.location}",
+                sink_id=self.sink_id, batch_id=ctx.batch_id,
+                values_in_errors=self.values_in_errors,
+            )
+            if err is exc:
+                raise
+            if self.values_in_errors:
+                raise err from exc
+            raise err from None  # the original's text may quote row values
+
+    def _append(self, df: DataFrame, ctx: BatchContext, tag: CommitTag, *,
+                new_table: bool) -> None:
+        writer = (
+            df.write.format("delta")
+            .mode(self.mode)
+            .option("userMetadata", tag.to_json())
+        )
+        if self.delta_txn_id:
+            writer = (writer.option("txnAppId", ctx.app_id)
+                      .option("txnVersion", str(ctx.batch_id)))
+        if self.merge_schema:
+            writer = writer.option("mergeSchema", "true")
+        if self.partition_by and new_table:
+            writer = writer.partitionBy(*self.partition_by)
+        writer.save(self.location)
+
+    def create_empty(self, df: DataFrame) -> None:
+        """create_table for MERGE: an empty table with the batch's schema (one commit,
+        without a txn id: if the driver dies after it, the next run finds the table)."""
+        from delta.tables import DeltaTable
+
+        if DeltaTable.isDeltaTable(df.sparkSession, self.location):
+            return
+        writer = df.limit(0).write.format("delta").mode("append")
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        writer.save(self.location)
+        logger.info("sink %s: created the Delta table at %s", self.sink_id, self.location)
+
+    def _merge(self, df: DataFrame, ctx: BatchContext, tag: CommitTag) -> None:
+        from delta.tables import DeltaTable
+
+        session = df.sparkSession
+        source = dedupe_by_key(df, self.merge_on)
+        condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.merge_on)
+        with self._merge_confs(session, ctx, tag):
+            builder = (
+                DeltaTable.forPath(session, self.location).alias("t")
+                .merge(source.alias("s"), condition)
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+            )
+            if self.merge_schema:
+                builder = builder.withSchemaEvolution()
+            builder.execute()
+
+    @contextlib.contextmanager
+    def _merge_confs(
+        self, session: SparkSession, ctx: BatchContext, tag: CommitTag
+    ) -> Iterator[None]:
+        """The commit's session confs (the ``userMetadata`` tag; on the txn path Delta's
+        txn confs too), on ``session`` only, unset afterwards.
+
+        In ``foreachBatch`` the batch's session is the query's own clone, so two streaming
+        queries never see each other's confs. A batch job's session may be shared: MERGEs
+        on it are serialized by a process-wide lock.
+        """
+        streaming = ctx.query_id not in (None, BATCH_JOB_QUERY_ID)
+        lock = contextlib.nullcontext() if streaming else _SHARED_SESSION_LOCK
+        with lock:
+            conf = session.conf
+            try:
+                if self.delta_txn_id:
+                    conf.set(CONF_TXN_APP_ID, ctx.app_id)
+                    conf.set(CONF_TXN_VERSION, str(ctx.batch_id))
+                    # Delta clears the version after the commit; the app id stays: unset both.
+                    conf.set(CONF_TXN_AUTO_RESET, "true")
+                conf.set(CONF_USER_METADATA, tag.to_json())
+                yield
+            finally:
+                for key in _MERGE_CONFS:
+                    conf.unset(key)
