@@ -21,6 +21,7 @@ The sinks of each target load lazily: ``PostgresSink`` needs the ``postgres`` ex
 its extra raises an ImportError that says which extra to install.
 """
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.batch import BatchContext, BatchInput, TaskInfo
@@ -39,6 +40,7 @@ from connectors.core.errors import (
     RetriesExhaustedError,
     TransientError,
 )
+from connectors.core.families import DriverCommitSink, PreparedTransactionSink, TaskCommitSink
 from connectors.core.file_ledger import FileLedger
 from connectors.core.fingerprint import Fingerprint, fingerprint_batch
 from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit
@@ -53,12 +55,7 @@ from connectors.core.retry import (
     NoRetry,
     RetryPolicy,
 )
-from connectors.core.template import (
-    DriverCommitSink,
-    PreparedTransactionSink,
-    TaskCommitSink,
-    TwoPhaseCommitSink,
-)
+from connectors.core.template import TwoPhaseCommitSink
 from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
 
 if TYPE_CHECKING:
@@ -80,6 +77,12 @@ def _spark_front_end(data: Any, hash_rows_in_tasks: bool) -> tuple[BatchInput, s
 
 
 register_front_end(_spark_front_end)
+
+# Every module logs through ``logging.getLogger(__name__)``, below this package's logger
+# (as does the "connectors.metrics" channel). As the logging HOWTO advises libraries, the
+# only handler we add is a NullHandler: the application decides what is shown and where
+# (``logging.basicConfig(level=logging.INFO)`` shows our lines, metrics included).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 # Target sinks: public name -> module (imported on first use, so that the core works
 # without every client library installed).

@@ -34,7 +34,7 @@ from connectors.core.protocol import BatchState
 
 __all__ = ["FileLedger"]
 
-logger = logging.getLogger("connectors.core")
+logger = logging.getLogger(__name__)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -28,7 +28,7 @@ from typing import Generic, TypeVar
 
 __all__ = ["IdlePool"]
 
-logger = logging.getLogger("connectors.core.pool")
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -10,8 +10,8 @@ from confluent_kafka import Producer
 
 from connectors.core.batch import TaskBarrier
 from connectors.core.errors import ConnectorError
+from connectors.core.families import TaskCommitSink
 from connectors.core.tasks import SlotMarker
-from connectors.core.template import TaskCommitSink
 from connectors.kafka._config import (
     KafkaConfig,
     KafkaOptions,

@@ -28,7 +28,7 @@ from connectors.kafka._pool import MarkerReaders, config_key
 
 __all__ = ["Admin", "Record", "TopicInfo", "init_transactions", "read_committed"]
 
-logger = logging.getLogger("connectors.kafka")
+logger = logging.getLogger(__name__)
 
 #: How long a reader waits for a partition the cluster does not know yet (seconds). The
 #: sink's own topics are read right after the driver creates them or adds partitions: the

@@ -41,7 +41,7 @@ from connectors.kafka._io import Admin, init_transactions, read_committed
 
 __all__ = ["PLACEMENT_KEY", "PLACEMENT_ROW", "KafkaLedger", "ledger_transactional_id"]
 
-logger = logging.getLogger("connectors.kafka")
+logger = logging.getLogger(__name__)
 
 #: The ledger is pruned on every PRUNE_EVERY-th batch (it keeps ``keep_batches`` + this).
 PRUNE_EVERY = 10

@@ -19,11 +19,11 @@ import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.errors import DataLossError, FencedError
+from connectors.core.families import DriverCommitSink, PreparedTransactionSink, TaskCommitSink
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit, check_binding
 from connectors.core.protocol import BatchState
 from connectors.core.tasks import SlotMarker, SlotTransaction, TaskTransaction
-from connectors.core.template import DriverCommitSink, PreparedTransactionSink, TaskCommitSink
 
 __all__ = [
     "CommitBeforeDecisionSink",

@@ -1,0 +1,193 @@
+"""The three protocol families (:class:`~connectors.core.protocol.Family`) authors subclass.
+
+Each is :class:`~connectors.core.template.TwoPhaseCommitSink` plus its family's hooks:
+:class:`PreparedTransactionSink` (tasks prepare, the driver decides and commits),
+:class:`TaskCommitSink` (each slot commits in its task, made idempotent by a marker),
+:class:`DriverCommitSink` (the driver commits the whole batch once, idempotently). Each
+hook's docstring says who calls it, when, and which idempotency it must guarantee.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterable
+from typing import Any, ClassVar, Generic, TypeVar
+
+import pyarrow as pa
+
+from connectors.core.batch import BatchContext, BatchInput
+from connectors.core.errors import ConfigurationError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledger import TaskCommit
+from connectors.core.protocol import Family
+from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
+
+__all__ = ["DriverCommitSink", "PreparedTransactionSink", "TaskCommitSink"]
+
+H = TypeVar("H")
+
+
+class PreparedTransactionSink(TwoPhaseCommitSink, Generic[H]):
+    """Family PREPARE_IN_TASK: tasks prepare, the driver decides and commits (XA style).
+
+    ``H`` is the sink's handle for one open transaction in a task (e.g. a connection).
+    The commit point is the decision in the ledger: prepared transactions with no decision
+    are rolled back (presumed abort), decided ones are always committed.
+    """
+
+    family: ClassVar[Family] = Family.PREPARE_IN_TASK
+
+    # ---- executor side ----
+    @abstractmethod
+    def begin_transaction(self, txn: TaskTransaction) -> H:
+        """Task: open a transaction named ``str(txn.transaction_id)``; return its handle."""
+
+    @abstractmethod
+    def write(self, handle: H, batch: pa.RecordBatch) -> None:
+        """Task: write one Arrow record batch into the transaction."""
+
+    @abstractmethod
+    def pre_commit(self, handle: H, fingerprint: Fingerprint) -> bytes:
+        """Task: flush and prepare; the transaction must then survive this process.
+
+        Return participant-specific bytes the driver needs to commit (often ``b""``).
+        Release the handle's resources (a prepared transaction outlives its connection).
+        """
+
+    @abstractmethod
+    def abort_transaction(self, handle: H) -> None:
+        """Task: roll back and release an unprepared transaction after a failure."""
+
+    # ---- driver side ----
+    @abstractmethod
+    def commit(self, commit: TaskCommit) -> None:
+        """Driver: commit a prepared transaction that the ledger decided.
+
+        Idempotent: committing one that is already committed does nothing. If it is
+        neither prepared nor provably committed, raise
+        :class:`~connectors.core.errors.DataLossError` (never presume a commit). Raise
+        :class:`~connectors.core.errors.TransientError` for failures worth retrying.
+        """
+
+    @abstractmethod
+    def abort(self, transaction_id: str) -> None:
+        """Driver: roll back a prepared transaction; nothing to do if it does not exist."""
+
+    @abstractmethod
+    def recover(self) -> Iterable[str]:
+        """Driver: ids of this sink's transactions that are prepared right now.
+
+        The template keeps only ids whose sink id is exactly this sink's, so a loose
+        filter here (e.g. by prefix) cannot touch another sink.
+        """
+
+
+class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
+    """Family COMMIT_IN_TASK: each slot's task commits its own transaction with a marker.
+
+    For targets whose transactions cannot outlive the process that opened them (Kafka).
+    Rows are placed into ``slots`` partitions by a hash of their content, so a replay puts
+    every row in the same slot; each slot's transaction carries a marker (sink, batch,
+    slot, fingerprint), and a replayed slot that finds its marker writes nothing.
+
+    Args:
+        slots: number of slots (and transactional ids): bounded, and fixed for the sink.
+        slot_columns: columns hashed to place rows (default: every column).
+        barrier: run the slots in Spark's barrier mode (all start together).
+    """
+
+    family: ClassVar[Family] = Family.COMMIT_IN_TASK
+
+    def __init__(
+        self,
+        *,
+        sink_id: str,
+        slots: int,
+        slot_columns: list[str] | None = None,
+        barrier: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(sink_id=sink_id, **kwargs)
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ConfigurationError("slots must be an int >= 1", sink_id=sink_id)
+        self.slots = slots
+        self.slot_columns = list(slot_columns) if slot_columns is not None else None
+        self.barrier = bool(barrier)
+        #: A column whose non-null values alone place a row (every row of a key in one slot,
+        #: in its input partition's order); ``None``: by content. A sink sets it per batch,
+        #: and must replay a batch with the placement it was started with.
+        self.slot_key: str | None = None
+
+    # ---- executor side ----
+    @abstractmethod
+    def open_slot(self, slot: SlotTransaction) -> H:
+        """Task: fence the slot's previous owner and begin its transaction."""
+
+    @abstractmethod
+    def read_marker(self, handle: H) -> SlotMarker | None:
+        """Task, after fencing: the slot's committed marker for this batch, if any.
+
+        A read that fails must raise: it never counts as "no marker".
+        """
+
+    @abstractmethod
+    def write(self, handle: H, batch: pa.RecordBatch) -> None:
+        """Task: write one Arrow record batch into the slot's transaction."""
+
+    @abstractmethod
+    def commit_slot(self, handle: H, marker: SlotMarker) -> bytes | None:
+        """Task: write ``marker`` in the same transaction as the rows, then commit."""
+
+    @abstractmethod
+    def abort_slot(self, handle: H) -> None:
+        """Task: abort the slot's transaction (if open) and release it."""
+
+    # ---- driver side ----
+    @abstractmethod
+    def fence_all(self) -> int:
+        """Driver, at (re)start and after a failed batch: fence every slot this sink ever
+        used, so no transaction of a dead run stays open. Returns how many were fenced."""
+
+    def partition_input(self, batch: BatchInput) -> BatchInput:
+        """Driver: the rows placed into :attr:`slots` partitions by a hash of their content
+        (of :attr:`slot_key` where it is set and not null), deterministically."""
+        return batch.slotted(self.slots, self.slot_columns, key=self.slot_key)
+
+
+class DriverCommitSink(TwoPhaseCommitSink):
+    """Family COMMIT_ON_DRIVER: the driver commits the whole batch once, idempotently.
+
+    For targets with an idempotent batch commit keyed by (sink, batch id), such as Delta
+    Lake's ``txnAppId``/``txnVersion``.
+    """
+
+    family: ClassVar[Family] = Family.COMMIT_ON_DRIVER
+    #: ``True`` when :meth:`commit_batch` observes the batch's fingerprint inside its own
+    #: write and returns it: then no separate fingerprint job runs before a fresh write
+    #: (:meth:`fingerprint_input` is still used to check replays).
+    fingerprint_in_commit: ClassVar[bool] = False
+
+    @abstractmethod
+    def is_committed(self, ctx: BatchContext) -> bool:
+        """Driver: does the target itself record ``(ctx.app_id, ctx.batch_id)`` committed?"""
+
+    @abstractmethod
+    def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> Fingerprint | None:
+        """Driver: write and commit the whole batch atomically, idempotently keyed by
+        ``(ctx.app_id, ctx.batch_id)``.
+
+        Called again after a crash; if the target already has the key it must do
+        nothing. Raise :class:`~connectors.core.errors.TransientError` to be retried.
+        Returns the batch's fingerprint if the write observed it
+        (:attr:`fingerprint_in_commit`), else ``None``.
+        """
+
+    def committed_fingerprint(self, ctx: BatchContext) -> Fingerprint | None:
+        """Driver, on the replay of a batch the ledger recorded *without* a fingerprint
+        (:meth:`commit_batch` returned ``None``): the fingerprint of what the target holds
+        for ``(ctx.app_id, ctx.batch_id)``, recomputed from the target, or ``None`` to skip
+        the check. A sink whose commit keeps the rows as written (Delta appends) can verify
+        replays this way at no cost on the normal path. Default: ``None``.
+        """
+        return None
