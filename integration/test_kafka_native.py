@@ -22,7 +22,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[att
 from pyspark.sql import SparkSession
 
 from connectors.kafka._batch import BatchProducer
-from connectors.kafka._native import NativeProducer, attach, murmur2
+from connectors.kafka._native import murmur2
+from connectors.kafka._native_produce import NativeProducer, attach
 from connectors.kafka._records import _produce_records
 from integration._kafka import (
     KafkaTarget,

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from connectors.core.errors import BadInputError
 from connectors.kafka._batch import BatchProducer, has_public_batch
-from connectors.kafka._native import NativeProducer, attach
+from connectors.kafka._native_produce import NativeProducer, attach
 from connectors.kafka._placement import MURMUR2_PARTITIONERS
 
 __all__ = ["PRODUCE_PATHS", "RecordLimits", "check_schema", "fast_producer", "produce_batch",

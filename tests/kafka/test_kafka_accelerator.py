@@ -19,14 +19,8 @@ from connectors.core.errors import ConfigurationError
 from connectors.kafka import _native
 from connectors.kafka._batch import BatchProducer
 from connectors.kafka._config import KafkaOptions
-from connectors.kafka._native import (
-    ACCELERATORS_ENV,
-    VERIFIED,
-    NativeProducer,
-    attach,
-    decide,
-    layout_triple,
-)
+from connectors.kafka._native import ACCELERATORS_ENV, VERIFIED, decide, layout_triple
+from connectors.kafka._native_produce import NativeProducer, attach
 from connectors.kafka._records import fast_producer
 
 

@@ -12,15 +12,8 @@ import pytest
 from confluent_kafka import Producer
 
 from connectors.kafka import _native
-from connectors.kafka._native import (
-    MESSAGE,
-    VERIFIED,
-    _Lib,
-    _pointers,
-    attach,
-    layout_triple,
-    murmur2,
-)
+from connectors.kafka._native import MESSAGE, VERIFIED, _Lib, layout_triple, murmur2
+from connectors.kafka._native_produce import _pointers, attach
 
 
 @pytest.fixture
