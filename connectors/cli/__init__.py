@@ -36,7 +36,7 @@ from connectors.core.errors import ConfigurationError, ConnectorError
 
 __all__ = ["main"]
 
-logger = logging.getLogger("connectors.cli")
+logger = logging.getLogger(__name__)
 
 TargetFactory = Callable[[argparse.Namespace], Target]
 

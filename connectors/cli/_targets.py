@@ -22,7 +22,7 @@ from connectors.core.protocol import BatchState
 
 __all__ = ["PostgresTarget", "Target"]
 
-logger = logging.getLogger("connectors.cli")
+logger = logging.getLogger(__name__)
 
 
 class Target(ABC):

@@ -15,7 +15,8 @@ require("psycopg", extra="postgres", feature="connectors.postgres")
 require("pgpq", extra="postgres", feature="connectors.postgres")
 
 from connectors.postgres._config import Conninfo  # noqa: E402
+from connectors.postgres._gid import XID_FORMAT_ID  # noqa: E402
 from connectors.postgres._ledger import PostgresLedger  # noqa: E402
-from connectors.postgres._sink import XID_FORMAT_ID, PostgresSink  # noqa: E402
+from connectors.postgres._sink import PostgresSink  # noqa: E402
 
 __all__ = ["XID_FORMAT_ID", "Conninfo", "PostgresLedger", "PostgresSink"]

@@ -8,6 +8,8 @@ the gids stay byte-identical to those of earlier releases (which prepared throug
 
 The encoding is written here rather than borrowed from ``psycopg.Xid``: the task side speaks
 plain SQL, and the one format the sink depends on should not move with a client library.
+:func:`gid_of` and :func:`transaction_id_of` map the library's transaction ids to gids and
+back.
 
 Example::
 
@@ -26,7 +28,10 @@ import base64
 import binascii
 import re
 
-__all__ = ["MAX_PART", "XID_FORMAT_ID", "decode_gid", "encode_gid"]
+from connectors.core.naming import TransactionId
+
+__all__ = ["MAX_PART", "XID_FORMAT_ID", "decode_gid", "encode_gid", "gid_of",
+           "transaction_id_of"]
 
 #: The XA format id of every xid this library prepares ("EOS1" in ASCII).
 XID_FORMAT_ID = 0x454F5331
@@ -61,3 +66,17 @@ def decode_gid(gid: str) -> tuple[int, str, str] | None:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
     return (format_id, gtrid, bqual) if canonical == gid else None
+
+
+def gid_of(tid: TransactionId) -> str:
+    """The gid of ``PREPARE TRANSACTION`` for ``tid``: byte-identical to earlier releases'."""
+    gtrid, bqual = tid.xid_parts()
+    return encode_gid(XID_FORMAT_ID, gtrid, bqual)
+
+
+def transaction_id_of(gid: str) -> TransactionId | None:
+    """The transaction id a gid of this library names; ``None`` for any other gid."""
+    xid = decode_gid(gid)
+    if xid is None or xid[0] != XID_FORMAT_ID:
+        return None
+    return TransactionId.from_xid_parts(xid[1], xid[2])

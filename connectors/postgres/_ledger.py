@@ -12,6 +12,10 @@ Deciding, aborting and binding run in transactions that take a per-sink advisory
 (``pg_advisory_xact_lock``) and check the epoch: every driver run bumps the epoch when it
 starts, so an older driver (a zombie, or a second driver on the same checkpoint) can no
 longer decide or abort once a newer one took over.
+
+Here: the driver's connection (:class:`DriverConnection`, which the sink's driver side
+shares) and the ledger's operations; the tables' DDL and the larger statements are in
+:mod:`connectors.postgres._ledger_sql`.
 """
 
 from __future__ import annotations
@@ -25,13 +29,19 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from connectors.core.errors import ConnectorError, FencedError, ProtocolStateError
-from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit, check_binding
+from connectors.core.ledger import Ledger, LedgerEntry, check_binding
 from connectors.core.protocol import BatchState
 from connectors.postgres._config import Conninfo, TableName
 from connectors.postgres._errors import raise_translated, translate
+from connectors.postgres._ledger_sql import (
+    ENTRY_COLUMNS,
+    decide_statement,
+    entry_of,
+    ledger_ddl,
+    prune_statement,
+)
 
-__all__ = ["DriverConnection", "PostgresLedger", "ledger_ddl"]
+__all__ = ["DriverConnection", "PostgresLedger"]
 
 
 class DriverConnection:
@@ -68,6 +78,13 @@ class DriverConnection:
             self._connected = True
         return self._conn
 
+    def fetch(self, doing: str, statement: str, **ids: Any) -> list[Any]:
+        """Run one statement on this connection; its rows, errors translated."""
+        with self.lock:
+            conn = self.get()
+            return raise_translated(lambda: conn.execute(statement).fetchall(),
+                                    lambda exc: self.error(exc, doing, **ids))
+
     def error(self, exc: BaseException, doing: str, **ids: Any) -> ConnectorError:
         """``exc`` translated (see :func:`~connectors.postgres._errors.translate`)."""
         if isinstance(exc, ConnectorError):
@@ -81,60 +98,8 @@ class DriverConnection:
             self._conn = None
 
 
-def ledger_ddl(ledger: TableName) -> dict[str, list[sql.Composed]]:
-    """CREATE statements of the ledger tables (idempotent), by table suffix."""
-    return {
-        "": [sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
-            "run_id text NOT NULL, state text NOT NULL CHECK (state IN ('DECIDED','COMMITTED')),"
-            " commits jsonb NOT NULL, fp_rows bigint, fp_digest text, query_id text, "
-            "decided_at timestamptz NOT NULL DEFAULT now(), committed_at timestamptz, "
-            "PRIMARY KEY (sink_id, batch_id))"
-        ).format(ledger.sql())],
-        "_aborts": [sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, "
-            "run_id text NOT NULL, aborted_at timestamptz NOT NULL DEFAULT now(), "
-            "PRIMARY KEY (sink_id, batch_id, run_id))"
-        ).format(ledger.sql("_aborts"))],
-        "_bindings": [sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {} (sink_id text PRIMARY KEY, query_id text, "
-            "generation integer NOT NULL DEFAULT 0, epoch bigint NOT NULL DEFAULT 0, "
-            "updated_at timestamptz NOT NULL DEFAULT now())"
-        ).format(ledger.sql("_bindings"))],
-        "_receipts": [
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (xid text PRIMARY KEY, sink_id text NOT NULL, "
-                "batch_id bigint NOT NULL, rows bigint NOT NULL, digest text NOT NULL, "
-                "committed_at timestamptz NOT NULL DEFAULT now())"
-            ).format(ledger.sql("_receipts")),
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (sink_id, batch_id)").format(
-                sql.Identifier(ledger.name + "_receipts_batch"), ledger.sql("_receipts")),
-        ],
-    }
-
-
 #: The ledger is pruned on every PRUNE_EVERY-th batch (it keeps ``keep_batches`` + this).
 PRUNE_EVERY = 10
-
-_COLUMNS = sql.SQL(
-    "sink_id, batch_id, run_id, state, commits, fp_rows, fp_digest, query_id, "
-    "extract(epoch from decided_at)"
-)
-
-
-def _entry(row: Sequence[Any]) -> LedgerEntry:
-    sink_id, batch_id, run_id, state, commits, fp_rows, fp_digest, query_id, decided = row
-    fp = Fingerprint(int(fp_rows), int(fp_digest, 16)) if fp_rows is not None else None
-    return LedgerEntry(
-        sink_id=sink_id,
-        batch_id=int(batch_id),
-        run_id=run_id,
-        state=BatchState(state),
-        commits=tuple(TaskCommit.from_json(c) for c in commits),
-        fingerprint=fp,
-        query_id=query_id,
-        decided_at=float(decided),
-    )
 
 
 class PostgresLedger(Ledger):
@@ -258,8 +223,8 @@ class PostgresLedger(Ledger):
         self, conn: psycopg.Connection[Any], where: str, params: tuple[Any, ...]
     ) -> list[LedgerEntry]:
         query = sql.SQL("SELECT {} FROM {} WHERE sink_id = %s {} ORDER BY batch_id").format(
-            _COLUMNS, self.table.sql(), sql.SQL(where))
-        return [_entry(r) for r in conn.execute(query, (self.sink_id, *params)).fetchall()]
+            ENTRY_COLUMNS, self.table.sql(), sql.SQL(where))
+        return [entry_of(r) for r in conn.execute(query, (self.sink_id, *params)).fetchall()]
 
     def _one(self, conn: psycopg.Connection[Any], batch_id: int) -> LedgerEntry | None:
         found = self._select(conn, "AND batch_id = %s", (batch_id,))
@@ -283,20 +248,7 @@ class PostgresLedger(Ledger):
         }
         # One statement after the lease: epoch check, abort check and the first-insert-wins
         # insert (READ COMMITTED: its snapshot is taken after the lock was granted).
-        statement = sql.SQL(
-            "WITH ep AS (SELECT epoch FROM {bindings} WHERE sink_id = %(s)s), "
-            "ab AS (SELECT 1 FROM {aborts} WHERE sink_id = %(s)s AND batch_id = %(b)s "
-            "AND run_id = %(r)s), "
-            "ins AS (INSERT INTO {ledger} (sink_id, batch_id, run_id, state, commits, fp_rows, "
-            "fp_digest, query_id, committed_at) SELECT %(s)s, %(b)s, %(r)s, %(st)s, %(c)s, "
-            "%(fr)s, %(fd)s, %(q)s, CASE WHEN %(done)s THEN now() END "
-            "WHERE (%(e)s::bigint IS NULL OR (SELECT epoch FROM ep) = %(e)s::bigint) "
-            "AND NOT EXISTS (SELECT 1 FROM ab) "
-            "ON CONFLICT (sink_id, batch_id) DO NOTHING RETURNING 1) "
-            "SELECT (SELECT epoch FROM ep), EXISTS (SELECT 1 FROM ab), "
-            "EXISTS (SELECT 1 FROM ins)"
-        ).format(bindings=self.table.sql("_bindings"), aborts=self.table.sql("_aborts"),
-                 ledger=self.table.sql())
+        statement = decide_statement(self.table)
 
         def decide(conn: psycopg.Connection[Any]) -> LedgerEntry:
             # Fast path, one round trip: BEGIN, the lease, the statement and COMMIT in a
@@ -379,8 +331,6 @@ class PostgresLedger(Ledger):
         return int(row[0]) if row and row[0] is not None else None
 
     def prune(self, keep: int) -> None:
-        t = self.table
-
         # Housekeeping: every PRUNE_EVERY-th call is enough.
         self._prunes += 1
         if (self._prunes - 1) % PRUNE_EVERY:
@@ -391,19 +341,7 @@ class PostgresLedger(Ledger):
                 conn.execute("SET LOCAL synchronous_commit TO off")  # housekeeping only
                 conn.execute(*statement)
 
-        statement = (
-            sql.SQL(
-                "WITH cutoff AS (SELECT batch_id FROM {l} WHERE sink_id = %(s)s "
-                "ORDER BY batch_id DESC OFFSET %(k)s LIMIT 1), "
-                "d1 AS (DELETE FROM {l} WHERE sink_id = %(s)s AND state = 'COMMITTED' "
-                "AND batch_id <= (SELECT batch_id FROM cutoff)), "
-                "d2 AS (DELETE FROM {a} WHERE sink_id = %(s)s "
-                "AND batch_id <= (SELECT batch_id FROM cutoff)) "
-                "DELETE FROM {r} WHERE sink_id = %(s)s "
-                "AND batch_id <= (SELECT batch_id FROM cutoff)"
-            ).format(l=t.sql(), a=t.sql("_aborts"), r=t.sql("_receipts")),
-            {"s": self.sink_id, "k": keep},
-        )
+        statement = (prune_statement(self.table), {"s": self.sink_id, "k": keep})
         self._run("pruning the ledger", prune)
 
     def receipt(self, transaction_id: str) -> bool:

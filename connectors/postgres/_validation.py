@@ -1,0 +1,113 @@
+"""Driver side, before a batch is written: the target table and the server's capacity.
+
+- :func:`plan_table`: the table exists (or is created from the batch's schema), every
+  column of the batch fits one of its columns, the upsert keys are in the batch; the result
+  is the :class:`~connectors.postgres._types.WritePlan` the tasks write with;
+- :func:`check_max_prepared`: ``max_prepared_transactions`` covers every task of the batch
+  (each prepares one transaction); the error names the setting and the value to use.
+
+Both run on the driver's connection (:class:`~connectors.postgres._ledger.DriverConnection`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from connectors.core.errors import BadInputError, ConfigurationError
+from connectors.postgres._config import PostgresOptions, TableName
+from connectors.postgres._errors import raise_translated
+from connectors.postgres._ledger import DriverConnection
+from connectors.postgres._types import Column, WritePlan, ddl_type, plan_write
+
+__all__ = ["OPERATOR_TABLE", "check_max_prepared", "plan_table", "read_columns"]
+
+logger = logging.getLogger(__name__)
+
+#: The placeholder table of :meth:`PostgresSink.operator` instances.
+OPERATOR_TABLE = "pg_catalog.connectors_operator_no_table"
+
+
+def read_columns(conn: psycopg.Connection[Any], table: TableName) -> list[Column]:
+    """The columns of ``table`` in order; empty if it does not exist."""
+    rows = conn.execute(
+        "SELECT a.attname, t.typname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
+        "a.atthasdef FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum",
+        (table.schema, table.name),
+    ).fetchall()
+    return [Column(r[0], r[1], r[2], bool(r[3]), bool(r[4])) for r in rows]
+
+
+def _create_table(
+    conn: psycopg.Connection[Any], options: PostgresOptions, schema: pa.Schema, sink_id: str
+) -> None:
+    columns = [
+        sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(ddl_type(f.type)))
+        for f in schema
+    ]
+    if options.key_columns:
+        columns.append(sql.SQL("PRIMARY KEY ({})").format(
+            sql.SQL(", ").join(map(sql.Identifier, options.key_columns))))
+    conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+        options.table.sql(), sql.SQL(", ").join(columns)))
+    logger.info("sink %s: created table %s", sink_id, options.table)
+
+
+def plan_table(
+    db: DriverConnection, options: PostgresOptions, schema: pa.Schema, *, sink_id: str
+) -> WritePlan:
+    """The table exists (or is created), every column fits, keys are in the batch."""
+    table = options.table
+    if table == TableName.parse(OPERATOR_TABLE):
+        raise ConfigurationError("PostgresSink.operator(...) settles transactions; it "
+                                 "cannot write: create a PostgresSink with a table",
+                                 sink_id=sink_id)
+    with db.lock:
+        conn = db.get()
+
+        def read() -> list[Column]:
+            columns = read_columns(conn, table)
+            if not columns and options.create_table:
+                _create_table(conn, options, schema, sink_id)
+                columns = read_columns(conn, table)
+            return columns
+
+        columns = raise_translated(
+            read, lambda exc: db.error(exc, f"reading the columns of {table}"))
+    if not columns:
+        raise BadInputError(
+            f"table {table} does not exist: create it, or pass create_table=True",
+            sink_id=sink_id,
+        )
+    plan = plan_write(str(table), schema, columns)
+    missing_keys = [k for k in options.key_columns if k not in plan.columns]
+    if missing_keys:
+        raise BadInputError(
+            f"key column(s) {', '.join(missing_keys)} are not in the batch",
+            sink_id=sink_id,
+        )
+    return plan
+
+
+def check_max_prepared(db: DriverConnection, tasks: int, *, sink_id: str) -> int:
+    """The server's ``max_prepared_transactions`` if it is at least ``tasks``, else a
+    :class:`~connectors.core.errors.ConfigurationError` that says what to set."""
+    rows = db.fetch("reading max_prepared_transactions", "SHOW max_prepared_transactions")
+    limit = int(rows[0][0]) if rows else 0
+    if limit < tasks:
+        needed = max(64, tasks * 2)
+        raise ConfigurationError(
+            f"max_prepared_transactions is {limit} on the server, below the {tasks} "
+            f"task(s) of this batch that each prepare a transaction: set "
+            f"max_prepared_transactions = {needed} in postgresql.conf (ALTER SYSTEM SET "
+            f"max_prepared_transactions = {needed}) and restart PostgreSQL",
+            sink_id=sink_id,
+        )
+    return limit
