@@ -152,3 +152,43 @@ def test_the_core_runs_without_pyspark_installed(module: str) -> None:
                             timeout=120, cwd=PACKAGE.parent)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+#: Where pyspark may be imported: the Spark adapter package, and the sinks' Spark-facing
+#: modules that docs/architecture.md names ("Spark-facing modules"). Delta Lake's writer is
+#: Spark itself, so the whole Delta package faces Spark; Kafka only for its record checks
+#: on a DataFrame; the CLI for the demo's job.
+SPARK_FACING = ("connectors.spark", "connectors.delta", "connectors.kafka._scan",
+                "connectors.kafka._spark", "connectors.cli._job")
+
+
+def _facing(module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in SPARK_FACING)
+
+
+def test_pyspark_only_in_the_adapter_and_the_declared_spark_facing_modules() -> None:
+    direct = {m: pyspark_imports(p) for m, p in modules().items() if not _facing(m)}
+    assert not {m: ln for m, ln in direct.items() if ln}, direct
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    section = doc.split("Spark-facing modules", 1)[1][:1500]
+    for name in SPARK_FACING:
+        path = name.replace(".", "/")
+        assert path in section, f"docs/architecture.md does not name {path} as Spark-facing"
+
+
+def test_no_sink_asks_for_the_batch_input_type() -> None:
+    # Sinks ask the input for capabilities (BatchInput's declared hooks), never for its type.
+    for name, path in modules().items():
+        if name.startswith("connectors.spark") or name.startswith("connectors.core"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        used |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                 for a in n.names}
+        assert "SparkBatch" not in used, f"{name} uses SparkBatch"
+
+
+def test_every_module_fits_in_400_lines() -> None:
+    sizes = {m: len(p.read_text().splitlines()) for m, p in modules().items()}
+    assert not {m: n for m, n in sizes.items() if n > 400}, sorted(sizes.items(),
+                                                                    key=lambda kv: -kv[1])[:5]

@@ -23,12 +23,12 @@ from pyspark.sql.types import (
 )
 
 from connectors import KafkaSink, PostgresSink
+from connectors.spark._handover import _byte_string
+from connectors.spark._rows import _zoned
 from connectors.spark.batch import (
     MAX_BYTES,
     MAX_RECORDS,
     NO_SIZE_CHECK,
-    _byte_string,
-    _zoned,
     arrow_schema,
     arrow_settings,
     flat_schema,
@@ -64,11 +64,11 @@ def test_postgres_tasks_hash_their_rows_and_kafka_tasks_sum_the_jvm_s() -> None:
 
 _GC_PROBE = r'''
 import gc, json, sys
-from connectors.spark import batch as spark_batch
+from connectors.spark import _tasks as spark_tasks
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.tasks import TaskCommit, TaskInfo, TaskOutcome
 
-spark_batch._task_info = lambda: TaskInfo(partition=0, attempt_number=0, task_attempt_id=1)
+spark_tasks._task_info = lambda: TaskInfo(partition=0, attempt_number=0, task_attempt_id=1)
 kept = []
 
 def task(info, batches):
@@ -77,10 +77,10 @@ def task(info, batches):
         kept.append([[] for _ in range(10_000)])
     return TaskOutcome(commit=TaskCommit("t", 0, 1, Fingerprint()))
 
-run = spark_batch.outcome_task(task)
+run = spark_tasks.outcome_task(task)
 # A PySpark worker has pyarrow's lazy imports done before any task (it reads Arrow).
-spark_batch.pa.record_batch([spark_batch.pa.array([b""], spark_batch.pa.binary())],
-                            spark_batch._OUTCOME_SCHEMA)
+spark_tasks.pa.record_batch([spark_tasks.pa.array([b""], spark_tasks.pa.binary())],
+                            spark_tasks._OUTCOME_SCHEMA)
 TaskOutcome(commit=TaskCommit("t", 0, 1, Fingerprint())).to_bytes()
 counts = []
 for _ in range(3):
