@@ -26,19 +26,26 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
-import time
-from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 from connectors.delta import DeltaSink, DeltaSinks
-from examples.stream_to_files import INPUT_SCHEMA, make_input_files
+
+# The job loop (common flags, logging, session, sources, query); this file adds its sink.
+from examples._runner import (
+    INPUT_SCHEMA,
+    job_parser,
+    parse_job_args,
+    rate_as_input_rows,
+    run_timed,
+    stream,
+)
+from examples.stream_to_files import make_input_files
 
 __all__ = ["INPUT_SCHEMA", "build_session", "main", "make_input_files", "run"]
 
-log = logging.getLogger("examples.stream_to_delta")
+logger = logging.getLogger("examples.stream_to_delta")  # not __name__ ("__main__" under -m)
 
 
 def build_session(master: str, conf: list[str]) -> SparkSession:
@@ -70,78 +77,21 @@ def make_sinks(args: argparse.Namespace) -> DeltaSink | DeltaSinks:
     return DeltaSinks([main_sink, merge_sink])
 
 
-def _rate_rows(df: DataFrame) -> DataFrame:
-    """The rate source's ``(timestamp, value)`` as ``(id, name, amount, ts)``."""
-    return df.select(
-        sf.col("value").alias("id"),
-        sf.concat(sf.lit("rate-"), sf.col("value").cast("string")).alias("name"),
-        (sf.col("value") * sf.lit(0.25)).alias("amount"),
-        sf.col("timestamp").alias("ts"),
-    )
-
-
-def _with_key(df: DataFrame, key_mod: int) -> DataFrame:
-    return df.withColumn("key", sf.col("id") % sf.lit(key_mod)) if key_mod else df
-
-
 def run(args: argparse.Namespace) -> int:
     sink = make_sinks(args)  # validates the options before Spark starts
-    log.info("writing %s", sink)
+    logger.info("writing %s", sink)
     spark = build_session(args.master, args.conf)
-    try:
-        write: Callable[[DataFrame, int], None]
-        if args.source == "files":
-            df = (
-                spark.readStream.schema(INPUT_SCHEMA)
-                .option("maxFilesPerTrigger", 1)
-                .json(args.input)
-            )
-            df = _with_key(df, args.key_mod)
-            query = (
-                df.writeStream.foreachBatch(sink)
-                .option("checkpointLocation", args.checkpoint)
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination()
-            return 0
 
-        done = threading.Event()
+    def with_key(df: DataFrame) -> DataFrame:
+        """``--key-mod N``: a column ``key = id % N`` for ``--merge-on key``."""
+        return df.withColumn("key", sf.col("id") % sf.lit(args.key_mod)) if args.key_mod else df
 
-        def write(batch_df: DataFrame, batch_id: int) -> None:
-            if batch_id >= args.batches:
-                done.set()  # past the planned batches: write nothing, let main stop the query
-                return
-            sink(_with_key(_rate_rows(batch_df), args.key_mod), batch_id)
-
-        df = (
-            spark.readStream.format("rate-micro-batch")
-            .option("rowsPerBatch", args.rows_per_batch)
-            .option("numPartitions", 2)
-            .option("startTimestamp", 0)
-            .load()
-        )
-        query = (
-            df.writeStream.foreachBatch(write)
-            .option("checkpointLocation", args.checkpoint)
-            .trigger(processingTime="100 milliseconds")
-            .start()
-        )
-        while not done.wait(0.2):
-            if not query.isActive:
-                query.awaitTermination()  # raises the query's error
-                return 1
-        query.stop()
-        return 0
-    finally:
-        sink.close()
-        spark.stop()
+    return stream(spark, args, sink, files=with_key,
+                  rate=lambda df: with_key(rate_as_input_rows(df)))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", choices=["files", "rate"], default="files")
-    parser.add_argument("--input", help="input directory of JSON files (files source)")
+    parser = job_parser(__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--path", required=True, help="the Delta table's path")
     parser.add_argument("--sink-id", default="events-delta")
@@ -152,22 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge-path", default="",
                         help="a second table, MERGEd on key by a second sink (needs --key-mod)")
     parser.add_argument("--merge-sink-id", default="events-merge")
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--batches", type=int, default=5, help="rate source: batches to write")
-    parser.add_argument("--rows-per-batch", type=int, default=1000)
-    parser.add_argument("--conf", action="append", default=[], help="extra Spark conf k=v")
-    args = parser.parse_args(argv)
-    if args.source == "files" and not args.input:
-        parser.error("--source files needs --input")
+    args = parse_job_args(parser, argv)
     keys = [k.strip() for k in args.merge_on.split(",")]
     if (args.merge_path or "key" in keys) and not args.key_mod:
         parser.error("MERGE on key needs --key-mod N")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    start = time.monotonic()
-    code = run(args)
-    log.info("finished in %.1f s", time.monotonic() - start)
-    return code
+    return run_timed(run, args, logger)
 
 
 if __name__ == "__main__":

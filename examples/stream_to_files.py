@@ -19,15 +19,22 @@ import argparse
 import json
 import logging
 import os
-import threading
-import time
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
-
+# The job loop (common flags, logging, session, sources, query); this file adds its sink.
+from examples._runner import (
+    INPUT_SCHEMA,
+    add_run_flags,
+    build_session,
+    job_parser,
+    run_timed,
+    stream,
+)
 from examples.fs_sink import FileSystemSink
 
-INPUT_SCHEMA = "id LONG, name STRING, amount DOUBLE, ts TIMESTAMP"
+__all__ = ["INPUT_SCHEMA", "build_session", "main", "make_input_files", "run"]
+
+logger = logging.getLogger("examples")  # not __name__ ("__main__" under python -m)
 
 
 def make_input_files(directory: str | os.PathLike[str], files: int, rows_per_file: int) -> int:
@@ -49,90 +56,19 @@ def make_input_files(directory: str | os.PathLike[str], files: int, rows_per_fil
     return n
 
 
-def build_session(master: str, conf: list[str]) -> SparkSession:
-    builder = (
-        SparkSession.builder.master(master)
-        .appName("connectors-stream-to-files")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        # Small splits: every input file becomes several tasks, so a batch has several
-        # transactions to prepare and commit.
-        .config("spark.sql.files.maxPartitionBytes", "16k")
-    )
-    for item in conf:
-        key, _, value = item.partition("=")
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
-
-
 def run(args: argparse.Namespace) -> int:
     spark = build_session(args.master, args.conf)
     sink = FileSystemSink(args.out, sink_id=args.sink_id)
-    if args.source == "files":
-        df = (
-            spark.readStream.schema(INPUT_SCHEMA)
-            .option("maxFilesPerTrigger", 1)
-            .json(args.input)
-        )
-        query = (
-            df.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", args.checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        spark.stop()
-        return 0
-
-    done = threading.Event()
-
-    def write(batch_df: DataFrame, batch_id: int) -> None:
-        if batch_id >= args.batches:
-            done.set()  # past the planned batches: write nothing, let main stop the query
-            return
-        sink(batch_df, batch_id)
-
-    df = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", args.rows_per_batch)
-        .option("numPartitions", 2)
-        .option("startTimestamp", 0)
-        .load()
-    )
-    query = (
-        df.writeStream.foreachBatch(write)
-        .option("checkpointLocation", args.checkpoint)
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
-    while not done.wait(0.2):
-        if not query.isActive:
-            query.awaitTermination()  # raises the query's error
-            return 1
-    query.stop()
-    spark.stop()
-    return 0
+    return stream(spark, args, sink)  # the rate source's (timestamp, value) rows as they are
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", choices=["files", "rate"], default="files")
-    parser.add_argument("--input", help="input directory of JSON files (files source)")
+    parser = job_parser(__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--sink-id", default="files")
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--batches", type=int, default=5, help="rate source: batches to write")
-    parser.add_argument("--rows-per-batch", type=int, default=1000)
-    parser.add_argument("--conf", action="append", default=[], help="extra Spark conf k=v")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    start = time.monotonic()
-    code = run(args)
-    logging.getLogger("examples").info("finished in %.1f s", time.monotonic() - start)
-    return code
+    add_run_flags(parser)
+    return run_timed(run, parser.parse_args(argv), logger)
 
 
 if __name__ == "__main__":

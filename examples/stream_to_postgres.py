@@ -24,20 +24,25 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import threading
-import time
-
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as sf
 
 from connectors.postgres import PostgresSink
-from examples.stream_to_files import INPUT_SCHEMA, build_session, make_input_files
+
+# The job loop (common flags, logging, session, sources, query); this file adds its sink.
+from examples._runner import (
+    INPUT_SCHEMA,
+    build_session,
+    job_parser,
+    parse_job_args,
+    rate_as_input_rows,
+    run_timed,
+    stream,
+)
+from examples.stream_to_files import make_input_files
 
 __all__ = ["ENV_CONNINFO", "INPUT_SCHEMA", "main", "make_input_files", "run"]
 
 ENV_CONNINFO = "EOS_POSTGRES_CONNINFO"
-log = logging.getLogger("examples.stream_to_postgres")
+logger = logging.getLogger("examples.stream_to_postgres")  # not __name__ ("__main__" under -m)
 
 
 def make_sink(args: argparse.Namespace) -> PostgresSink:
@@ -54,74 +59,18 @@ def make_sink(args: argparse.Namespace) -> PostgresSink:
     )
 
 
-def _rate_rows(df: DataFrame) -> DataFrame:
-    """The rate source's ``(timestamp, value)`` as the table's ``(id, name, amount, ts)``."""
-    return df.select(
-        sf.col("value").alias("id"),
-        sf.concat(sf.lit("rate-"), sf.col("value").cast("string")).alias("name"),
-        (sf.col("value") * sf.lit(0.25)).alias("amount"),
-        sf.col("timestamp").alias("ts"),
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     sink = make_sink(args)  # validates the options before Spark starts
-    log.info("writing into %s of %s as sink %s (mode %s)", args.table, sink.conninfo,
-             args.sink_id, args.mode)
+    logger.info("writing into %s of %s as sink %s (mode %s)", args.table, sink.conninfo,
+                args.sink_id, args.mode)
     spark = build_session(args.master, ["spark.app.name=connectors-stream-to-postgres",
                                         *args.conf])
-    try:
-        if args.source == "files":
-            df = (
-                spark.readStream.schema(INPUT_SCHEMA)
-                .option("maxFilesPerTrigger", 1)
-                .json(args.input)
-            )
-            query = (
-                df.writeStream.foreachBatch(sink)
-                .option("checkpointLocation", args.checkpoint)
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination()
-            return 0
-
-        done = threading.Event()
-
-        def write(batch_df: DataFrame, batch_id: int) -> None:
-            if batch_id >= args.batches:
-                done.set()  # past the planned batches: write nothing, let main stop the query
-                return
-            sink(_rate_rows(batch_df), batch_id)
-
-        df = (
-            spark.readStream.format("rate-micro-batch")
-            .option("rowsPerBatch", args.rows_per_batch)
-            .option("numPartitions", 2)
-            .option("startTimestamp", 0)
-            .load()
-        )
-        query = (
-            df.writeStream.foreachBatch(write)
-            .option("checkpointLocation", args.checkpoint)
-            .trigger(processingTime="100 milliseconds")
-            .start()
-        )
-        while not done.wait(0.2):
-            if not query.isActive:
-                query.awaitTermination()  # raises the query's error
-                return 1
-        query.stop()
-        return 0
-    finally:
-        sink.close()
-        spark.stop()
+    # Both sources fill the same table: the rate rows become (id, name, amount, ts).
+    return stream(spark, args, sink, rate=rate_as_input_rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", choices=["files", "rate"], default="files")
-    parser.add_argument("--input", help="input directory of JSON files (files source)")
+    parser = job_parser(__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--conninfo", default=None,
                         help=f"libpq connection string (default ${ENV_CONNINFO})")
@@ -134,22 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="create the table from the batch's schema if it is missing")
     parser.add_argument("--ledger-table", default="public.eos_ledger")
     parser.add_argument("--lock-timeout", default="30s")
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--batches", type=int, default=5, help="rate source: batches to write")
-    parser.add_argument("--rows-per-batch", type=int, default=1000)
-    parser.add_argument("--conf", action="append", default=[], help="extra Spark conf k=v")
-    args = parser.parse_args(argv)
-    args.conninfo = args.conninfo or os.environ.get(ENV_CONNINFO)
-    if not args.conninfo:
-        parser.error(f"pass --conninfo or set ${ENV_CONNINFO}")
-    if args.source == "files" and not args.input:
-        parser.error("--source files needs --input")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    start = time.monotonic()
-    code = run(args)
-    log.info("finished in %.1f s", time.monotonic() - start)
-    return code
+    args = parse_job_args(parser, argv, from_env=("conninfo", ENV_CONNINFO))
+    return run_timed(run, args, logger)
 
 
 if __name__ == "__main__":

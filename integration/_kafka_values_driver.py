@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from pathlib import Path
 
 from pyspark.sql import functions as sf
 
 from connectors.kafka import KafkaSink
-from examples.stream_to_files import build_session
+from examples._runner import build_session, run_available_now, setup_logging
 
 #: What a bad record carries; the test looks for these strings.
 SECRET_KEY = "KEY-9f81c-distinctive"
@@ -46,8 +45,7 @@ def main() -> int:
     parser.add_argument("--barrier", action="store_true")
     parser.add_argument("--values-in-errors", action="store_true")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    setup_logging()
     write_input(Path(args.input), args.case)
     spark = build_session("local[2]", [])
     df = spark.readStream.schema("k STRING, v STRING, p INT").json(args.input)
@@ -62,11 +60,8 @@ def main() -> int:
         sink_id=args.sink_id, slots=2, barrier=args.barrier,
         values_in_errors=args.values_in_errors,
     )
-    query = (df.select(*columns).writeStream.foreachBatch(sink)
-             .option("checkpointLocation", args.checkpoint)
-             .trigger(availableNow=True).start())
-    query.awaitTermination()  # raises: the bad record fails the batch
-    return 0
+    # Raises: the bad record fails the batch.
+    return run_available_now(df.select(*columns), sink, args.checkpoint)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ which yields its ``value`` column in increasing order. Every row becomes a recor
 <batch id>}``: the records of one key come from every input partition, in increasing
 ``seq`` within each. Batches from ``--batches`` on are not written, then the job stops.
 
-Self-contained on purpose (only pyspark and ``connectors.kafka``): the upgrade test runs
-it on the code of an earlier release, put first on ``PYTHONPATH``.
+Self-contained on purpose (only pyspark, ``connectors.kafka`` and the examples' job loop,
+``examples/_runner.py``, itself pyspark only): the upgrade test runs it on the code of an
+earlier release, put first on ``PYTHONPATH``, with this tree's ``_runner.py`` added.
 ``python integration/_order_job.py -h``.
 """
 
@@ -16,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import threading
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 
 import connectors
 from connectors.kafka import KafkaSink
+from examples._runner import read_rate, run_batches
 
 log = logging.getLogger("integration.order_job")
 
@@ -61,32 +62,13 @@ def main(argv: list[str] | None = None) -> int:
              .getOrCreate())
     sink = KafkaSink(args.topic, {"bootstrap.servers": args.bootstrap}, sink_id=args.sink_id,
                      slots=args.slots)
-    done = threading.Event()
 
     def write(batch_df: DataFrame, batch_id: int) -> None:
-        if batch_id >= args.batches:
-            done.set()
-            return
         sink(records(batch_df, batch_id, args.keys), batch_id)
 
     try:
-        query = (
-            spark.readStream.format("rate-micro-batch")
-            .option("rowsPerBatch", args.rows_per_batch)
-            .option("numPartitions", args.partitions)
-            .option("startTimestamp", 0)
-            .load()
-            .writeStream.foreachBatch(write)
-            .option("checkpointLocation", args.checkpoint)
-            .trigger(processingTime="100 milliseconds")
-            .start()
-        )
-        while not done.wait(0.2):
-            if not query.isActive:
-                query.awaitTermination()  # raises the query's error
-                return 1
-        query.stop()
-        return 0
+        return run_batches(read_rate(spark, args.rows_per_batch, args.partitions), write,
+                           args.checkpoint, args.batches)
     finally:
         sink.close()
         spark.stop()

@@ -163,6 +163,8 @@ def _release_tree(root: Path, commit: str) -> Path:
     with tarfile.open(archive) as tar:
         tar.extractall(tree, filter="data")
     shutil.copy(Path(__file__).with_name("_order_job.py"), tree / "order_job.py")
+    # the job loop the driver shares with the examples (pyspark only; not in old releases)
+    shutil.copy(REPO / "examples" / "_runner.py", tree / "examples" / "_runner.py")
     return tree
 
 

@@ -1,0 +1,262 @@
+"""The streaming job loop every example driver shares; each example keeps only its sink.
+
+What is the same in ``examples/stream_to_*.py`` (and the integration drivers built on them):
+
+- the common flags: :func:`job_parser` adds the source flags (``--source``, ``--input``,
+  and for the Kafka source ``--input-topic``, ``--max-offsets-per-trigger``) first,
+  :func:`add_run_flags` the run flags (``--master``, ``--batches``, ``--rows-per-batch``,
+  ``--conf``) last; the example adds its own in between;
+- the logging set-up and the ``finished in %.1f s`` line (:func:`run_timed`);
+- a small local session (:func:`build_session`);
+- the replayable sources and the query over them (:func:`stream`): ``files`` and ``kafka``
+  run with ``Trigger.AvailableNow`` (:func:`run_available_now`), ``rate`` writes
+  ``--batches`` micro-batches, then the program stops the query (:func:`run_batches`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as sf
+
+__all__ = [
+    "INPUT_SCHEMA",
+    "BatchWriter",
+    "ClosableSink",
+    "add_run_flags",
+    "build_session",
+    "check_source_flags",
+    "job_parser",
+    "parse_job_args",
+    "rate_as_input_rows",
+    "read_files",
+    "read_kafka",
+    "read_rate",
+    "run_available_now",
+    "run_batches",
+    "run_timed",
+    "setup_logging",
+    "stream",
+]
+
+#: The columns of the files source (``examples.stream_to_files.make_input_files``).
+INPUT_SCHEMA = "id LONG, name STRING, amount DOUBLE, ts TIMESTAMP"
+
+#: What ``foreachBatch`` calls: a sink, or a function that hands the batch to one.
+BatchWriter = Callable[[DataFrame, int], None]
+
+
+class ClosableSink(Protocol):
+    """A sink that holds connections: ``close()`` once the query is over."""
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _same(df: DataFrame) -> DataFrame:
+    return df
+
+
+def job_parser(
+    description: str, sources: Sequence[str] = ("files", "rate")
+) -> argparse.ArgumentParser:
+    """A parser with the source flags; the example adds its own, then :func:`add_run_flags`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--source", choices=list(sources), default="files")
+    parser.add_argument("--input", help="input directory of JSON files (files source)")
+    if "kafka" in sources:
+        parser.add_argument("--input-topic", help="topic to read (kafka source)")
+        parser.add_argument("--max-offsets-per-trigger", type=int, default=500)
+    return parser
+
+
+def add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags after the example's own: Spark master, rate source sizes, Spark conf."""
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--batches", type=int, default=5, help="rate source: batches to write")
+    parser.add_argument("--rows-per-batch", type=int, default=1000)
+    parser.add_argument("--conf", action="append", default=[], help="extra Spark conf k=v")
+
+
+def check_source_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with a usage error (code 2) when the chosen source lacks its input flag."""
+    if args.source == "files" and not args.input:
+        parser.error("--source files needs --input")
+    if args.source == "kafka" and not args.input_topic:
+        parser.error("--source kafka needs --input-topic")
+
+
+def parse_job_args(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    *,
+    from_env: tuple[str, str] | None = None,
+) -> argparse.Namespace:
+    """Add the run flags, parse ``argv`` and check the source flags. ``from_env``
+    ``(dest, VARIABLE)``: a flag left out is taken from ``$VARIABLE``, and is required."""
+    add_run_flags(parser)
+    args = parser.parse_args(argv)
+    if from_env is not None:
+        dest, variable = from_env
+        setattr(args, dest, getattr(args, dest) or os.environ.get(variable))
+        if not getattr(args, dest):
+            parser.error(f"pass --{dest.replace('_', '-')} or set ${variable}")
+    check_source_flags(parser, args)
+    return args
+
+
+def setup_logging() -> None:
+    """INFO lines with time and logger name on stderr; py4j's chatter only from WARNING."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def run_timed(
+    run: Callable[[argparse.Namespace], int], args: argparse.Namespace, log: logging.Logger
+) -> int:
+    """Set up logging, ``run(args)``, log ``finished in %.1f s`` on ``log``; its exit code."""
+    setup_logging()
+    start = time.monotonic()
+    code = run(args)
+    log.info("finished in %.1f s", time.monotonic() - start)
+    return code
+
+
+def build_session(master: str, conf: list[str]) -> SparkSession:
+    """A small local session; ``conf`` items ``k=v`` (``spark.app.name=...`` too) win."""
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("connectors-stream-to-files")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        # Small splits: every input file becomes several tasks, so a batch has several
+        # transactions to prepare and commit.
+        .config("spark.sql.files.maxPartitionBytes", "16k")
+    )
+    for item in conf:
+        key, _, value = item.partition("=")
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def read_files(spark: SparkSession, directory: str) -> DataFrame:
+    """The files source: JSON files of :data:`INPUT_SCHEMA`, one file per micro-batch."""
+    return spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(directory)
+
+
+def read_rate(spark: SparkSession, rows_per_batch: int, partitions: int = 2) -> DataFrame:
+    """Spark's ``rate-micro-batch`` source: ``(timestamp, value)``, values ``[b*R, (b+1)*R)``
+    in batch ``b``; a restart replays a batch with the same rows in the same partitions."""
+    return (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows_per_batch)
+        .option("numPartitions", partitions)
+        .option("startTimestamp", 0)
+        .load()
+    )
+
+
+def read_kafka(spark: SparkSession, bootstrap: str, topic: str, max_offsets: int) -> DataFrame:
+    """Spark's Kafka source from the earliest offset, committed records only, as
+    ``(key, value, headers)`` (needs the Kafka jars: ``connectors.spark.resolve_jars``)."""
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", max_offsets)
+        .option("kafka.isolation.level", "read_committed")
+        .option("includeHeaders", "true")
+        .load()
+        .select("key", "value", "headers")
+    )
+
+
+def rate_as_input_rows(df: DataFrame) -> DataFrame:
+    """The rate source's ``(timestamp, value)`` as the files source's ``(id, name, amount,
+    ts)``: ``id = value``, ``name = "rate-<id>"``, ``amount = id * 0.25``."""
+    return df.select(
+        sf.col("value").alias("id"),
+        sf.concat(sf.lit("rate-"), sf.col("value").cast("string")).alias("name"),
+        (sf.col("value") * sf.lit(0.25)).alias("amount"),
+        sf.col("timestamp").alias("ts"),
+    )
+
+
+def run_available_now(df: DataFrame, write: BatchWriter, checkpoint: str) -> int:
+    """Write every micro-batch there is with ``write`` (``Trigger.AvailableNow``), then end:
+    0, or the query's error raised."""
+    query = (
+        df.writeStream.foreachBatch(write)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return 0
+
+
+def run_batches(df: DataFrame, write: BatchWriter, checkpoint: str, batches: int) -> int:
+    """Write micro-batches ``0 .. batches-1`` with ``write`` (every 100 ms), then stop the
+    query: 0; the query's error raised; 1 if it ended otherwise before."""
+    done = threading.Event()
+
+    def write_planned(batch_df: DataFrame, batch_id: int) -> None:
+        if batch_id >= batches:
+            done.set()  # past the planned batches: write nothing, let main stop the query
+            return
+        write(batch_df, batch_id)
+
+    query = (
+        df.writeStream.foreachBatch(write_planned)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    while not done.wait(0.2):
+        if not query.isActive:
+            query.awaitTermination()  # raises the query's error
+            return 1
+    query.stop()
+    return 0
+
+
+def stream(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    sink: ClosableSink,
+    *,
+    files: Callable[[DataFrame], DataFrame] = _same,
+    rate: Callable[[DataFrame], DataFrame] = _same,
+    bootstrap: str | None = None,
+) -> int:
+    """Run the query of ``args.source`` into ``sink``, then close ``sink`` and stop
+    ``spark`` (also when the query fails); the exit code.
+
+    ``files`` shapes the files source's stream, ``rate`` each batch of the rate source,
+    before ``sink`` gets them; the Kafka source (``bootstrap``) reaches ``sink`` as read.
+    """
+    try:
+        if args.source == "rate":
+            return run_batches(read_rate(spark, args.rows_per_batch),
+                               lambda df, batch_id: sink(rate(df), batch_id),
+                               args.checkpoint, args.batches)
+        if args.source == "kafka":
+            if bootstrap is None:
+                raise ValueError("the kafka source needs bootstrap servers")
+            df = read_kafka(spark, bootstrap, args.input_topic, args.max_offsets_per_trigger)
+        else:
+            df = files(read_files(spark, args.input))
+        return run_available_now(df, sink, args.checkpoint)
+    finally:
+        sink.close()
+        spark.stop()
