@@ -1,135 +1,48 @@
-"""Helpers for tests that run real Spark drivers as child processes and kill them."""
+"""Helpers for tests that run real Spark drivers as child processes and kill them.
+
+The harness itself ships: :mod:`connectors.testing.kill` (``run_driver``, ``DriverRun``,
+``KillJob``, ``kill_at_each``, ``point_reached``, ``reached``, ``spark_batches``); these
+are the repository's own additions (Spark event logs, the CLI, exactness of id lists).
+"""
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connectors.testing import kill
+from connectors.testing.kill import (
+    DriverRun,
+    KillJob,
+    kill_at_each,
+    point_reached,
+    reached,
+    spark_batches,
+)
+
+__all__ = ["REPO", "DriverRun", "KillJob", "event_log_app_ids", "exact", "kill_at_each",
+           "point_reached", "reached", "run_cli", "run_driver", "spark_batches",
+           "task_attempts", "task_executors"]
+
 REPO = Path(__file__).resolve().parents[1]
-DRIVER_TIMEOUT = 300  # one driver run; a hung Spark job fails the test, not CI
-
-
-@dataclass
-class DriverRun:
-    returncode: int
-    output: str
-    seconds: float
-
-    def tail(self, n: int = 60) -> str:
-        return "\n".join(self.output.splitlines()[-n:])
 
 
 def run_driver(
     args: list[str],
     *,
-    crash: str | None = None,
-    crash_log: Path | None = None,
-    kill_after: float | None = None,
-    kill_when: Callable[[], bool] | None = None,
-    timeout: float = DRIVER_TIMEOUT,
     module: str = "examples.stream_to_files",
     root: Path = REPO,
+    **kwargs: Any,
 ) -> DriverRun:
-    """Run a driver program; ``crash`` arms ``CONNECTORS_CRASH_AT`` in it (and its tasks).
-
-    ``kill_after`` SIGKILLs the driver from outside that many seconds after it started
-    (or, with ``kill_when``, after ``kill_when()`` first returned true), unless it ended
-    before: a random moment of the protocol. ``root``: the tree the program and its
-    ``connectors`` come from (default this one; an earlier release's for upgrade tests).
-    """
-    env = dict(os.environ)
-    env.pop("CONNECTORS_CRASH_AT", None)
-    if crash:
-        env["CONNECTORS_CRASH_AT"] = crash
-        env["CONNECTORS_TEST_MODE"] = "1"
-    if crash_log is not None:
-        env["CONNECTORS_CRASH_LOG"] = str(crash_log)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args],
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        if kill_after is not None:
-            if kill_when is not None:
-                while proc.poll() is None and not kill_when():
-                    if time.monotonic() - start > timeout:
-                        break
-                    time.sleep(0.05)
-            try:
-                out, _ = proc.communicate(timeout=kill_after)
-            except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
-                out, _ = proc.communicate(timeout=timeout)
-        else:
-            out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"driver did not finish in {timeout} s:\n{out[-5000:]}") from None
-    finally:
-        _reap_group(proc.pid)
-    return DriverRun(proc.returncode, out, time.monotonic() - start)
-
-
-def _reap_group(pgid: int) -> None:
-    """Kill what the driver left (its JVM notices the dead driver, but do not wait on it)."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.25)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def reached(crash_log: Path) -> list[str]:
-    """Lines of the crash log: one per crash point reached."""
-    return crash_log.read_text().splitlines() if crash_log.exists() else []
-
-
-def point_reached(crash_log: Path, point: Any, sink_id: str, batch: int | None = None,
-                  **fields: Any) -> bool:
-    """Whether the crash log has ``point`` for ``sink_id`` (and ``batch``, and every other
-    ``field=value`` given): lines read ``<point> sink=<id> batch=<n> <field>=<value>...``."""
-    want = {"sink": sink_id, **{k: str(v) for k, v in fields.items()}}
-    if batch is not None:
-        want["batch"] = str(batch)
-    for line in reached(crash_log):
-        if line.startswith(f"{point.value} "):
-            # (a line being appended while a kill_when predicate polls may be partial)
-            words = dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
-            if all(words.get(k) == v for k, v in want.items()):
-                return True
-    return False
-
-
-def spark_batches(checkpoint: Path) -> tuple[set[int], set[int]]:
-    """Batch ids in Spark's offset log and commit log."""
-
-    def ids(d: Path) -> set[int]:
-        return {int(p.name) for p in d.glob("*") if p.name.isdigit()} if d.exists() else set()
-
-    return ids(checkpoint / "offsets"), ids(checkpoint / "commits")
+    """:func:`connectors.testing.kill.run_driver` (the shipped harness) with this
+    repository's defaults: ``module`` the file-sink example, run from the repository root
+    (``root``: an earlier release's tree for upgrade tests)."""
+    return kill.run_driver(args, module=module, root=root, **kwargs)
 
 
 def task_attempts(event_log_dir: Path) -> list[dict[str, Any]]:

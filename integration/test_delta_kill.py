@@ -51,7 +51,7 @@ from integration._delta import (
     tagged_commits,
     txn_version,
 )
-from integration._driver import DriverRun, point_reached, reached, run_driver, spark_batches
+from integration._driver import REPO, DriverRun, KillJob, reached, spark_batches
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -61,18 +61,18 @@ KEY_MOD = 40
 COLUMNS = ["id", "name", "amount", "unix_micros(ts)"]
 
 
-class DeltaJob:
+class DeltaJob(KillJob):
     """One streaming job into two Delta tables: directories, arguments, expectations."""
+
+    module = MODULE
 
     def __init__(self, root: Path, source: str = "files", files: int = 4, rows: int = 150,
                  batches: int = 6, delta_path: str = "tag") -> None:
-        self.root = root
+        super().__init__(root, sink_id=APPEND, cwd=REPO)
         self.delta_path = delta_path
         self.txn = delta_path != "tag"
         self.source = source
         self.input = root / "in"
-        self.checkpoint = root / "ckpt"
-        self.crash_log = root / "crash.log"
         self.a, self.b = root / "a", root / "b"
         if source == "files":
             self.total = make_input_files(self.input, files, rows)
@@ -91,8 +91,8 @@ class DeltaJob:
         return ["--source", "rate", "--batches", str(self.batches),
                 "--rows-per-batch", str(self.rows_per_batch), *common]
 
-    def run(self, **kwargs: Any) -> DriverRun:
-        run = run_driver(self.args(), crash_log=self.crash_log, module=MODULE, **kwargs)
+    def run(self, *extra: str, **kwargs: Any) -> DriverRun:
+        run = super().run(*extra, **kwargs)
         self.check_path(run)
         return run
 
@@ -126,9 +126,6 @@ class DeltaJob:
             assert got == (batch if batch >= 0 else None), (sink, got, batch)
         else:
             assert got is None, f"the tag path wrote a Delta txn id: {got}"
-
-    def reached(self, point: CrashPoint, sink: str, batch: int) -> bool:
-        return point_reached(self.crash_log, point, sink, batch)
 
     def expected(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         if self.source == "files":
@@ -220,7 +217,7 @@ def test_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
         run = job.run(crash=spec)
         assert run.returncode == -9, f"driver was not SIGKILLed at {point.value}:\n{run.tail()}"
         # The crash point was really reached, for that sink and batch ...
-        assert job.reached(point, sink, batch), reached(job.crash_log)
+        assert job.reached(point, batch, sink_id=sink), reached(job.crash_log)
         # ... Spark had started the batch and not recorded it, so it will replay it ...
         offsets, commits = spark_batches(job.checkpoint)
         assert batch in offsets and batch not in commits, (offsets, commits)

@@ -20,7 +20,14 @@ import pytest
 from connectors import CrashPoint
 from examples.fs_sink import read_output
 from examples.stream_to_files import make_input_files
-from integration._driver import exact, reached, run_driver, spark_batches, task_attempts
+from integration._driver import (
+    REPO,
+    KillJob,
+    exact,
+    reached,
+    spark_batches,
+    task_attempts,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,24 +36,24 @@ CRASH_BATCH = 2
 WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
 
 
-class Job:
+class Job(KillJob):
     """One streaming job's directories and its expected output."""
 
+    module = "examples.stream_to_files"
+
     def __init__(self, root: Path, source: str = "files", files: int = FILES) -> None:
-        self.root = root
+        super().__init__(root, sink_id="files", cwd=REPO)
         self.source = source
         self.input = root / "in"
         self.out = root / "out"
-        self.checkpoint = root / "ckpt"
-        self.crash_log = root / "crash.log"
         if source == "files":
             self.total = make_input_files(self.input, files, ROWS_PER_FILE)
         else:
             self.batches, self.rows_per_batch = 4, 500
             self.total = self.batches * self.rows_per_batch
 
-    def args(self, *extra: str) -> list[str]:
-        common = ["--out", str(self.out), "--checkpoint", str(self.checkpoint), *extra]
+    def args(self) -> list[str]:
+        common = ["--out", str(self.out), "--checkpoint", str(self.checkpoint)]
         if self.source == "files":
             return ["--source", "files", "--input", str(self.input), *common]
         return [
@@ -58,9 +65,6 @@ class Job:
             str(self.rows_per_batch),
             *common,
         ]
-
-    def run(self, *extra: str, **kwargs: object):  # type: ignore[no-untyped-def]
-        return run_driver(self.args(*extra), crash_log=self.crash_log, **kwargs)
 
     def staged(self, suffix: str) -> list[Path]:
         staging = self.out / "_staging"

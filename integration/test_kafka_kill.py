@@ -30,10 +30,10 @@ from connectors.core.protocol import CRASH_POINTS, Family
 from connectors.kafka._native import ACCELERATORS_ENV, accelerators_off
 from examples.stream_to_files import make_input_files
 from integration._driver import (
+    REPO,
     DriverRun,
-    point_reached,
+    KillJob,
     reached,
-    run_driver,
     spark_batches,
     task_attempts,
 )
@@ -46,18 +46,18 @@ ROWS_PER_FILE = 300
 SLOTS = 2
 
 
-class KafkaJob:
+class KafkaJob(KillJob):
     """One streaming job into Kafka: its directories, target and expected output."""
+
+    module = MODULE
 
     def __init__(self, root: Path, target: KafkaTarget, source: str = "files",
                  files: int = 4, barrier: bool = False) -> None:
-        self.root = root
+        super().__init__(root, sink_id=target.sink_id, cwd=REPO)
         self.target = target
         self.source = source
         self.barrier = barrier
         self.input = root / "in"
-        self.checkpoint = root / "ckpt"
-        self.crash_log = root / "crash.log"
         self.files = files
         self.input_topic = ""
         if source == "files":
@@ -70,11 +70,11 @@ class KafkaJob:
             self.input_topic = target.create(f"{target.topic}-in", partitions=2)
             target.produce_input(self.input_topic, self.total)
 
-    def args(self, *extra: str) -> list[str]:
+    def args(self) -> list[str]:
         t = self.target
         common = ["--checkpoint", str(self.checkpoint), "--topic", t.topic,
                   "--sink-id", t.sink_id, "--bootstrap", t.bootstrap, "--slots", str(SLOTS),
-                  *(["--barrier"] if self.barrier else []), *extra]
+                  *(["--barrier"] if self.barrier else [])]
         if self.source == "files":
             return ["--source", "files", "--input", str(self.input), *common]
         if self.source == "kafka":
@@ -84,12 +84,9 @@ class KafkaJob:
                 "--rows-per-batch", str(self.rows_per_batch), *common]
 
     def run(self, *extra: str, **kwargs: Any) -> DriverRun:
-        run = run_driver(self.args(*extra), crash_log=self.crash_log, module=MODULE, **kwargs)
+        run = super().run(*extra, **kwargs)
         _check_produce_path(run)
         return run
-
-    def reached(self, point: CrashPoint, batch: int | None = None, **fields: Any) -> bool:
-        return point_reached(self.crash_log, point, self.target.sink_id, batch, **fields)
 
     def markers(self) -> dict[int, list[dict[str, Any]]]:
         return markers(self.target.bootstrap, self.target.marker_topic)

@@ -37,10 +37,9 @@ from examples.stream_to_files import make_input_files
 from integration._driver import (
     REPO,
     DriverRun,
+    KillJob,
     event_log_app_ids,
-    point_reached,
     reached,
-    run_driver,
     spark_batches,
     task_attempts,
     task_executors,
@@ -63,31 +62,31 @@ WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
 MODULE = "examples.stream_to_postgres"
 
 
-class PgJob:
+class PgJob(KillJob):
     """One streaming job into PostgreSQL: its directories, target and expected output."""
+
+    module = MODULE
 
     def __init__(
         self, root: Path, target: PgTarget, source: str = "files", files: int = FILES,
         mode: str = "append",
     ) -> None:
-        self.root = root
+        super().__init__(root, sink_id=target.sink_id, cwd=REPO)
         self.target = target
         self.source = source
         self.mode = mode
         self.input = root / "in"
-        self.checkpoint = root / "ckpt"
-        self.crash_log = root / "crash.log"
         if source == "files":
             self.total = make_input_files(self.input, files, ROWS_PER_FILE)
         else:
             self.batches, self.rows_per_batch = 4, 500
             self.total = self.batches * self.rows_per_batch
 
-    def args(self, *extra: str) -> list[str]:
+    def args(self) -> list[str]:
         t = self.target
         common = [
             "--checkpoint", str(self.checkpoint), "--table", t.table, "--sink-id", t.sink_id,
-            "--ledger-table", t.ledger, "--mode", self.mode, *extra,
+            "--ledger-table", t.ledger, "--mode", self.mode,
         ]
         if self.mode == "upsert":
             common += ["--key-columns", "id", "--create-table"]
@@ -97,12 +96,6 @@ class PgJob:
             "--source", "rate", "--batches", str(self.batches),
             "--rows-per-batch", str(self.rows_per_batch), *common,
         ]
-
-    def run(self, *extra: str, **kwargs: Any) -> DriverRun:
-        return run_driver(self.args(*extra), crash_log=self.crash_log, module=MODULE, **kwargs)
-
-    def reached(self, point: CrashPoint, batch: int | None = None, **fields: Any) -> bool:
-        return point_reached(self.crash_log, point, self.target.sink_id, batch, **fields)
 
     def assert_exact(self) -> None:
         self.target.assert_exact(self.total)

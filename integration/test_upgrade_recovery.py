@@ -277,7 +277,7 @@ def test_delta_commit_left_unrecorded_by_the_old_release_recovers_exactly(
                      crash_log=job.crash_log)
     _log(f"{OLD_RELEASE} killed at {point.value} of {sink}", first)
     assert first.returncode == -9, f"the old driver was not SIGKILLed:\n{first.tail()}"
-    assert job.reached(point, sink, DELTA_BATCH), reached(job.crash_log)
+    assert job.reached(point, DELTA_BATCH, sink_id=sink), reached(job.crash_log)
     offsets, commits = spark_batches(job.checkpoint)
     assert DELTA_BATCH in offsets and DELTA_BATCH not in commits, (offsets, commits)
     # The Delta commit is done (tagged with the sink and batch), the ledger does not know.

@@ -1,0 +1,258 @@
+"""The real-kill harness: run your streaming driver as a child process, SIGKILL it at a crash
+point (or at a random moment), restart it on the same checkpoint, and prove what happened.
+
+The conformance suite (:mod:`connectors.testing.conformance`) crashes sinks in-process;
+this harness kills real processes, the way the project's own kill tests do:
+
+- :func:`run_driver` runs ``python -m <module> <args>`` in its own process group, arms
+  ``CONNECTORS_CRASH_AT`` (with ``CONNECTORS_TEST_MODE=1``; both are needed) for it and its
+  Spark tasks, and SIGKILLs it from outside after ``kill_after`` seconds (or once
+  ``kill_when()`` holds) when asked; whatever the driver left running is reaped.
+- :class:`KillJob` is one driver program plus its checkpoint and crash log: subclass it,
+  give :meth:`KillJob.args`, and it runs, kills and restarts that program.
+- :func:`kill_at_each` kills a job at each crash point of a plan in turn (a restarted
+  driver meets the next one), proving each kill: the driver died by SIGKILL, the crash log
+  names the point, sink and batch, and Spark's offset log has the batch while its commit
+  log does not (so the restart replays it). Then one clean run. You check the target row
+  by row afterwards: nothing missing, nothing twice, nothing left prepared or open.
+
+.. example-needs: spark
+
+Example (the example file-system sink's driver, ``examples/stream_to_files.py``)::
+
+    from pathlib import Path
+
+    from connectors import CrashPoint
+    from connectors.testing.kill import KillJob, kill_at_each
+    from examples.fs_sink import read_output
+
+    class FilesJob(KillJob):
+        module = "examples.stream_to_files"
+
+        def args(self):
+            return ["--source", "rate", "--batches", "3", "--rows-per-batch", "50",
+                    "--out", str(self.root / "out"), "--checkpoint", str(self.checkpoint)]
+
+    job = FilesJob(Path(path))
+    runs = kill_at_each(job, [(CrashPoint.AFTER_DECISION, "files", 1)])
+    assert [r.returncode for r in runs] == [-9, 0]
+    # row by row: every value of the 3 batches exactly once
+    assert sorted(read_output(job.root / "out")["value"].to_pylist()) == list(range(150))
+
+Depends on the standard library and :mod:`connectors.core` only (the driver is the one
+that needs Spark).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from connectors.core.crash import ENV_CRASH_AT, ENV_CRASH_LOG, ENV_TEST_MODE
+from connectors.core.protocol import CrashPoint
+
+__all__ = ["DriverRun", "KillJob", "kill_at_each", "point_reached", "reached", "run_driver",
+           "spark_batches"]
+
+#: Seconds one driver run may take: a hung Spark job fails the test, not the whole run.
+DRIVER_TIMEOUT = 300.0
+
+
+@dataclass
+class DriverRun:
+    """One run of a driver program: its exit code (``-9``: SIGKILLed), its output (stdout
+    and stderr merged) and how long it took."""
+
+    returncode: int
+    output: str
+    seconds: float
+
+    def tail(self, n: int = 60) -> str:
+        """The last ``n`` lines of the output (for assertion messages)."""
+        return "\n".join(self.output.splitlines()[-n:])
+
+
+def run_driver(
+    args: Sequence[str],
+    *,
+    module: str,
+    crash: str | None = None,
+    crash_log: Path | None = None,
+    kill_after: float | None = None,
+    kill_when: Callable[[], bool] | None = None,
+    timeout: float = DRIVER_TIMEOUT,
+    root: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> DriverRun:
+    """Run ``python -m module args`` to its end, or SIGKILL it.
+
+    ``crash``: a ``CONNECTORS_CRASH_AT`` spec armed in the driver and its tasks (any spec
+    already in the environment is dropped). ``crash_log``: the file every crash point
+    reached is appended to (``CONNECTORS_CRASH_LOG``). ``kill_after``: SIGKILL the driver
+    from outside that many seconds after it started, or, with ``kill_when``, after
+    ``kill_when()`` first returned true (polled every 50 ms), unless it ended before.
+    ``root``: the working directory, put first on ``PYTHONPATH`` (an earlier release's tree
+    for upgrade tests). ``env``: extra environment variables.
+    """
+    environ = dict(os.environ)
+    environ.pop(ENV_CRASH_AT, None)
+    environ.update(env or {})
+    if crash:
+        environ[ENV_CRASH_AT] = crash
+        environ[ENV_TEST_MODE] = "1"
+    if crash_log is not None:
+        environ[ENV_CRASH_LOG] = str(crash_log)
+    cwd = Path.cwd() if root is None else root
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cwd), environ.get("PYTHONPATH")]))
+    environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args], cwd=cwd, env=environ, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        if kill_after is not None:
+            if kill_when is not None:
+                while proc.poll() is None and not kill_when():
+                    if time.monotonic() - start > timeout:
+                        break
+                    time.sleep(0.05)
+            try:
+                out, _ = proc.communicate(timeout=kill_after)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                out, _ = proc.communicate(timeout=timeout)
+        else:
+            out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"driver did not finish in {timeout} s:\n{out[-5000:]}") from None
+    finally:
+        _reap_group(proc.pid)
+    return DriverRun(proc.returncode, out, time.monotonic() - start)
+
+
+def _reap_group(pgid: int) -> None:
+    """Kill what the driver left (its JVM notices the dead driver, but do not wait on it)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.25)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def reached(crash_log: Path) -> list[str]:
+    """Lines of the crash log: one per crash point reached."""
+    return crash_log.read_text().splitlines() if crash_log.exists() else []
+
+
+def point_reached(crash_log: Path, point: CrashPoint, sink_id: str, batch: int | None = None,
+                  **fields: Any) -> bool:
+    """Whether the crash log has ``point`` for ``sink_id`` (and ``batch``, and every other
+    ``field=value`` given): lines read ``<point> sink=<id> batch=<n> <field>=<value>...``."""
+    want = {"sink": sink_id, **{k: str(v) for k, v in fields.items()}}
+    if batch is not None:
+        want["batch"] = str(batch)
+    for line in reached(crash_log):
+        if line.startswith(f"{point.value} "):
+            # (a line being appended while a kill_when predicate polls may be partial)
+            words = dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
+            if all(words.get(k) == v for k, v in want.items()):
+                return True
+    return False
+
+
+def spark_batches(checkpoint: Path) -> tuple[set[int], set[int]]:
+    """Batch ids in a streaming query's offset log and commit log (Spark's checkpoint)."""
+
+    def ids(d: Path) -> set[int]:
+        return {int(p.name) for p in d.glob("*") if p.name.isdigit()} if d.exists() else set()
+
+    return ids(checkpoint / "offsets"), ids(checkpoint / "commits")
+
+
+class KillJob:
+    """One streaming driver program, its checkpoint and its crash log, under ``root``.
+
+    Subclass it: set :attr:`module` (run as ``python -m``) and return the program's
+    arguments from :meth:`args` (use :attr:`checkpoint` for its checkpoint); ``cwd``: the
+    directory it runs in, first on ``PYTHONPATH`` (default: the current one). :meth:`run`
+    runs it once (arguments as :func:`run_driver`'s); :meth:`reached` asks the crash log.
+    """
+
+    #: The driver program, run as ``python -m module``.
+    module: ClassVar[str]
+
+    def __init__(self, root: Path, *, sink_id: str = "", cwd: Path | None = None) -> None:
+        self.root = root
+        #: The sink :meth:`reached` asks about unless told another.
+        self.sink_id = sink_id
+        self.cwd = cwd
+        self.checkpoint = root / "ckpt"
+        self.crash_log = root / "crash.log"
+
+    def args(self) -> list[str]:
+        """The program's command-line arguments."""
+        raise NotImplementedError("return the driver program's arguments")
+
+    def run(self, *extra: str, **kwargs: Any) -> DriverRun:
+        """One run with :meth:`args` plus ``extra``; ``kwargs`` go to :func:`run_driver`."""
+        kwargs.setdefault("root", self.cwd)
+        return run_driver([*self.args(), *extra], module=self.module,
+                          crash_log=self.crash_log, **kwargs)
+
+    def reached(self, point: CrashPoint, batch: int | None = None, *,
+                sink_id: str | None = None, **fields: Any) -> bool:
+        """Whether a run reached ``point`` for ``sink_id`` (default :attr:`sink_id`), and
+        ``batch`` and every ``field=value`` given (``partition=2``, ...)."""
+        return point_reached(self.crash_log, point, sink_id or self.sink_id, batch, **fields)
+
+
+def kill_at_each(job: KillJob, plan: Sequence[tuple[CrashPoint, str, int]], *,
+                 after_kill: Callable[[CrashPoint, str, int, DriverRun], None] | None = None,
+                 once_dir: Path | None = None) -> list[DriverRun]:
+    """SIGKILL ``job``'s driver at each ``(point, sink_id, batch)`` of ``plan``, in order,
+    restarting it each time; then run it once more to its end. Returns every run.
+
+    One spec arms every point of the plan, each spent once (``once=`` files), so each
+    restart dies at the next point: order the plan as a restarted driver meets the points.
+    Each kill is proved (the exit was SIGKILL; the crash log names the point, sink and
+    batch; Spark's offset log holds the batch and its commit log does not) before
+    ``after_kill`` (your checks of what the target holds at that point) runs. The last run
+    must exit 0. Checking the output row by row is yours.
+    """
+    spent = once_dir or job.root
+    spec = ";".join(f"{p.value}:batch={b}:sink={s}:once={spent / f'once-{i}'}"
+                    for i, (p, s, b) in enumerate(plan))
+    runs = []
+    for point, sink_id, batch in plan:
+        run = job.run(crash=spec)
+        runs.append(run)
+        assert run.returncode == -9, (
+            f"the driver was not SIGKILLed at {point.value}:\n{run.tail()}")
+        assert job.reached(point, batch, sink_id=sink_id), (
+            f"{point.value} of sink {sink_id} batch {batch} not reached: "
+            f"{reached(job.crash_log)}")
+        offsets, commits = spark_batches(job.checkpoint)
+        assert batch in offsets and batch not in commits, (
+            f"Spark's checkpoint: offsets {sorted(offsets)}, commits {sorted(commits)}")
+        if after_kill is not None:
+            after_kill(point, sink_id, batch, run)
+    final = job.run(crash=spec)
+    runs.append(final)
+    assert final.returncode == 0, final.tail()
+    assert len(reached(job.crash_log)) >= len(plan), reached(job.crash_log)
+    return runs

@@ -1,0 +1,81 @@
+"""The shipped real-kill harness (:mod:`connectors.testing.kill`) on real processes.
+
+A tiny driver without Spark (``tests/testing/_tiny_driver.py``: the example file-system
+sink, a checkpoint kept the way Spark keeps it) is SIGKILLed at crash points by
+``CONNECTORS_CRASH_AT`` and from outside; the harness must prove each kill, refuse a plan
+whose point is never reached, and the output must be exact row by row.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from connectors import CrashPoint
+from connectors.testing.kill import (
+    KillJob,
+    kill_at_each,
+    point_reached,
+    reached,
+    run_driver,
+    spark_batches,
+)
+from examples.fs_sink import read_output
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class TinyJob(KillJob):
+    module = "tests.testing._tiny_driver"
+
+    def args(self) -> list[str]:
+        return ["--out", str(self.root / "out"), "--checkpoint", str(self.checkpoint),
+                "--batches", "3", "--rows", "10"]
+
+    def values(self) -> list[int]:
+        table = read_output(self.root / "out")
+        return sorted(table["value"].to_pylist()) if table is not None else []
+
+
+def test_kill_at_each_point_then_restart_is_exact(tmp_path: Path) -> None:
+    job = TinyJob(tmp_path, sink_id="tiny", cwd=REPO)
+    seen: list[tuple[str, int, list[int]]] = []
+
+    def after_kill(point: CrashPoint, sink: str, batch: int, run: object) -> None:
+        seen.append((point.value, batch, job.values()))
+
+    plan = [(CrashPoint.BEFORE_DECISION, "tiny", 0), (CrashPoint.AFTER_DECISION, "tiny", 1),
+            (CrashPoint.AFTER_COMMIT, "tiny", 2)]
+    runs = kill_at_each(job, plan, after_kill=after_kill)
+    assert [r.returncode for r in runs] == [-9, -9, -9, 0]
+    # what each kill left: nothing of batch 0; batch 0 only (1 decided, not committed);
+    # batches 0-2 (2 committed, not in the checkpoint's commit log)
+    assert seen == [("before_decision", 0, []), ("after_decision", 1, list(range(10))),
+                    ("after_commit", 2, list(range(30)))]
+    assert job.values() == list(range(30))  # row by row: nothing missing, nothing twice
+    assert spark_batches(job.checkpoint) == ({0, 1, 2}, {0, 1, 2})
+    assert not list((tmp_path / "out" / "_staging").glob("*.prepared"))
+    assert job.reached(CrashPoint.AFTER_DECISION, 1)
+    assert not job.reached(CrashPoint.AFTER_DECISION, 2)
+    assert point_reached(job.crash_log, CrashPoint.AFTER_COMMIT, "tiny", 2)
+    assert len(reached(job.crash_log)) == 3
+
+
+def test_a_point_never_reached_fails_the_plan(tmp_path: Path) -> None:
+    job = TinyJob(tmp_path, sink_id="tiny", cwd=REPO)
+    # batch 7 never runs: the driver ends normally, and the harness says so
+    with pytest.raises(AssertionError, match="not SIGKILLed at after_decision"):
+        kill_at_each(job, [(CrashPoint.AFTER_DECISION, "tiny", 7)])
+
+
+def test_kill_from_outside_when_a_condition_holds(tmp_path: Path) -> None:
+    job = TinyJob(tmp_path, sink_id="tiny", cwd=REPO)
+    stall = f"{CrashPoint.BEFORE_DECISION.value}:batch=1:action=stall:seconds=60"
+    run = job.run(crash=stall, kill_after=0.0,
+                  kill_when=lambda: job.reached(CrashPoint.BEFORE_DECISION, 1))
+    assert run.returncode == -9 and run.seconds < 50, run.tail()
+    assert spark_batches(job.checkpoint) == ({0, 1}, {0})
+    final = run_driver(job.args(), module=job.module, root=REPO)
+    assert final.returncode == 0, final.tail()
+    assert job.values() == list(range(30))
