@@ -68,6 +68,8 @@ TESTING_ALL = [
     "SCENARIOS",
     "Attempt",
     "CommitBeforeDecisionSink",
+    "ForgetsCommitSink",
+    "IgnoresMarkerSink",
     "InMemoryDriverCommitSink",
     "InMemoryLedger",
     "InMemoryPreparedSink",

@@ -4,12 +4,15 @@
   attempts on demand (Spark's local mode does neither).
 - In-memory participants for each protocol family (:class:`InMemoryTarget`,
   :class:`InMemoryPreparedSink`, :class:`InMemoryTaskCommitSink`,
-  :class:`InMemoryDriverCommitSink`) and :class:`CommitBeforeDecisionSink`, a broken sink
-  the suite must reject.
+  :class:`InMemoryDriverCommitSink`), and one broken sink per family that the suite must
+  reject: :class:`CommitBeforeDecisionSink`, :class:`IgnoresMarkerSink`,
+  :class:`ForgetsCommitSink`.
 - The conformance suite (:class:`SinkConformanceTests`, :func:`run_conformance`) over a
   :class:`SinkHarness` you write for your target.
 - Crash points: :func:`connectors.core.crash.arm` in-process, ``CONNECTORS_CRASH_AT`` for
   real processes; the pytest plugin (:mod:`connectors.testing.plugin`) adds fixtures.
+- The real-kill harness (:mod:`connectors.testing.kill`): your driver run as a child
+  process, SIGKILLed at each crash point of a plan and restarted, every kill proved.
 
 Depends on :mod:`connectors.core` only.
 """
@@ -25,6 +28,8 @@ from connectors.testing.conformance import (
 from connectors.testing.local import Attempt, LocalBatch, SimulatedTaskFailure
 from connectors.testing.memory import (
     CommitBeforeDecisionSink,
+    ForgetsCommitSink,
+    IgnoresMarkerSink,
     InMemoryDriverCommitSink,
     InMemoryLedger,
     InMemoryPreparedSink,
@@ -36,6 +41,8 @@ __all__ = [
     "SCENARIOS",
     "Attempt",
     "CommitBeforeDecisionSink",
+    "ForgetsCommitSink",
+    "IgnoresMarkerSink",
     "InMemoryDriverCommitSink",
     "InMemoryLedger",
     "InMemoryPreparedSink",

@@ -4,8 +4,10 @@ An :class:`InMemoryTarget` plays the durable target: it outlives sink instances,
 "restarts the driver" by dropping a sink and building a new one on the same target. Tasks
 must run in the same process (:class:`~connectors.testing.LocalBatch`).
 
-Also here: :class:`CommitBeforeDecisionSink`, a deliberately broken sink that commits in
-its pre-commit; the conformance suite must reject it.
+Also here: one deliberately broken sink per family, each a mistake an author could make,
+that the conformance suite must reject: :class:`CommitBeforeDecisionSink` (commits in its
+pre-commit), :class:`IgnoresMarkerSink` (takes an earlier run's slot marker for stale) and
+:class:`ForgetsCommitSink` (remembers its commits in driver memory, not in the target).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from connectors.core.tasks import SlotMarker, SlotTransaction, TaskTransaction
 
 __all__ = [
     "CommitBeforeDecisionSink",
+    "ForgetsCommitSink",
+    "IgnoresMarkerSink",
     "InMemoryDriverCommitSink",
     "InMemoryLedger",
     "InMemoryPreparedSink",
@@ -300,3 +304,56 @@ class InMemoryDriverCommitSink(DriverCommitSink):
                 return
             self.target.rows.extend(rows)
             done.add(ctx.batch_id)
+
+
+@dataclass
+class _RunSlot(_MemSlot):
+    run_id: str = ""
+
+
+class IgnoresMarkerSink(InMemoryTaskCommitSink):
+    """BROKEN on purpose (COMMIT_IN_TASK): takes a marker written by an earlier run for stale.
+
+    Its :meth:`read_marker` returns the slot's marker only if this run wrote it, as if a
+    dead run's marker were left over garbage. But a restarted driver replays the batch in a
+    new run: every slot that committed before the crash misses its marker and writes its
+    rows again. Task retries and speculative attempts (same run) still look fine; the
+    ``crash_points`` scenario catches it (crash after a slot's commit or before the
+    decision, restart, replay: rows twice).
+    """
+
+    def open_slot(self, slot: SlotTransaction) -> _MemSlot:
+        handle = super().open_slot(slot)
+        return _RunSlot(**vars(handle), run_id=slot.run_id)
+
+    def read_marker(self, handle: _MemSlot) -> SlotMarker | None:
+        marker = super().read_marker(handle)
+        if marker is None or not isinstance(handle, _RunSlot):
+            return None
+        return marker if marker.run_id == handle.run_id else None  # the mistake
+
+
+class ForgetsCommitSink(InMemoryDriverCommitSink):
+    """BROKEN on purpose (COMMIT_ON_DRIVER): remembers its commits in driver memory.
+
+    :meth:`is_committed` and :meth:`commit_batch` key the batch in a set held by the sink
+    object, not in the target, so the commit is idempotent only until the driver restarts.
+    A crash after :meth:`commit_batch` but before the ledger records the batch, then the
+    restart's replay, commits the batch twice: the ``crash_points`` scenario catches it
+    (crash after the decision, restart, replay: rows twice).
+    """
+
+    def __init__(self, target: InMemoryTarget, *, sink_id: str, **kwargs: Any) -> None:
+        super().__init__(target, sink_id=sink_id, **kwargs)
+        self._committed: set[tuple[str, int]] = set()  # the mistake: lost with the driver
+
+    def is_committed(self, ctx: BatchContext) -> bool:
+        return (ctx.app_id, ctx.batch_id) in self._committed
+
+    def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> None:
+        if (ctx.app_id, ctx.batch_id) in self._committed:
+            return
+        rows = _rows(batch.to_arrow())
+        with self.target.lock:
+            self.target.rows.extend(rows)
+        self._committed.add((ctx.app_id, ctx.batch_id))

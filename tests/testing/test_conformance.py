@@ -1,5 +1,6 @@
 """The conformance suite passes the in-memory sink of every family and rejects the
-deliberately broken ``CommitBeforeDecisionSink``."""
+deliberately broken sink of every family (``CommitBeforeDecisionSink``,
+``IgnoresMarkerSink``, ``ForgetsCommitSink``), naming the scenario that catches it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from connectors.core.template import TwoPhaseCommitSink
 from connectors.testing import (
     SCENARIOS,
     CommitBeforeDecisionSink,
+    ForgetsCommitSink,
+    IgnoresMarkerSink,
     InMemoryDriverCommitSink,
     InMemoryPreparedSink,
     InMemoryTarget,
@@ -119,3 +122,47 @@ def test_commit_before_decision_sink_is_rejected_naming_the_failing_scenarios() 
     assert "plain" not in failed  # without a crash the broken sink looks fine
     assert "not exact" in message
     assert "extra/duplicated" in message
+
+
+def _failed_scenarios(make: Callable[[], SinkHarness]) -> tuple[set[str], str]:
+    """Run the suite on a sink that must fail it: the names of the failed scenarios, and
+    the whole message."""
+    with pytest.raises(AssertionError) as info:
+        run_conformance(make)
+    message = str(info.value)
+    assert message.startswith("sink fails the conformance suite:")
+    return {line.strip().split(":")[0] for line in message.splitlines()[1:]}, message
+
+
+@pytest.mark.parametrize(
+    ("broken", "correct", "family", "crash_at"),
+    [
+        (IgnoresMarkerSink, InMemoryTaskCommitSink, Family.COMMIT_IN_TASK, "after_precommit"),
+        (ForgetsCommitSink, InMemoryDriverCommitSink, Family.COMMIT_ON_DRIVER, "after_decision"),
+    ],
+    ids=["ignores_marker", "forgets_commit"],
+)
+def test_broken_sink_is_rejected_by_the_crash_points_scenario_and_its_sibling_passes(
+    broken: Callable[..., TwoPhaseCommitSink],
+    correct: Callable[..., TwoPhaseCommitSink],
+    family: Family,
+    crash_at: str,
+) -> None:
+    assert harness_factory(broken)().new_sink().family is family
+    assert harness_factory(correct)().new_sink().family is family
+    assert run_conformance(harness_factory(correct)) == list(SCENARIOS)
+
+    failed, message = _failed_scenarios(harness_factory(broken))
+    # Only a restart exposes the mistake: retries, speculation and replays look fine.
+    assert failed == {"crash_points"}
+    assert f"crash_points: crash at {crash_at}, restart, replay: output is not exact" in message
+    assert "0 missing" in message
+    assert "extra/duplicated" in message
+
+
+def test_ignores_marker_sink_duplicates_the_slots_committed_before_the_crash() -> None:
+    make = harness_factory(IgnoresMarkerSink, slots=1)  # one slot: all of batch 1 twice
+    failed, message = _failed_scenarios(make)
+    assert failed == {"crash_points"}
+    assert "0 missing, 7 extra/duplicated" in message
+
