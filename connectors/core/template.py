@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 
@@ -52,7 +52,6 @@ from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
 __all__ = ["TwoPhaseCommitSink"]
 
 logger = logging.getLogger(__name__)
-H = TypeVar("H")
 ReplayPolicy = Literal["fail", "warn"]
 
 #: Like Spark's ``spark.sql.streaming.minBatchesToRetain`` (100): decisions kept in the

@@ -112,6 +112,9 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         self._plan: WritePlan | None = None
         self._db: DriverConnection | None = None
         self._checked_prepared = 0
+        #: The task side: settings only, built once (every hook of a task uses it).
+        self._tasks = TaskWriter(self.conninfo, self.options, self.sink_id,
+                                 self.values_in_errors)
 
     @classmethod
     def operator(
@@ -145,9 +148,6 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
             )
         return self._db
 
-    def _writer(self) -> TaskWriter:
-        return TaskWriter(self.conninfo, self.options, self.sink_id, self.values_in_errors)
-
     def _committer(self) -> Committer:
         return Committer(self._driver_db(), self.options.ledger_table, sink_id=self.sink_id)
 
@@ -176,16 +176,16 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         plan = self._plan
         if plan is None:  # pragma: no cover - validate_input always runs first
             raise ConfigurationError("the sink was not validated on the driver")
-        return self._writer().begin(txn.transaction_id, plan)
+        return self._tasks.begin(txn.transaction_id, plan)
 
     def write(self, handle: PgTxn, batch: pa.RecordBatch) -> None:
-        self._writer().write(handle, batch)
+        self._tasks.write(handle, batch)
 
     def pre_commit(self, handle: PgTxn, fingerprint: Fingerprint) -> bytes:
         """Executor: end the COPY (or upsert), insert the receipt, ``PREPARE TRANSACTION``
         (see :meth:`TaskWriter.pre_commit <connectors.postgres._writer.TaskWriter.pre_commit>`
         for the steps)."""
-        return self._writer().pre_commit(handle, fingerprint)
+        return self._tasks.pre_commit(handle, fingerprint)
 
     def abort_transaction(self, handle: PgTxn) -> None:
         TaskWriter.abort(handle)  # an unprepared transaction dies with its session
