@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -54,6 +55,9 @@ class LocalBatch(BatchInput):
             one; its outcome is discarded, as Spark discards the slower attempt's.
         max_failures: attempts per partition before the "job" fails (like
             ``spark.task.maxFailures``).
+        spark: a SparkSession, for a sink that writes the batch's DataFrame itself (a
+            driver-commit sink such as DeltaSink): :attr:`spark_df` is then the same rows
+            as a DataFrame of that session (tasks still run in-process).
 
     Example::
 
@@ -72,6 +76,7 @@ class LocalBatch(BatchInput):
         fail_first_attempt: Sequence[int] = (),
         speculate: Sequence[int] = (),
         max_failures: int = 4,
+        spark: Any = None,
     ) -> None:
         if isinstance(data, pa.Table):
             self._schema = data.schema
@@ -90,8 +95,19 @@ class LocalBatch(BatchInput):
         self.fail_first_attempt = set(fail_first_attempt)
         self.speculate = set(speculate)
         self.max_failures = max_failures
+        self.spark = spark
+        self._frame: Any = None
         #: Every attempt that ran, in order (what a Spark listener would have seen).
         self.attempts: list[Attempt] = []
+
+    @property
+    def spark_df(self) -> Any:
+        """The rows as a DataFrame of :attr:`spark` (``None`` without a session)."""
+        if self.spark is None:
+            return None
+        if self._frame is None:
+            self._frame = self.spark.createDataFrame(self.to_arrow())
+        return self._frame
 
     @property
     def schema(self) -> pa.Schema:
@@ -152,6 +168,7 @@ class LocalBatch(BatchInput):
             fail_first_attempt=sorted(self.fail_first_attempt),
             speculate=sorted(self.speculate),
             max_failures=self.max_failures,
+            spark=self.spark,
         )
         slotted.attempts = self.attempts  # one record of every attempt of this batch
         return slotted
