@@ -28,8 +28,6 @@ Each run's output must name the path that ran (the sink logs it once per run).
 from __future__ import annotations
 
 import os
-import random
-import re
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +50,16 @@ from integration._delta import (
     tagged_commits,
     txn_version,
 )
-from integration._driver import REPO, DriverRun, KillJob, reached, spark_batches
+from integration._driver import (
+    REPO,
+    SEED,
+    DriverRun,
+    KillJob,
+    kill_at_each,
+    kill_at_random,
+    reached,
+    spark_batches,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -167,13 +174,6 @@ class DeltaJob(KillJob):
         assert set(range(self.batches)) <= commits_log
 
 
-def _metrics(run: DriverRun, sink: str, batch: int) -> dict[str, str]:
-    for line in run.output.splitlines():
-        if "connectors.metrics batch " in line and f"sink_id={sink} batch_id={batch} " in line:
-            return dict(re.findall(r"(\w+)=(\S+)", line.split("connectors.metrics batch ")[1]))
-    raise AssertionError(f"no metrics of {sink} batch {batch}:\n{run.tail()}")
-
-
 # (point, sink, batch), in the order a restarted driver meets them: each run dies at the
 # next one (``once`` files spend each crash), so 6 kills + 1 clean run cover every crash
 # point of the family for the append sink and for the MERGE sink.
@@ -212,20 +212,10 @@ def test_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
     plan: list[tuple[CrashPoint, str, int]],
 ) -> None:
     job = DeltaJob(tmp_path, delta_path=delta_path)
-    spec = ";".join(
-        f"{p.value}:batch={b}:sink={s}:once={tmp_path / f'once-{i}'}"
-        for i, (p, s, b) in enumerate(plan)
-    )
-    previous: DriverRun | None = None
-    for point, sink, batch in plan:
-        run = job.run(crash=spec)
-        assert run.returncode == -9, f"driver was not SIGKILLed at {point.value}:\n{run.tail()}"
-        # The crash point was really reached, for that sink and batch ...
-        assert job.reached(point, batch, sink_id=sink), reached(job.crash_log)
-        # ... Spark had started the batch and not recorded it, so it will replay it ...
-        offsets, commits = spark_batches(job.checkpoint)
-        assert batch in offsets and batch not in commits, (offsets, commits)
-        # ... and the table and the ledger hold what that point stands for.
+    kills = iter(range(len(plan)))
+
+    def after_kill(point: CrashPoint, sink: str, batch: int, run: DriverRun) -> None:
+        # The table and the ledger hold what the crash point stands for.
         path = job.a if sink == APPEND else job.b
         ledger, tags = ledger_batches(path, sink), tagged_commits(path, sink)
         assert all(ledger.get(b) for b in range(batch)), ledger
@@ -248,43 +238,32 @@ def test_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
                 assert fp is None, fp
             else:
                 assert fp is not None and fp["rows"] == 150, fp
-        if previous is not None:
-            # What the previous kill left was settled the way its crash point requires.
-            p_point, p_sink, p_batch = plan[plan.index((point, sink, batch)) - 1]
-            m = _metrics(run, p_sink, p_batch)
-            if p_point is CrashPoint.BEFORE_DECISION:
-                assert m["outcome"] == "committed", m
-            elif p_point is CrashPoint.AFTER_DECISION:
-                assert m["outcome"] == "replayed" and m["reconciled"] == "1", m
-            else:
-                assert m["outcome"] == "replayed" and m["reconciled"] == "0", m
-        previous = run
-    final = job.run(crash=spec)
-    assert final.returncode == 0, final.tail()
-    _point, last_sink, last_batch = plan[-1]
-    assert _metrics(final, last_sink, last_batch)["outcome"] == "replayed"
+        i = next(kills)
+        if i:  # what the previous kill left was settled the way its crash point requires
+            _settled(run, *plan[i - 1])
+
+    runs = kill_at_each(job, plan, after_kill=after_kill)
+    _settled(runs[-1], *plan[-1])
     assert len(reached(job.crash_log)) == len(plan)
     job.assert_exact(spark)
+
+
+def _settled(run: DriverRun, point: CrashPoint, sink: str, batch: int) -> None:
+    """The restart after a kill at ``point`` settled that batch the way the point requires."""
+    m = run.batch_metrics(sink, batch)
+    if point is CrashPoint.BEFORE_DECISION:
+        assert m["outcome"] == "committed", m
+    elif point is CrashPoint.AFTER_DECISION:
+        assert m["outcome"] == "replayed" and m["reconciled"] == "1", m
+    else:
+        assert m["outcome"] == "replayed" and m["reconciled"] == "0", m
 
 
 def test_sigkill_at_random_moments_then_restart_is_exact(
     tmp_path: Path, spark: SparkSession
 ) -> None:
     job = DeltaJob(tmp_path, source="rate", batches=4, rows=150)
-    rng = random.Random(int(os.environ.get("EOS_SEED", "20261122")))
-    kills = 0
-    for _ in range(2):
-        # A random moment once the driver is writing: after its next batch is recorded.
-        before = len(ledger_batches(job.a, APPEND))
-        run = job.run(
-            kill_after=rng.uniform(0.0, 4.0),
-            kill_when=lambda before=before: len(ledger_batches(job.a, APPEND)) > before,
-        )
-        if run.returncode == -9:
-            kills += 1
-        else:
-            assert run.returncode == 0, run.tail()
-    final = job.run()
-    assert final.returncode == 0, final.tail()
-    assert kills >= 1, "no run was killed: the delays were too long for this machine"
+    # Each kill a random moment after the driver recorded its next batch.
+    kill_at_random(job, progress=lambda: len(ledger_batches(job.a, APPEND)), max_delay=4.0,
+                   seed=SEED)
     job.assert_exact(spark)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from pathlib import Path
 
 import pytest
@@ -22,11 +21,14 @@ from examples.fs_sink import read_output
 from examples.stream_to_files import make_input_files
 from integration._driver import (
     REPO,
+    SEED,
     KillJob,
+    a_failed_task_was_retried,
     exact,
+    kill_at_random,
     reached,
+    run_with_a_failing_task,
     spark_batches,
-    task_attempts,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -155,22 +157,9 @@ def test_task_killed_at_crash_point_then_restart_is_exact(point: CrashPoint, tmp
 
 def test_driver_killed_at_random_moments_then_restart_is_exact(tmp_path: Path):
     job = Job(tmp_path, files=10)
-    rng = random.Random(int(os.environ.get("EOS_SEED", "20261122")))
-    kills = 0
-    for _ in range(4 if WIDE else 2):
-        # A random moment once the driver is writing: after its first batch is decided.
-        before = len(_ledger_batches(job))
-        run = job.run(
-            kill_after=rng.uniform(0.0, 1.5),
-            kill_when=lambda before=before: len(_ledger_batches(job)) > before,
-        )
-        if run.returncode == -9:
-            kills += 1
-        else:
-            assert run.returncode == 0, run.tail()
-    final = job.run()
-    assert final.returncode == 0, final.tail()
-    assert kills >= 1, "no run was killed: the delays were too long for this machine"
+    # Each kill a random moment after the driver decided its next batch.
+    kill_at_random(job, progress=lambda: len(_ledger_batches(job)), runs=4 if WIDE else 2,
+                   max_delay=1.5, seed=SEED)
     job.assert_exact()
 
 
@@ -190,25 +179,8 @@ def test_failed_task_is_retried_on_local_n_f_and_only_the_accepted_attempt_commi
     """``local[2,3]`` retries a failed task (``local[2]`` would not): the killed attempt's
     transaction never commits and the retry's does; the event log proves the retry ran."""
     job = Job(tmp_path)
-    events = tmp_path / "events"
-    events.mkdir()
-    once = tmp_path / "crash-once"
-    run = job.run(
-        "--master",
-        "local[2,3]",
-        "--conf",
-        "spark.eventLog.enabled=true",
-        "--conf",
-        f"spark.eventLog.dir=file://{events}",
-        "--conf",
-        "spark.eventLog.compress=false",
-        crash=f"after_precommit:batch=1:partition=0:action=exit:once={once}",
-    )
+    run, attempts = run_with_a_failing_task(job, "after_precommit:batch=1:partition=0")
     assert run.returncode == 0, run.tail()
-    assert once.exists(), "the task crash point was never reached"
-    attempts = task_attempts(events)
-    failed = [a for a in attempts if a["failed"]]
-    retried = [a for a in attempts if a["attempt"] >= 1 and not a["failed"]]
-    assert failed and retried, json.dumps(attempts, indent=1)
+    assert a_failed_task_was_retried(attempts), json.dumps(attempts, indent=1)
     job.assert_exact()
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,11 +29,14 @@ from connectors.kafka._native import ACCELERATORS_ENV, accelerators_off
 from examples.stream_to_files import make_input_files
 from integration._driver import (
     REPO,
+    SEED,
     DriverRun,
     KillJob,
+    a_failed_task_was_retried,
+    kill_at_random,
     reached,
+    run_with_a_failing_task,
     spark_batches,
-    task_attempts,
 )
 from integration._kafka import KafkaTarget, ledger_batches, markers, target_fixture
 
@@ -108,15 +109,6 @@ class KafkaJob(KillJob):
 kafka = target_fixture("kill")
 
 
-def _metrics(run: DriverRun) -> list[dict[str, str]]:
-    found = []
-    for line in run.output.splitlines():
-        if "connectors.metrics batch " in line:
-            fields = line.split("connectors.metrics batch ")[1]
-            found.append(dict(re.findall(r"(\w+)=(\S+)", fields)))
-    return found
-
-
 #: Rows each produce path wrote in this module's driver runs (batch metrics).
 PRODUCED: dict[str, float] = {}
 
@@ -125,7 +117,7 @@ def _check_produce_path(run: DriverRun) -> None:
     """Count the rows per produce path; with ``CONNECTORS_ACCELERATORS=off`` (the CI lane
     of the public path, inherited by every driver and its workers) no batch may have used
     the ctypes accelerator."""
-    for metrics in _metrics(run):
+    for metrics in run.metrics():
         for path in ("native", "batch", "record"):
             rows = float(metrics.get(f"produce_{path}_rows", 0))
             PRODUCED[path] = PRODUCED.get(path, 0.0) + rows
@@ -191,13 +183,13 @@ def test_sigkill_at_every_crash_point_then_restarts_are_exact(
         assert job.reached(point, batch, partition=0), reached(job.crash_log)
     assert "Python worker exited unexpectedly" in final.output  # the kills really happened
     job.assert_exact()
-    outcomes = {int(m["batch_id"]): m["outcome"] for r in history for m in _metrics(r)}
+    outcomes = {int(m["batch_id"]): m["outcome"] for r in history for m in r.metrics()}
     assert outcomes.get(0) == "replayed", outcomes  # before_decision: every slot marked
     assert outcomes.get(1) == "replayed", outcomes  # after_commit: in the ledger
     # before_precommit: slot 0 never committed batch 2, so the retried stage wrote it.
     assert outcomes.get(2) == "committed", outcomes
     produced = {path: sum(float(m.get(f"produce_{path}_rows", 0)) for r in history
-                          for m in _metrics(r)) for path in ("native", "batch")}
+                          for m in r.metrics()) for path in ("native", "batch")}
     if accelerators_off():  # the public path's CI lane: produce_batch wrote every batch
         assert produced["batch"] > 0 and produced["native"] == 0, produced
     else:
@@ -212,21 +204,8 @@ def test_driver_killed_at_random_moments_then_restart_is_exact(
     tmp_path: Path, kafka: KafkaTarget
 ) -> None:
     job = KafkaJob(tmp_path, kafka, files=8)
-    rng = random.Random(int(os.environ.get("EOS_SEED", "20261122")))
-    kills = 0
-    for _ in range(int(os.environ.get("EOS_RANDOM_KILLS", "1"))):
-        before = _ledger_len(job)
-        run = job.run(
-            kill_after=rng.uniform(0.0, 2.0),
-            kill_when=lambda before=before: _ledger_len(job) > before,
-        )
-        if run.returncode == -9:
-            kills += 1
-        else:
-            _ok(run)
-    final = job.run()
-    _ok(final)
-    assert kills >= 1, "no run was killed: the delays were too long for this machine"
+    kill_at_random(job, progress=lambda: _ledger_len(job),
+                   runs=int(os.environ.get("EOS_RANDOM_KILLS", "1")), seed=SEED, check=_ok)
     job.assert_exact()
 
 
@@ -277,7 +256,7 @@ def test_kafka_source_to_kafka_sink_with_task_killed_after_its_commit_is_exact(
     job.assert_exact()
     # Slot 0 committed batch 1 once, though two drivers ran it; slot 1 may have committed
     # it before the kill too (barrier=False: slots commit independently).
-    batch1 = [m for m in _metrics(second) if m["batch_id"] == "1"]
+    batch1 = [m for m in second.metrics() if m["batch_id"] == "1"]
     assert batch1 and batch1[0]["outcome"] in ("committed", "replayed"), batch1
     for slot in range(SLOTS):
         assert [m["batch_id"] for m in job.markers()[slot]].count(1) == 1
@@ -296,22 +275,10 @@ def test_failed_task_is_retried_on_local_n_f_and_the_retry_finds_the_marker(
     process dies (after_precommit): the retry fences the slot, finds the committed marker,
     compares fingerprints and writes nothing. The event log proves the retry ran."""
     job = KafkaJob(tmp_path, kafka, barrier=False)
-    events = tmp_path / "events"
-    events.mkdir()
-    once = tmp_path / "crash-once"
-    run = job.run(
-        "--master", "local[2,3]",
-        "--conf", "spark.eventLog.enabled=true",
-        "--conf", f"spark.eventLog.dir=file://{events}",
-        "--conf", "spark.eventLog.compress=false",
-        crash=f"after_precommit:batch=1:partition=0:action=exit:once={once}",
-    )
+    run, attempts = run_with_a_failing_task(job, "after_precommit:batch=1:partition=0")
     _ok(run)
-    assert once.exists() and job.reached(CrashPoint.AFTER_PRECOMMIT, 1, partition=0)
-    attempts = task_attempts(events)
-    failed = [a for a in attempts if a["failed"]]
-    retried = [a for a in attempts if a["attempt"] >= 1 and not a["failed"]]
-    assert failed and retried, json.dumps(attempts, indent=1)
+    assert job.reached(CrashPoint.AFTER_PRECOMMIT, 1, partition=0)
+    assert a_failed_task_was_retried(attempts), json.dumps(attempts, indent=1)
     job.assert_exact()
     assert len([m for m in job.markers()[0] if m["batch_id"] == 1]) == 1
 
@@ -322,19 +289,9 @@ def test_failed_barrier_task_retries_the_whole_stage_and_is_exact(
     """Barrier mode on ``local[2,3]``: a task dies before its commit; Spark retries the
     whole barrier stage (every slot fences its previous attempt) and the batch is exact."""
     job = KafkaJob(tmp_path, kafka, files=3, barrier=True)
-    events = tmp_path / "events"
-    events.mkdir()
-    once = tmp_path / "crash-once"
-    run = job.run(
-        "--master", "local[2,3]",
-        "--conf", "spark.eventLog.enabled=true",
-        "--conf", f"spark.eventLog.dir=file://{events}",
-        "--conf", "spark.eventLog.compress=false",
-        crash=f"before_precommit:batch=1:partition=1:action=exit:once={once}",
-    )
+    run, attempts = run_with_a_failing_task(job, "before_precommit:batch=1:partition=1")
     _ok(run)
-    assert once.exists() and job.reached(CrashPoint.BEFORE_PRECOMMIT, 1, partition=1)
-    attempts = task_attempts(events)
+    assert job.reached(CrashPoint.BEFORE_PRECOMMIT, 1, partition=1)
     assert any(a["failed"] for a in attempts), json.dumps(attempts, indent=1)
     job.assert_exact()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from integration._driver import event_log_conf
 from integration._kafka import KafkaTarget, ledger, target_fixture
 from integration._standalone import StandaloneCluster, conf_args, executor_env_conf
 from integration.test_kafka_kill import SLOTS, KafkaJob
@@ -31,7 +32,6 @@ def test_speculative_copy_fences_the_straggler_and_the_slot_commits_once(
 ) -> None:
     job = KafkaJob(tmp_path, kafka, files=3, barrier=False)
     events = tmp_path / "events"
-    events.mkdir()
     once = tmp_path / "stall-once"
     stall = (
         f"before_precommit:batch={STALLED_BATCH}:partition=0:action=stall"
@@ -41,11 +41,7 @@ def test_speculative_copy_fences_the_straggler_and_the_slot_commits_once(
         "--master", cluster.master_url,
         *cluster.driver_conf(),
         *conf_args(SPECULATION),
-        *conf_args({
-            "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": f"file://{events}",
-            "spark.eventLog.compress": "false",
-        }),
+        *conf_args(event_log_conf(events)),
         *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
                            CONNECTORS_CRASH_LOG=str(job.crash_log)),
         timeout=300,

@@ -36,12 +36,16 @@ from connectors import CrashPoint
 from examples.stream_to_files import make_input_files
 from integration._driver import (
     REPO,
-    DriverRun,
+    SEED,
     KillJob,
+    a_failed_task_was_retried,
+    conf_args,
     event_log_app_ids,
+    event_log_conf,
+    kill_at_random,
     reached,
+    run_with_a_failing_task,
     spark_batches,
-    task_attempts,
     task_executors,
 )
 from integration._pg import (
@@ -114,16 +118,6 @@ def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTa
     target.cleanup()
 
 
-def _metrics(run: DriverRun) -> list[dict[str, str]]:
-    """The per-batch metrics lines a driver logged."""
-    found = []
-    for line in run.output.splitlines():
-        if "connectors.metrics batch " in line:
-            fields = line.split("connectors.metrics batch ")[1]
-            found.append(dict(re.findall(r"(\w+)=(\S+)", fields)))
-    return found
-
-
 # ------------------------------------------------------------------ driver crash points
 
 DRIVER_POINTS = [
@@ -178,7 +172,7 @@ def test_driver_sigkill_at_crash_point_then_restart_is_exact(
     check_restart(second)
     job.assert_exact()
     assert sorted(pg.ledger_states()) == list(range(FILES))
-    replayed = [m for m in _metrics(second) if m.get("batch_id") == str(CRASH_BATCH)]
+    replayed = [m for m in second.metrics() if m.get("batch_id") == str(CRASH_BATCH)]
     expected = "committed" if point is CrashPoint.BEFORE_DECISION else "replayed"
     assert replayed and replayed[0]["outcome"] == expected, replayed
 
@@ -224,22 +218,9 @@ def test_driver_killed_at_random_moments_then_restart_is_exact(
     tmp_path: Path, pg: PgTarget
 ) -> None:
     job = PgJob(tmp_path, pg, files=10)
-    rng = random.Random(int(os.environ.get("EOS_SEED", "20261122")))
-    kills = 0
-    for _ in range(4 if WIDE else 2):
-        # A random moment once the driver is writing: after its first batch is decided.
-        before = len(pg.ledger_states())
-        run = job.run(
-            kill_after=rng.uniform(0.0, 1.5),
-            kill_when=lambda before=before: len(pg.ledger_states()) > before,
-        )
-        if run.returncode == -9:
-            kills += 1
-        else:
-            check_restart(run)
-    final = job.run()
-    check_restart(final)
-    assert kills >= 1, "no run was killed: the delays were too long for this machine"
+    # Each kill a random moment after the driver decided its next batch.
+    kill_at_random(job, progress=lambda: len(pg.ledger_states()), runs=4 if WIDE else 2,
+                   max_delay=1.5, seed=SEED, check=check_restart)
     job.assert_exact()
 
 
@@ -275,23 +256,11 @@ def test_failed_task_is_retried_on_local_n_f_and_only_the_accepted_attempt_commi
     """``local[2,3]`` retries a failed task: the dead attempt's prepared transaction is
     rolled back by the sweep, the retry's commits; the event log proves the retry ran."""
     job = PgJob(tmp_path, pg)
-    events = tmp_path / "events"
-    events.mkdir()
-    once = tmp_path / "crash-once"
-    run = job.run(
-        "--master", "local[2,3]",
-        "--conf", "spark.eventLog.enabled=true",
-        "--conf", f"spark.eventLog.dir=file://{events}",
-        "--conf", "spark.eventLog.compress=false",
-        crash=f"after_precommit:batch=1:partition=0:action=exit:once={once}",
-    )
+    run, attempts = run_with_a_failing_task(job, "after_precommit:batch=1:partition=0")
     assert run.returncode == 0, run.tail()
-    assert once.exists() and job.reached(CrashPoint.AFTER_PRECOMMIT, 1, partition=0)
-    attempts = task_attempts(events)
-    failed = [a for a in attempts if a["failed"]]
-    retried = [a for a in attempts if a["attempt"] >= 1 and not a["failed"]]
-    assert failed and retried, json.dumps(attempts, indent=1)
-    batch1 = [m for m in _metrics(run) if m.get("batch_id") == "1"]
+    assert job.reached(CrashPoint.AFTER_PRECOMMIT, 1, partition=0)
+    assert a_failed_task_was_retried(attempts), json.dumps(attempts, indent=1)
+    batch1 = [m for m in run.metrics() if m.get("batch_id") == "1"]
     assert batch1 and int(batch1[0]["aborted"]) >= 1, batch1  # the dead attempt's txn
     job.assert_exact()
 
@@ -335,7 +304,7 @@ def test_postgres_restarted_mid_batch_then_job_finishes_exact(
     if point is CrashPoint.AFTER_DECISION:
         assert restarted_in < stall, f"PostgreSQL took {restarted_in:.0f} s to restart"
         assert run.returncode == 0, run.tail()
-        batch1 = [m for m in _metrics(run) if m.get("batch_id") == "1"]
+        batch1 = [m for m in run.metrics() if m.get("batch_id") == "1"]
         assert batch1 and batch1[0]["outcome"] == "committed", batch1
         assert int(batch1[0]["retries"]) >= 1, "the commit after the restart was not retried"
     else:
@@ -356,7 +325,7 @@ def test_two_drivers_on_one_checkpoint_then_restarts_are_exact(
     (FencedError: the other took over the sink; or Spark's checkpoint conflict); both are
     restarted until one completes. Nothing is lost, nothing doubled, nothing prepared."""
     job = PgJob(tmp_path, pg, files=6)
-    rng = random.Random(int(os.environ.get("EOS_SEED", "20261122")))
+    rng = random.Random(SEED)
     history = []
     for _ in range(4):
         with ThreadPoolExecutor(2) as pool:
@@ -395,14 +364,11 @@ def test_local_cluster_executors_in_their_own_jvms_is_exact(
 ) -> None:
     job = PgJob(tmp_path, pg)
     events = tmp_path / "events"
-    events.mkdir()
     args = [
         "--master", "local-cluster[2,1,1024]",
         "--conf", f"spark.executorEnv.PYTHONPATH={REPO}",
         "--conf", "spark.executor.memory=1024m",
-        "--conf", "spark.eventLog.enabled=true",
-        "--conf", f"spark.eventLog.dir=file://{events}",
-        "--conf", "spark.eventLog.compress=false",
+        *conf_args(event_log_conf(events)),
     ]
     try:
         if crash:

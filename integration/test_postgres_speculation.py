@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from connectors.core.naming import TransactionId
+from integration._driver import event_log_conf
 from integration._pg import DRIVER_PGOPTIONS, PgTarget
 from integration._standalone import StandaloneCluster, conf_args, executor_env_conf
 from integration.test_postgres_kill import FILES, PgJob
@@ -43,7 +44,6 @@ def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(
 ) -> None:
     job = PgJob(tmp_path, pg)
     events = tmp_path / "events"
-    events.mkdir()
     once = tmp_path / "stall-once"
     stall = (
         f"before_precommit:batch={STALLED_BATCH}:partition=0:action=stall"
@@ -53,11 +53,7 @@ def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(
         "--master", cluster.master_url,
         *cluster.driver_conf(),
         *conf_args(SPECULATION),
-        *conf_args({
-            "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": f"file://{events}",
-            "spark.eventLog.compress": "false",
-        }),
+        *conf_args(event_log_conf(events)),
         *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
                            CONNECTORS_CRASH_LOG=str(job.crash_log),
                            PGOPTIONS=DRIVER_PGOPTIONS),

@@ -24,6 +24,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from integration._driver import event_log_conf
 from integration._standalone import (
     StandaloneCluster,
     conf_args,
@@ -132,7 +133,6 @@ def test_speculative_duplicate_attempts_commit_once(
 ) -> None:
     job = Job(tmp_path)
     events = tmp_path / "events"
-    events.mkdir()
     once = tmp_path / "stall-once"
     stall = (
         f"before_precommit:batch={STALLED_BATCH}:partition=0:action=stall"
@@ -144,13 +144,7 @@ def test_speculative_duplicate_attempts_commit_once(
         cluster.master_url,
         *cluster.driver_conf(),
         *conf_args(SPECULATION),
-        *conf_args(
-            {
-                "spark.eventLog.enabled": "true",
-                "spark.eventLog.dir": f"file://{events}",
-                "spark.eventLog.compress": "false",
-            }
-        ),
+        *conf_args(event_log_conf(events)),
         # Executors get the workers' environment, not the driver's: arm the crash there.
         *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
                            CONNECTORS_CRASH_LOG=str(job.crash_log)),

@@ -140,20 +140,10 @@ def test_postgres_batch_left_by_the_old_release_recovers_exactly(
     check_restart(second)
     _pg_exact(job)
     assert not (prepared & {str(t) for t in pg.prepared()})
-    outcome = _metrics(second, pg.sink_id, CRASH_BATCH)["outcome"]
+    outcome = second.batch_metrics(pg.sink_id, CRASH_BATCH)["outcome"]
     # A decided batch is finished (COMMIT PREPARED of what is left); an undecided one is
     # rolled back and written again.
     assert outcome == ("committed" if crash is CrashPoint.BEFORE_DECISION else "replayed")
-
-
-def _metrics(run: DriverRun, sink_id: str, batch: int) -> dict[str, str]:
-    """The first metrics line of (sink, batch) in the run's output, as a dict."""
-    needle = f"sink_id={sink_id} batch_id={batch} "
-    for line in run.output.splitlines():
-        if "connectors.metrics batch " in line and needle in line:
-            words = line.split("connectors.metrics batch ")[1].split()
-            return dict(w.split("=", 1) for w in words if "=" in w)
-    raise AssertionError(f"no metrics of {sink_id} batch {batch}:\n{run.tail()}")
 
 
 # ----------------------------------------------------------------------------- Kafka
@@ -229,7 +219,7 @@ def test_kafka_batch_left_by_the_old_release_recovers_exactly(
     _kafka_exact(job)
     # What a slot committed under the old release is not written again (one marker per
     # slot below); a slot that had not committed writes the batch now.
-    outcome = _metrics(second, kafka.sink_id, KAFKA_BATCH)["outcome"]
+    outcome = second.batch_metrics(kafka.sink_id, KAFKA_BATCH)["outcome"]
     if crash is CrashPoint.BEFORE_DECISION:
         assert outcome == "replayed", outcome
     elif crash is CrashPoint.BEFORE_PRECOMMIT:
@@ -297,6 +287,6 @@ def test_delta_commit_left_unrecorded_by_the_old_release_recovers_exactly(
     _delta_rows_exact(spark, job)
     job.assert_exact(spark)  # both tables row by row, one commit per batch, ledger complete
     # The unrecorded commit was found in the table's history, not written again.
-    metrics = _metrics(second, sink, DELTA_BATCH)
+    metrics = second.batch_metrics(sink, DELTA_BATCH)
     assert metrics["outcome"] == "replayed" and metrics["reconciled"] == "1", metrics
     assert len(tagged_commits(path, sink)[DELTA_BATCH]) == 1

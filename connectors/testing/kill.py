@@ -15,6 +15,8 @@ this harness kills real processes, the way the project's own kill tests do:
   names the point, sink and batch, and Spark's offset log has the batch while its commit
   log does not (so the restart replays it). Then one clean run. You check the target row
   by row afterwards: nothing missing, nothing twice, nothing left prepared or open.
+- :func:`kill_at_random` kills a job at random moments instead (each once the target shows
+  progress, a random delay later), then one clean run; at least one kill must land.
 
 .. example-needs: spark
 
@@ -47,6 +49,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
+import re
 import signal
 import subprocess
 import sys
@@ -59,8 +63,12 @@ from typing import Any, ClassVar
 from connectors.core.crash import ENV_CRASH_AT, ENV_CRASH_LOG, ENV_TEST_MODE
 from connectors.core.protocol import CrashPoint
 
-__all__ = ["DriverRun", "KillJob", "kill_at_each", "point_reached", "reached", "run_driver",
-           "spark_batches"]
+__all__ = ["DriverRun", "KillJob", "kill_at_each", "kill_at_random", "point_reached",
+           "reached", "run_driver", "spark_batches"]
+
+#: A metrics line's message (:meth:`connectors.core.metrics.BatchMetrics.emit`), and its fields.
+_METRICS_LINE = re.compile(r"\bbatch (sink_id=\S* batch_id=\d+ .*)$")
+_FIELD = re.compile(r"(\w+)=(\S*)")
 
 #: Seconds one driver run may take: a hung Spark job fails the test, not the whole run.
 DRIVER_TIMEOUT = 300.0
@@ -78,6 +86,30 @@ class DriverRun:
     def tail(self, n: int = 60) -> str:
         """The last ``n`` lines of the output (for assertion messages)."""
         return "\n".join(self.output.splitlines()[-n:])
+
+    def metrics(self, sink_id: str | None = None,
+                batch: int | None = None) -> list[dict[str, str]]:
+        """The per-batch metrics lines the run logged (logger ``connectors.metrics`` at
+        INFO: ``batch sink_id=... batch_id=... outcome=...``), in order, each as
+        ``{key: value}``; only those of ``sink_id`` and ``batch`` when given."""
+        found = []
+        for line in self.output.splitlines():
+            match = _METRICS_LINE.search(line)
+            if match is None:
+                continue
+            fields = dict(_FIELD.findall(match.group(1)))
+            if sink_id is not None and fields.get("sink_id") != sink_id:
+                continue
+            if batch is not None and fields.get("batch_id") != str(batch):
+                continue
+            found.append(fields)
+        return found
+
+    def batch_metrics(self, sink_id: str, batch: int) -> dict[str, str]:
+        """The first metrics line of ``sink_id``'s ``batch``; AssertionError if none."""
+        found = self.metrics(sink_id, batch)
+        assert found, f"no metrics line of sink {sink_id} batch {batch}:\n{self.tail()}"
+        return found[0]
 
 
 def run_driver(
@@ -256,3 +288,40 @@ def kill_at_each(job: KillJob, plan: Sequence[tuple[CrashPoint, str, int]], *,
     assert final.returncode == 0, final.tail()
     assert len(reached(job.crash_log)) >= len(plan), reached(job.crash_log)
     return runs
+
+
+def kill_at_random(job: KillJob, *, progress: Callable[[], int], runs: int = 2,
+                   max_delay: float = 2.0, seed: int = 0,
+                   check: Callable[[DriverRun], None] | None = None) -> list[DriverRun]:
+    """Run ``job`` ``runs`` times, each SIGKILLed at a random moment unless it ends first,
+    then once more to its end. Returns every run.
+
+    ``progress()`` counts what the target has recorded (batches in its ledger, say): each
+    run is killed a random ``0..max_delay`` seconds (from ``random.Random(seed)``) after
+    that count first grows past its value when the run started, so the kill lands while
+    the driver writes. A run that was not killed and the last run go to ``check`` (default:
+    it must exit 0). At least one run must have been killed, or the delays were too long
+    for the machine. Checking the output row by row is yours.
+    """
+    def exited_cleanly(run: DriverRun) -> None:
+        assert run.returncode == 0, run.tail()
+
+    check = check or exited_cleanly
+    rng = random.Random(seed)
+    done: list[DriverRun] = []
+    for _ in range(runs):
+        before = progress()
+
+        def moved(before: int = before) -> bool:
+            return progress() > before
+
+        run = job.run(kill_after=rng.uniform(0.0, max_delay), kill_when=moved)
+        done.append(run)
+        if run.returncode != -9:
+            check(run)
+    final = job.run()
+    done.append(final)
+    check(final)
+    kills = sum(r.returncode == -9 for r in done)
+    assert kills >= 1, "no run was killed: the delays were too long for this machine"
+    return done

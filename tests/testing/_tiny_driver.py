@@ -11,6 +11,8 @@ points fire in this process, as they would in a Spark driver.
 from __future__ import annotations
 
 import argparse
+import logging
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,7 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--rows", type=int, default=10)
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="seconds each batch waits after its offsets are logged")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     offsets, commits = Path(args.checkpoint) / "offsets", Path(args.checkpoint) / "commits"
     offsets.mkdir(parents=True, exist_ok=True)
     commits.mkdir(parents=True, exist_ok=True)
@@ -35,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             if (commits / str(b)).exists():
                 continue
             (offsets / str(b)).touch()
+            time.sleep(args.pause)
             values = list(range(b * args.rows, (b + 1) * args.rows))
             sink.write_batch(LocalBatch(pa.table({"value": values}), partitions=2), b,
                              query_id="tiny-query")

@@ -16,6 +16,7 @@ from connectors import CrashPoint
 from connectors.testing.kill import (
     KillJob,
     kill_at_each,
+    kill_at_random,
     point_reached,
     reached,
     run_driver,
@@ -28,10 +29,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 class TinyJob(KillJob):
     module = "tests.testing._tiny_driver"
+    batches, pause = 3, 0.0
 
     def args(self) -> list[str]:
         return ["--out", str(self.root / "out"), "--checkpoint", str(self.checkpoint),
-                "--batches", "3", "--rows", "10"]
+                "--batches", str(self.batches), "--rows", "10", "--pause", str(self.pause)]
+
+    def committed_batches(self) -> int:
+        commits = self.checkpoint / "commits"
+        return len(list(commits.iterdir())) if commits.exists() else 0
 
     def values(self) -> list[int]:
         table = read_output(self.root / "out")
@@ -60,6 +66,15 @@ def test_kill_at_each_point_then_restart_is_exact(tmp_path: Path) -> None:
     assert not job.reached(CrashPoint.AFTER_DECISION, 2)
     assert point_reached(job.crash_log, CrashPoint.AFTER_COMMIT, "tiny", 2)
     assert len(reached(job.crash_log)) == 3
+    # what each restart did with the batch the previous run was killed in
+    assert runs[1].batch_metrics("tiny", 0)["outcome"] == "committed"  # nothing decided
+    assert runs[2].batch_metrics("tiny", 1)["outcome"] == "replayed"  # decided: committed
+    assert runs[2].batch_metrics("tiny", 1)["reconciled"] != "0"
+    assert runs[3].batch_metrics("tiny", 2)["outcome"] == "replayed"  # already committed
+    assert [m["batch_id"] for m in runs[3].metrics("tiny")] == ["2"]
+    assert runs[3].metrics("other") == [] and runs[3].metrics(batch=1) == []
+    with pytest.raises(AssertionError, match="no metrics line of sink tiny batch 5"):
+        runs[3].batch_metrics("tiny", 5)
 
 
 def test_a_point_never_reached_fails_the_plan(tmp_path: Path) -> None:
@@ -78,4 +93,22 @@ def test_kill_from_outside_when_a_condition_holds(tmp_path: Path) -> None:
     assert spark_batches(job.checkpoint) == ({0, 1}, {0})
     final = run_driver(job.args(), module=job.module, root=REPO)
     assert final.returncode == 0, final.tail()
+    assert job.values() == list(range(30))
+
+
+def test_kill_at_random_moments_then_restart_is_exact(tmp_path: Path) -> None:
+    job = TinyJob(tmp_path, sink_id="tiny", cwd=REPO)
+    job.batches, job.pause = 6, 0.5  # each batch waits 0.5 s inside Spark's "offsets logged"
+    runs = kill_at_random(job, progress=job.committed_batches, runs=3, max_delay=0.3, seed=7)
+    assert len(runs) == 4 and runs[-1].returncode == 0
+    assert sum(r.returncode == -9 for r in runs) >= 1
+    assert job.values() == list(range(60))  # row by row: nothing missing, nothing twice
+    assert not list((tmp_path / "out" / "_staging").glob("*.prepared"))
+
+
+def test_kill_at_random_fails_when_no_kill_lands(tmp_path: Path) -> None:
+    job = TinyJob(tmp_path, sink_id="tiny", cwd=REPO)
+    # a progress count that never grows: no run is killed, nothing was tested, and it says so
+    with pytest.raises(AssertionError, match="no run was killed"):
+        kill_at_random(job, progress=lambda: 0, runs=1, max_delay=0.0, seed=1)
     assert job.values() == list(range(30))
