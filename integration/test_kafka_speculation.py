@@ -15,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from integration._driver import event_log_conf
 from integration._kafka import KafkaTarget, ledger, target_fixture
-from integration._standalone import StandaloneCluster, conf_args, executor_env_conf
+from integration._standalone import StandaloneCluster
 from integration.test_kafka_kill import SLOTS, KafkaJob
-from integration.test_speculation import SPECULATION, STALL_SECONDS, STALLED_BATCH, _attempts
+from integration.test_speculation import (
+    STALLED_BATCH,
+    run_with_a_straggler,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,25 +33,7 @@ def test_speculative_copy_fences_the_straggler_and_the_slot_commits_once(
     cluster: StandaloneCluster, kafka: KafkaTarget, tmp_path: Path
 ) -> None:
     job = KafkaJob(tmp_path, kafka, files=3, barrier=False)
-    events = tmp_path / "events"
-    once = tmp_path / "stall-once"
-    stall = (
-        f"before_precommit:batch={STALLED_BATCH}:partition=0:action=stall"
-        f":seconds={STALL_SECONDS}:once={once}"
-    )
-    run = job.run(
-        "--master", cluster.master_url,
-        *cluster.driver_conf(),
-        *conf_args(SPECULATION),
-        *conf_args(event_log_conf(events)),
-        *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
-                           CONNECTORS_CRASH_LOG=str(job.crash_log)),
-        timeout=300,
-    )
-    assert run.returncode == 0, f"{run.tail()}\n{cluster.executor_logs()}"
-    assert once.exists(), f"the straggler never stalled:\n{run.tail()}"
-
-    attempts = _attempts(events)
+    _run, attempts = run_with_a_straggler(job, cluster)
     listing = "\n".join(map(str, attempts))
     slot0 = [a for a in attempts if a.batch == STALLED_BATCH and a.index == 0
              and a.stage == max(x.stage for x in attempts if x.batch == STALLED_BATCH)]

@@ -14,16 +14,13 @@ from pathlib import Path
 import pytest
 
 from connectors.core.naming import TransactionId
-from integration._driver import event_log_conf
 from integration._pg import DRIVER_PGOPTIONS, PgTarget
-from integration._standalone import StandaloneCluster, conf_args, executor_env_conf
+from integration._standalone import StandaloneCluster
 from integration.test_postgres_kill import FILES, PgJob
 from integration.test_speculation import (
-    SPECULATION,
-    STALL_SECONDS,
     STALLED_BATCH,
     _add_input_file,
-    _attempts,
+    run_with_a_straggler,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -43,26 +40,7 @@ def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(
     cluster: StandaloneCluster, pg: PgTarget, tmp_path: Path
 ) -> None:
     job = PgJob(tmp_path, pg)
-    events = tmp_path / "events"
-    once = tmp_path / "stall-once"
-    stall = (
-        f"before_precommit:batch={STALLED_BATCH}:partition=0:action=stall"
-        f":seconds={STALL_SECONDS}:once={once}"
-    )
-    run = job.run(
-        "--master", cluster.master_url,
-        *cluster.driver_conf(),
-        *conf_args(SPECULATION),
-        *conf_args(event_log_conf(events)),
-        *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
-                           CONNECTORS_CRASH_LOG=str(job.crash_log),
-                           PGOPTIONS=DRIVER_PGOPTIONS),
-        timeout=300,
-    )
-    assert run.returncode == 0, f"{run.tail()}\n{cluster.executor_logs()}"
-    assert once.exists(), f"the straggler never stalled:\n{run.tail()}"
-
-    attempts = _attempts(events)
+    _run, attempts = run_with_a_straggler(job, cluster, PGOPTIONS=DRIVER_PGOPTIONS)
     listing = "\n".join(map(str, attempts))
     part0 = [a for a in attempts if a.batch == STALLED_BATCH and a.index == 0]
     assert any(a.speculative for a in part0), f"no speculative copy of the straggler:\n{listing}"

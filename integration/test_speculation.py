@@ -16,7 +16,6 @@ the copy stalls and the original wins. Both are the case under test.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from integration._driver import event_log_conf
+from integration._driver import DriverRun, KillJob, event_log_conf
 from integration._standalone import (
     StandaloneCluster,
     conf_args,
@@ -128,33 +127,39 @@ def _add_input_file(job: Job) -> None:
     job.total += len(rows)
 
 
-def test_speculative_duplicate_attempts_commit_once(
-    cluster: StandaloneCluster, tmp_path: Path
-) -> None:
-    job = Job(tmp_path)
-    events = tmp_path / "events"
-    once = tmp_path / "stall-once"
+def run_with_a_straggler(job: KillJob, cluster: StandaloneCluster, *, timeout: float = 300,
+                         **executor_env: str) -> tuple[DriverRun, list[Attempt]]:
+    """One run of ``job`` on the standalone ``cluster`` with speculation on, whose task of
+    partition 0 in batch ``STALLED_BATCH`` stalls (once) before its pre-commit, so Spark
+    launches a speculative copy. Spark's event log on; ``executor_env`` goes to the
+    executors (they get the workers' environment, not the driver's: the crash is armed
+    there). Returns the run and every task attempt, after checking both ran."""
+    events = job.root / "events"
+    once = job.root / "stall-once"
     stall = (
         f"before_precommit:batch={STALLED_BATCH}:partition=0:action=stall"
         f":seconds={STALL_SECONDS}:once={once}"
     )
-    started = time.monotonic()
     run = job.run(
-        "--master",
-        cluster.master_url,
+        "--master", cluster.master_url,
         *cluster.driver_conf(),
         *conf_args(SPECULATION),
         *conf_args(event_log_conf(events)),
-        # Executors get the workers' environment, not the driver's: arm the crash there.
         *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
-                           CONNECTORS_CRASH_LOG=str(job.crash_log)),
-        timeout=240,
+                           CONNECTORS_CRASH_LOG=str(job.crash_log), **executor_env),
+        timeout=timeout,
     )
-    seconds = time.monotonic() - started
     assert run.returncode == 0, f"{run.tail()}\n{cluster.executor_logs()}"
     assert once.exists(), f"the straggler never stalled:\n{run.tail()}\n{cluster.executor_logs()}"
+    return run, _attempts(events)
 
-    attempts = _attempts(events)
+
+def test_speculative_duplicate_attempts_commit_once(
+    cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    job = Job(tmp_path)
+    run, attempts = run_with_a_straggler(job, cluster, timeout=240)
+    seconds = run.seconds
     listing = "\n".join(map(str, attempts))
     speculative = [a for a in attempts if a.speculative]
     assert speculative, f"Spark launched no speculative attempt ({seconds:.0f} s):\n{listing}"
