@@ -3,14 +3,15 @@
 The kit's in-process engine (:class:`~connectors.testing.LocalBatch`) carries the rows as
 a DataFrame of the integration tests' SparkSession (``spark=``), which DeltaSink writes
 itself (its family commits on the driver: no tasks of its own). Each harness is a fresh
-table directory. Every commit path runs: the default tag path, and ``delta_txn_id=True``
-(Delta's own ``txnAppId``/``txnVersion``). Nothing is "left open" by a Delta sink but the
+table directory. The default tag path runs, and with ``EOS_WIDE_MATRIX=1`` also
+``delta_txn_id=True`` (Delta's own ``txnAppId``/``txnVersion``). Nothing is "left open" by a Delta sink but the
 intents of batches its ledger does not record: ``lingering_transactions`` counts those.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,14 @@ class DeltaHarness(SinkHarness):
         return sum(len(intent_batches(self.path, s)) for s in sinks)
 
 
-@pytest.fixture(params=[{}, {"delta_txn_id": True}], ids=["tag", "delta-txn-id"])
+# The delta_txn_id path (Delta's own txn ids) in CI's time budget: its crash points under
+# real kills in test_delta_kill.py (txn-seed, txn-digest-mismatch); the kit with
+# EOS_WIDE_MATRIX=1 (~35 s).
+WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
+
+
+@pytest.fixture(params=[{}, {"delta_txn_id": True}] if WIDE else [{}],
+                ids=["tag", "delta-txn-id"] if WIDE else ["tag"])
 def delta_options(request: pytest.FixtureRequest) -> dict[str, Any]:
     return dict(request.param)
 
