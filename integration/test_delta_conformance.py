@@ -4,8 +4,9 @@ The kit's in-process engine (:class:`~connectors.testing.LocalBatch`) carries th
 a DataFrame of the integration tests' SparkSession (``spark=``), which DeltaSink writes
 itself (its family commits on the driver: no tasks of its own). Each harness is a fresh
 table directory. The default tag path runs, and with ``EOS_WIDE_MATRIX=1`` also
-``delta_txn_id=True`` (Delta's own ``txnAppId``/``txnVersion``). Nothing is "left open" by a Delta sink but the
-intents of batches its ledger does not record: ``lingering_transactions`` counts those.
+``delta_txn_id=True`` (Delta's own ``txnAppId``/``txnVersion``). Nothing is "left open"
+by a Delta sink but the intents of batches its ledger does not record:
+``lingering_transactions`` counts those.
 """
 
 from __future__ import annotations
