@@ -122,7 +122,7 @@ def task_executors(event_log_dir: Path) -> dict[str, int]:
     for event in _events(event_log_dir, "SparkListenerTaskEnd"):
         info = event["Task Info"]
         if not info.get("Failed", False) and not info.get("Killed", False):
-            counts[str(info["Executor ID"])] += 1
+            counts[str(info.get("Executor ID"))] += 1
     return dict(counts)
 
 
