@@ -25,7 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.batch import BatchContext, BatchInput, TaskInfo
-from connectors.core.engine import register_front_end
+from connectors.core.engine import EngineCall, register_front_end
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
@@ -66,14 +66,14 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 
-def _spark_front_end(data: Any, hash_rows_in_tasks: bool) -> tuple[BatchInput, str | None] | None:
-    """Spark's front end, loaded (with pyspark) on the first object that comes from
-    pyspark; the core itself knows no engine (:mod:`connectors.core.engine`)."""
+def _spark_front_end(data: Any, call: EngineCall) -> tuple[BatchInput, str | None] | None:
+    """Spark's front end (classic and Connect), loaded (with pyspark) on the first object
+    that comes from pyspark; the core itself knows no engine (:mod:`connectors.core.engine`)."""
     if not type(data).__module__.startswith("pyspark."):
         return None
     from connectors.spark.batch import front_end
 
-    return front_end(data, hash_rows_in_tasks)
+    return front_end(data, call)
 
 
 register_front_end(_spark_front_end)

@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.coordinator import Coordinator
-from connectors.core.engine import batch_input_for
+from connectors.core.engine import EngineCall, batch_input_for
 from connectors.core.errors import ConfigurationError
 from connectors.core.executor import DriverState, Executor
 from connectors.core.fingerprint import Fingerprint
@@ -77,6 +77,10 @@ class TwoPhaseCommitSink(ABC):
             ``DETAIL: Failing row contains (...)``, a record's key, a rejected value).
             Default ``False``: errors name the table, column, constraint, topic or
             partition, never a row's contents, so job logs keep no personal data.
+        query_name: the name of the streaming query that runs the sink
+            (``.queryName(...)``). Required under Spark Connect, whose ``foreachBatch``
+            worker is not told which query calls it: the sink binds to the active query of
+            that name. In classic PySpark optional: the running query must bear it.
     """
 
     #: The protocol family; set by the three family classes below.
@@ -100,8 +104,13 @@ class TwoPhaseCommitSink(ABC):
         on_replay_mismatch: ReplayPolicy = "fail",
         keep_batches: int = DEFAULT_KEEP_BATCHES,
         values_in_errors: bool = False,
+        query_name: str | None = None,
     ) -> None:
         self.sink_id = validate_sink_id(sink_id)
+        if query_name is not None and (not isinstance(query_name, str) or not query_name):
+            raise ConfigurationError(
+                "query_name must be the streaming query's name (a non-empty string, as "
+                "given to .queryName(...))", sink_id=sink_id)
         if not isinstance(retry, RetryPolicy):
             raise ConfigurationError(
                 "retry must be a RetryPolicy such as ExponentialBackoff()", sink_id=sink_id
@@ -119,6 +128,8 @@ class TwoPhaseCommitSink(ABC):
         self.keep_batches = keep_batches
         #: Whether errors and logs may quote row values (see ``values_in_errors``).
         self.values_in_errors = bool(values_in_errors)
+        #: The streaming query's name (``.queryName``), if the user gave it.
+        self.query_name = query_name
         #: Metrics of the last batch this sink handled on this driver.
         self.last_metrics: BatchMetrics | None = None
         self._driver: DriverState | None = None
@@ -180,15 +191,28 @@ class TwoPhaseCommitSink(ABC):
     # ---- the entry point ----
     def __call__(self, df: Any, batch_id: int) -> None:
         """``foreachBatch`` entry point: write ``df`` as batch ``batch_id``, exactly once."""
+        self._call(df, batch_id, batch_job=False)
+
+    def run_batch(self, df: Any, run_id: int) -> BatchMetrics:
+        """Write ``df`` once in a batch job (not a stream), as run ``run_id``.
+
+        Rerunning the job with the same ``run_id`` after a crash finishes that run exactly
+        once; a new run needs a greater ``run_id``. ``sink(df, run_id)`` does the same in
+        classic PySpark; under Spark Connect a streaming call and a batch call look alike,
+        and this says which one it is.
+        """
+        return self._call(df, run_id, batch_job=True)
+
+    def _call(self, df: Any, batch_id: int, *, batch_job: bool) -> BatchMetrics:
         if getattr(df, "isStreaming", False):
             raise ConfigurationError(
                 "the sink got a streaming DataFrame: use it as "
                 "df.writeStream.foreachBatch(sink), or call it with a batch DataFrame",
                 sink_id=self.sink_id,
             )
-        batch, query_id = batch_input_for(df, hash_rows_in_tasks=self.hash_rows_in_tasks,
-                                          sink_id=self.sink_id)
-        self.write_batch(batch, batch_id, query_id=query_id)
+        call = EngineCall(self.sink_id, self.hash_rows_in_tasks, self.query_name, batch_job)
+        batch, query_id = batch_input_for(df, call)
+        return self.write_batch(batch, batch_id, query_id=query_id)
 
     def write_batch(
         self, batch: BatchInput, batch_id: int, *, query_id: str | None = None

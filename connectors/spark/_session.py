@@ -35,8 +35,15 @@ def session_builder(
     master: str = "local[2]",
     components: Iterable[str] = COMPONENTS,
     conf: Mapping[str, str] | None = None,
+    connect: bool = False,
 ) -> SparkSession.Builder:
     """Return a ``SparkSession.Builder`` with the jars and settings for ``components``.
+
+    ``connect=True`` builds a Spark Connect client instead (``pyspark[connect]``): with a
+    ``local[...]`` master, PySpark starts a local Connect server in a JVM of its own and
+    every setting below applies to that server (its jars included); with a server's
+    address (``master="sc://host:15002"``) the server's class path and static settings
+    are the server's, and only ``conf`` is sent (runtime SQL settings).
 
     Settings, in order (later wins):
 
@@ -70,10 +77,16 @@ def session_builder(
         'Builder'
     """
     names = (components,) if isinstance(components, str) else tuple(components)
-    settings = _session_conf(app_name, master, names, dict(conf or {}))
-    logger.debug("Spark session settings: %s", settings)
     _ensure_python_exec()
     builder: SparkSession.Builder = SparkSession.builder
+    if connect and master.startswith("sc://"):
+        settings = dict(conf or {})
+        builder = builder.remote(master)
+    else:
+        settings = _session_conf(app_name, master, names, dict(conf or {}))
+        if connect:  # a local Connect server: the settings are its own
+            builder = builder.remote(settings.pop("spark.master"))
+    logger.debug("Spark session settings: %s", settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder
@@ -85,8 +98,10 @@ def get_session(
     master: str = "local[2]",
     components: Iterable[str] = COMPONENTS,
     conf: Mapping[str, str] | None = None,
+    connect: bool = False,
 ) -> SparkSession:
-    """Return ``session_builder(...).getOrCreate()``; same arguments.
+    """Return ``session_builder(...).getOrCreate()``; same arguments (``connect=True``: a
+    Spark Connect session, see :func:`session_builder`).
 
     .. example-needs: spark
 
@@ -97,7 +112,8 @@ def get_session(
         2
     """
     names = (components,) if isinstance(components, str) else tuple(components)
-    spark = session_builder(app_name, master=master, components=names, conf=conf).getOrCreate()
+    spark = session_builder(app_name, master=master, components=names, conf=conf,
+                            connect=connect).getOrCreate()
     check_components(spark, names)
     return spark
 

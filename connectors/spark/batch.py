@@ -2,8 +2,9 @@
 
 :class:`SparkBatch` is a Spark DataFrame as the input of one batch: it runs the protocol's
 tasks (as one barrier stage when asked), places rows into slots with one shuffle and
-fingerprints them; :func:`front_end` makes one of a DataFrame for the engine, with the
-streaming query's id (:func:`current_query_id`). Its parts live by role:
+fingerprints them; :func:`front_end` makes one of a DataFrame for the engine, classic or
+Spark Connect, with the streaming query's id (:mod:`connectors.spark._binding`). Its parts
+live by role:
 
 - :mod:`connectors.spark._tasks`: what runs in a task (the ``mapInArrow`` wrapper, the
   task's :class:`~connectors.core.batch.TaskInfo`, ``gc.freeze`` and ``TCP_QUICKACK``);
@@ -11,7 +12,9 @@ streaming query's id (:func:`current_query_id`). Its parts live by role:
   where rows are hashed (the JVM or the tasks);
 - :mod:`connectors.spark._handover`: handing rows to the tasks in Arrow batches sized by
   the sink's row bound (:class:`Handover`), and settings set on the session for one job;
-- :mod:`connectors.spark._plan`: whether a slot job may run without adaptive execution.
+- :mod:`connectors.spark._plan`: whether a slot job may run without adaptive execution;
+- :mod:`connectors.spark._binding`: which query called the sink, and what a Connect
+  session offers instead of a ``SparkContext``.
 
 Their public names are importable from here too.
 """
@@ -24,7 +27,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
+from connectors.core.engine import EngineCall
 from connectors.core.fingerprint import ROW_HASH_COLUMN, Fingerprint
+from connectors.spark._binding import (
+    classic_query_id,
+    connect_barrier_refusal,
+    connect_task_slots,
+    is_connect,
+    query_id_for,
+)
 from connectors.spark._handover import (
     MAX_BYTES,
     MAX_RECORDS,
@@ -73,26 +84,27 @@ logger = logging.getLogger(__name__)
 
 
 def current_query_id(df: DataFrame) -> str | None:
-    """The id of the streaming query running ``foreachBatch``, or ``None`` in a batch job.
+    """The id of the classic streaming query running ``foreachBatch``, or ``None`` in a
+    batch job (and under Spark Connect, which has no such property: see
+    :mod:`connectors.spark._binding`).
 
     Stable across restarts of the same checkpoint; a new checkpoint gets a new id.
     """
-    try:
-        value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    except Exception:  # Spark Connect has no SparkContext
+    if is_connect(df):
         return None
-    return str(value) if value else None
+    return classic_query_id(df)
 
 
-def front_end(data: Any, hash_rows_in_tasks: bool) -> tuple[BatchInput, str | None] | None:
-    """The engine front end of classic PySpark (:mod:`connectors.core.engine`): a Spark
-    DataFrame as a :class:`SparkBatch`, with its streaming query's id; ``None`` for
-    anything else."""
+def front_end(data: Any, call: EngineCall) -> tuple[BatchInput, str | None] | None:
+    """The engine front end of classic PySpark and Spark Connect
+    (:mod:`connectors.core.engine`): a Spark DataFrame as a :class:`SparkBatch`, with its
+    streaming query's id; ``None`` for anything else."""
     from pyspark.sql import DataFrame as SparkDataFrame
 
     if not isinstance(data, SparkDataFrame):
         return None
-    return SparkBatch(data, hash_in_tasks=hash_rows_in_tasks), current_query_id(data)
+    query_id = query_id_for(data, call)
+    return SparkBatch(data, hash_in_tasks=call.hash_rows_in_tasks), query_id
 
 
 class SparkBatch(BatchInput):
@@ -184,16 +196,14 @@ class SparkBatch(BatchInput):
                           schema=schema)
 
     def task_slots(self) -> int | None:
-        try:
-            return int(self._df.sparkSession.sparkContext.defaultParallelism)
-        except Exception:  # Spark Connect: no SparkContext
-            return None
+        if is_connect(self._df):
+            return connect_task_slots(self._df.sparkSession)
+        return int(self._df.sparkSession.sparkContext.defaultParallelism)
 
     def barrier_refusal(self) -> str | None:
-        try:
-            conf = self._df.sparkSession.sparkContext.getConf()
-        except Exception:  # Spark Connect: no SparkContext
-            return None
+        if is_connect(self._df):
+            return connect_barrier_refusal(self._df.sparkSession)
+        conf = self._df.sparkSession.sparkContext.getConf()
         if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
             return ("spark.dynamicAllocation.enabled=true, and Spark refuses barrier "
                     "stages then (turn dynamic allocation off)")

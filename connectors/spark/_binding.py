@@ -1,0 +1,157 @@
+"""Which streaming query called the sink, and what the session offers: classic and Connect.
+
+A sink binds to the streaming query that runs it (its id is stable across restarts of one
+checkpoint; a new checkpoint is a new query), so that a checkpoint reset is refused instead
+of replaying batch ids the ledger already holds. The two Spark front ends learn the id
+differently:
+
+- **classic PySpark**: Spark sets the local property ``sql.streaming.queryId`` on the
+  thread that runs ``foreachBatch``; no property means a batch job.
+- **Spark Connect**: ``foreachBatch`` runs in a Python worker next to the server, which
+  is told a DataFrame id and the batch id only, and has no ``SparkContext``. The worker's
+  session is the client's session, whose ``streams.active`` lists its queries; a query's
+  name is unique among a session's active queries. So the user names the query
+  (``.queryName("orders")``) and the sink (``query_name="orders"``), and the sink binds to
+  the id of the active query of that name. Without a name there is no public way to tell
+  which query (or a batch job) called: the call is refused with the fix, never treated as
+  a batch job. ``sink.run_batch(df, run_id)`` says "batch job" explicitly.
+
+The Connect session has no ``SparkContext`` either for the batch input's capabilities:
+:func:`connect_task_slots` and :func:`connect_barrier_refusal` read the session's
+configuration instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+from connectors.core.engine import EngineCall
+from connectors.core.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["classic_query_id", "connect_barrier_refusal", "connect_query_id",
+           "connect_task_slots", "is_connect", "query_id_for"]
+
+logger = logging.getLogger(__name__)
+
+#: What a Connect call without a query identity is told.
+NO_QUERY_NAME = (
+    "under Spark Connect the sink cannot tell which streaming query called it (the "
+    "foreachBatch worker is given no query id): name the query and the sink alike, "
+    "df.writeStream.queryName('orders').foreachBatch(Sink(..., query_name='orders')); "
+    "in a batch job call sink.run_batch(df, run_id)"
+)
+
+#: query name -> id, in this process. Under Connect one foreachBatch worker process runs
+#: one run of one query, so a name found once stays that query's for the process's life.
+_connect_ids: dict[tuple[str, str], str] = {}
+
+
+def is_connect(df: Any) -> bool:
+    """Whether ``df`` is a Spark Connect DataFrame (checked without importing Connect)."""
+    return type(df).__module__.startswith("pyspark.sql.connect.")
+
+
+def query_id_for(df: DataFrame, call: EngineCall) -> str | None:
+    """The id of the streaming query that called the sink with ``df``; ``None`` in a
+    batch job. Raises :class:`ConfigurationError` when that cannot be known."""
+    if call.batch_job:
+        return None
+    if is_connect(df):
+        return connect_query_id(df, call.query_name, call.sink_id)
+    return classic_query_id(df, call.query_name, call.sink_id)
+
+
+def classic_query_id(df: DataFrame, query_name: str | None = None,
+                     sink_id: str = "") -> str | None:
+    """The local property ``sql.streaming.queryId`` of the calling thread (``None``: a
+    batch job); with ``query_name``, the running query must bear that name."""
+    value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+    query_id = str(value) if value else None
+    if query_name is None:
+        return query_id
+    if query_id is None:
+        raise ConfigurationError(
+            f"the sink has query_name={query_name!r} but was called outside a streaming "
+            "query: drop query_name, or call sink.run_batch(df, run_id) for a batch job",
+            sink_id=sink_id)
+    query = df.sparkSession.streams.get(query_id)
+    name = query.name if query is not None else None
+    if name != query_name:
+        raise ConfigurationError(
+            f"the sink has query_name={query_name!r} but the query running it is named "
+            f"{name!r}: give both the same name (.queryName({query_name!r}))",
+            sink_id=sink_id)
+    return query_id
+
+
+def connect_query_id(df: DataFrame, query_name: str | None, sink_id: str = "") -> str:
+    """The id of the active query named ``query_name`` in ``df``'s Connect session."""
+    if not query_name:
+        raise ConfigurationError(NO_QUERY_NAME, sink_id=sink_id)
+    spark = df.sparkSession
+    key = (str(getattr(spark, "session_id", "")), query_name)
+    known = _connect_ids.get(key)
+    if known is not None:
+        return known
+    active = [q for q in spark.streams.active if q.name == query_name]
+    if not active:
+        raise ConfigurationError(
+            f"the sink has query_name={query_name!r} but no active streaming query of this "
+            f"Spark Connect session has that name: start the query with "
+            f".queryName({query_name!r}), or call sink.run_batch(df, run_id) in a batch job",
+            sink_id=sink_id)
+    query_id = str(active[0].id)
+    _connect_ids[key] = query_id
+    logger.info("sink %s bound to the streaming query %r (id %s) of its Spark Connect "
+                "session", sink_id, query_name, query_id)
+    return query_id
+
+
+def _master_cores(master: str) -> int | None:
+    """Task slots of a ``local[...]`` or ``local-cluster[...]`` master, else ``None``."""
+    if master == "local":
+        return 1
+    found = re.fullmatch(r"local\[(\*|\d+)(?:,\s*\d+)?\]", master)
+    if found:
+        return (os.cpu_count() or 1) if found.group(1) == "*" else int(found.group(1))
+    found = re.fullmatch(r"local-cluster\[(\d+),\s*(\d+),\s*\d+\]", master)
+    if found:
+        return int(found.group(1)) * int(found.group(2))
+    return None
+
+
+def connect_task_slots(spark: SparkSession) -> int | None:
+    """Spark's default parallelism as a Connect session sees it.
+
+    ``spark.default.parallelism`` when set; else the cores of a ``local``/
+    ``local-cluster`` master; else the partitions of ``spark.range`` without a partition
+    count, which Spark sizes by the default parallelism (one small job).
+    """
+    conf = spark.conf.get("spark.default.parallelism", None)
+    if conf:
+        return int(conf)
+    cores = _master_cores(str(spark.conf.get("spark.master", "") or ""))
+    if cores is not None:
+        return cores
+    try:
+        from pyspark.sql import functions as F  # noqa: N812
+
+        row = spark.range(0, 1 << 16).select(F.max(F.spark_partition_id())).collect()[0]
+        return int(row[0]) + 1
+    except Exception as exc:  # pragma: no cover - a server refusing a range query
+        logger.warning("cannot learn the default parallelism of the Connect server: %s", exc)
+        return None
+
+
+def connect_barrier_refusal(spark: SparkSession) -> str | None:
+    """Why Spark would refuse a barrier stage on this Connect session (else ``None``)."""
+    if str(spark.conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+        return ("spark.dynamicAllocation.enabled=true, and Spark refuses barrier stages "
+                "then (turn dynamic allocation off)")
+    return None

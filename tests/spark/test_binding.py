@@ -1,0 +1,211 @@
+"""Which query called the sink, classic and Spark Connect, with stand-ins for the session.
+
+The stand-ins answer exactly what the real objects answer (``getLocalProperty``,
+``streams.active``/``streams.get``, ``conf.get``); the real Connect path runs in
+``integration/test_connect.py``. What matters here: no call is silently taken for a batch
+job, and every refusal names the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from connectors import ConfigurationError
+from connectors.core.batch import BatchInput
+from connectors.core.engine import EngineCall, register_front_end
+from connectors.spark import _binding
+from connectors.spark._binding import (
+    _master_cores,
+    connect_barrier_refusal,
+    connect_task_slots,
+    query_id_for,
+)
+from connectors.testing import InMemoryPreparedSink, InMemoryTarget
+
+
+@dataclass
+class Query:
+    id: str
+    name: str | None
+
+
+@dataclass
+class Streams:
+    queries: list[Query]
+    calls: int = 0
+
+    @property
+    def active(self) -> list[Query]:
+        self.calls += 1
+        return list(self.queries)
+
+    def get(self, query_id: str) -> Query | None:
+        return next((q for q in self.queries if q.id == query_id), None)
+
+
+@dataclass
+class Conf:
+    values: dict[str, str] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+
+class Context:
+    def __init__(self, query_id: str | None) -> None:
+        self.query_id = query_id
+
+    def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 - Spark's name
+        assert key == "sql.streaming.queryId"
+        return self.query_id
+
+
+@dataclass
+class Session:
+    streams: Streams
+    conf: Conf = field(default_factory=Conf)
+    session_id: str = "s-1"
+    local_query_id: str | None = None
+
+    @property
+    def sparkContext(self) -> Context:  # noqa: N802 - Spark's name
+        return Context(self.local_query_id)
+
+
+class ClassicFrame:
+    def __init__(self, session: Session) -> None:
+        self.sparkSession = session
+
+
+class ConnectFrame(ClassicFrame):
+    pass
+
+
+ConnectFrame.__module__ = "pyspark.sql.connect.dataframe"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    _binding._connect_ids.clear()
+
+
+def call(name: str | None = None, *, batch_job: bool = False) -> EngineCall:
+    return EngineCall("orders", query_name=name, batch_job=batch_job)
+
+
+# ------------------------------------------------------------------------ Spark Connect
+
+
+def test_connect_without_a_query_name_is_refused_with_the_fix() -> None:
+    df = ConnectFrame(Session(Streams([Query("q-1", "orders")])))
+    with pytest.raises(ConfigurationError) as err:
+        query_id_for(df, call())  # type: ignore[arg-type]
+    message = str(err.value)
+    assert "Spark Connect" in message and "queryName('orders')" in message
+    assert "query_name='orders'" in message and "sink.run_batch(df, run_id)" in message
+
+
+def test_connect_binds_to_the_active_query_of_that_name_once_per_process() -> None:
+    streams = Streams([Query("q-other", "other"), Query("q-1", "orders"), Query("q-2", None)])
+    df = ConnectFrame(Session(streams))
+    assert query_id_for(df, call("orders")) == "q-1"  # type: ignore[arg-type]
+    assert query_id_for(df, call("orders")) == "q-1"  # type: ignore[arg-type]
+    assert streams.calls == 1  # one worker process serves one run of one query
+
+
+def test_connect_with_a_name_no_active_query_bears_is_refused() -> None:
+    df = ConnectFrame(Session(Streams([Query("q-1", "orders-v2")])))
+    with pytest.raises(ConfigurationError, match=r"no active streaming query .* that name"):
+        query_id_for(df, call("orders"))  # type: ignore[arg-type]
+
+
+def test_connect_batch_job_said_explicitly_binds_to_no_query() -> None:
+    df = ConnectFrame(Session(Streams([])))
+    assert query_id_for(df, call(batch_job=True)) is None  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- classic
+
+
+def test_classic_reads_the_local_property() -> None:
+    session = Session(Streams([Query("q-1", None)]), local_query_id="q-1")
+    assert query_id_for(ClassicFrame(session), call()) == "q-1"  # type: ignore[arg-type]
+    session.local_query_id = None
+    assert query_id_for(ClassicFrame(session), call()) is None  # type: ignore[arg-type]
+
+
+def test_classic_checks_a_given_query_name() -> None:
+    session = Session(Streams([Query("q-1", "orders")]), local_query_id="q-1")
+    df = ClassicFrame(session)
+    assert query_id_for(df, call("orders")) == "q-1"  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"query running it is named 'orders'"):
+        query_id_for(df, call("payments"))  # type: ignore[arg-type]
+    session.local_query_id = None
+    with pytest.raises(ConfigurationError, match=r"outside a streaming query.*run_batch"):
+        query_id_for(df, call("orders"))  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------- a Connect session's facts
+
+
+@pytest.mark.parametrize(("master", "cores"), [
+    ("local", 1), ("local[3]", 3), ("local[2,4]", 2), ("local[*]", None),
+    ("local-cluster[2,3,1024]", 6), ("spark://host:7077", None), ("yarn", None), ("", None),
+])
+def test_master_cores(master: str, cores: int | None) -> None:
+    import os
+
+    expected = (os.cpu_count() or 1) if master == "local[*]" else cores
+    assert _master_cores(master) == expected
+
+
+def test_connect_task_slots_prefer_the_configured_parallelism() -> None:
+    conf = Conf({"spark.default.parallelism": "12", "spark.master": "local[2]"})
+    assert connect_task_slots(Session(Streams([]), conf)) == 12  # type: ignore[arg-type]
+    conf.values.pop("spark.default.parallelism")
+    assert connect_task_slots(Session(Streams([]), conf)) == 2  # type: ignore[arg-type]
+
+
+def test_connect_barrier_refusal_reads_dynamic_allocation() -> None:
+    session = Session(Streams([]), Conf({"spark.dynamicAllocation.enabled": "true"}))
+    assert "dynamicAllocation" in (connect_barrier_refusal(session) or "")  # type: ignore[arg-type]
+    session.conf.values["spark.dynamicAllocation.enabled"] = "false"
+    assert connect_barrier_refusal(session) is None  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the sink's entry points
+
+
+class Recorded:
+    """A data object only the test's front end knows: it records each call."""
+
+    calls: list[EngineCall] = []
+
+
+def _record(data: Any, call: EngineCall) -> tuple[BatchInput, str | None] | None:
+    if not isinstance(data, Recorded):
+        return None
+    Recorded.calls.append(call)
+    raise LookupError("recorded")  # the test needs the call, not a batch
+
+
+register_front_end(_record)
+
+
+def test_the_sink_tells_the_front_end_its_query_name_and_a_batch_job() -> None:
+    sink = InMemoryPreparedSink(InMemoryTarget(), sink_id="orders", query_name="orders")
+    Recorded.calls.clear()
+    for entry in (lambda: sink(Recorded(), 3), lambda: sink.run_batch(Recorded(), 3)):
+        with pytest.raises(LookupError):
+            entry()
+    assert [(c.sink_id, c.query_name, c.batch_job) for c in Recorded.calls] == [
+        ("orders", "orders", False), ("orders", "orders", True)]
+
+
+@pytest.mark.parametrize("bad", ["", 7])
+def test_query_name_must_be_a_name(bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match="query_name must be"):
+        InMemoryPreparedSink(InMemoryTarget(), sink_id="orders", query_name=bad)
