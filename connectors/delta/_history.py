@@ -54,14 +54,13 @@ Tags = dict[int, Commit]
 def history_rows(session: SparkSession, location: str, limit: int | None) -> list[Any]:
     """The newest ``limit`` commits of the table's history (all with ``None``), newest
     first: ``version``, ``ms`` (commit time), ``userMetadata``, ``operationMetrics``.
-    Public API (``DeltaTable.history``); Delta reads only those commits' files."""
-    from delta.tables import DeltaTable
+    Public API (``DeltaTable.history``; ``DESCRIBE HISTORY`` under Spark Connect: see
+    :mod:`connectors.delta._api`); Delta reads only those commits' files."""
+    from connectors.delta import _api
 
-    if not DeltaTable.isDeltaTable(session, location):
+    if not _api.is_delta_table(session, location):
         return []  # no table yet: no commits
-    table = DeltaTable.forPath(session, location)
-    history = table.history(limit) if limit is not None else table.history()
-    return list(history.selectExpr(
+    return list(_api.history(session, location, limit).selectExpr(
         "version", "unix_millis(timestamp) AS ms", "userMetadata", "operationMetrics"
     ).collect())
 

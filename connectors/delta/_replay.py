@@ -81,11 +81,9 @@ def _column_mapping(actions: list[dict[str, Any]], session: SparkSession, locati
         meta = action.get("metaData")
         if meta is not None:
             return str((meta.get("configuration") or {}).get("delta.columnMapping.mode", "none"))
-    from delta.tables import DeltaTable
+    from connectors.delta import _api
 
-    detail = DeltaTable.forPath(session, location).detail().select("properties").first()
-    props = dict(detail["properties"] or {}) if detail is not None else {}
-    return str(props.get("delta.columnMapping.mode", "none"))
+    return str(_api.properties(session, location).get("delta.columnMapping.mode", "none"))
 
 
 def committed_fingerprint(

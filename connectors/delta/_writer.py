@@ -129,9 +129,9 @@ class DeltaWriter:
     def create_empty(self, df: DataFrame) -> None:
         """create_table for MERGE: an empty table with the batch's schema (one commit,
         without a txn id: if the driver dies after it, the next run finds the table)."""
-        from delta.tables import DeltaTable
+        from connectors.delta import _api
 
-        if DeltaTable.isDeltaTable(df.sparkSession, self.location):
+        if _api.is_delta_table(df.sparkSession, self.location):
             return
         writer = df.limit(0).write.format("delta").mode("append")
         if self.partition_by:
@@ -140,21 +140,13 @@ class DeltaWriter:
         logger.info("sink %s: created the Delta table at %s", self.sink_id, self.location)
 
     def _merge(self, df: DataFrame, ctx: BatchContext, tag: CommitTag) -> None:
-        from delta.tables import DeltaTable
+        from connectors.delta import _api
 
         session = df.sparkSession
         source = dedupe_by_key(df, self.merge_on)
-        condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.merge_on)
         with self._merge_confs(session, ctx, tag):
-            builder = (
-                DeltaTable.forPath(session, self.location).alias("t")
-                .merge(source.alias("s"), condition)
-                .whenMatchedUpdateAll()
-                .whenNotMatchedInsertAll()
-            )
-            if self.merge_schema:
-                builder = builder.withSchemaEvolution()
-            builder.execute()
+            _api.merge(session, self.location, source, list(self.merge_on),
+                       schema_evolution=self.merge_schema)
 
     @contextlib.contextmanager
     def _merge_confs(
@@ -163,12 +155,20 @@ class DeltaWriter:
         """The commit's session confs (the ``userMetadata`` tag; on the txn path Delta's
         txn confs too), on ``session`` only, unset afterwards.
 
-        In ``foreachBatch`` the batch's session is the query's own clone, so two streaming
-        queries never see each other's confs. A batch job's session may be shared: MERGEs
-        on it are serialized by a process-wide lock.
+        In classic ``foreachBatch`` the batch's session is the query's own clone, so two
+        streaming queries never see each other's confs. A batch job's session may be
+        shared: MERGEs on it are serialized by a process-wide lock. Under Spark Connect
+        every query of a client session runs its ``foreachBatch`` in a worker process of
+        its own on the server's host, all on the client's one session: MERGEs of one
+        session are serialized across processes by a file lock named after the session.
         """
+        from connectors.delta._api import is_connect_session
+
         streaming = ctx.query_id not in (None, BATCH_JOB_QUERY_ID)
-        lock = contextlib.nullcontext() if streaming else _SHARED_SESSION_LOCK
+        if is_connect_session(session):
+            lock: contextlib.AbstractContextManager[object] = _session_file_lock(session)
+        else:
+            lock = contextlib.nullcontext() if streaming else _SHARED_SESSION_LOCK
         with lock:
             conf = session.conf
             try:
@@ -182,3 +182,20 @@ class DeltaWriter:
             finally:
                 for key in _MERGE_CONFS:
                     conf.unset(key)
+
+
+@contextlib.contextmanager
+def _session_file_lock(session: SparkSession) -> Iterator[None]:
+    """An exclusive lock, across the processes of this host, on a Connect session."""
+    import fcntl
+    import tempfile
+    from pathlib import Path
+
+    name = "".join(c for c in str(getattr(session, "session_id", "")) if c.isalnum() or c == "-")
+    path = Path(tempfile.gettempdir()) / f"connectors-merge-{name or 'session'}.lock"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
