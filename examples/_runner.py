@@ -7,10 +7,13 @@ What is the same in ``examples/stream_to_*.py`` (and the integration drivers bui
   :func:`add_run_flags` the run flags (``--master``, ``--batches``, ``--rows-per-batch``,
   ``--conf``) last; the example adds its own in between;
 - the logging set-up and the ``finished in %.1f s`` line (:func:`run_timed`);
-- a small local session (:func:`build_session`);
+- a small local session (:func:`build_session`), classic or, with ``--connect``, a Spark
+  Connect client (of a local Connect server, or of ``--master sc://host:port``);
 - the replayable sources and the query over them (:func:`stream`): ``files`` and ``kafka``
   run with ``Trigger.AvailableNow`` (:func:`run_available_now`), ``rate`` writes
   ``--batches`` micro-batches, then the program stops the query (:func:`run_batches`).
+  The query is named ``--query-name``, and the examples give their sinks that name
+  (``query_name=``): under Spark Connect that is how a sink knows its query.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +29,7 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
+from pyspark.sql.streaming import DataStreamWriter
 
 __all__ = [
     "INPUT_SCHEMA",
@@ -33,6 +38,7 @@ __all__ = [
     "add_run_flags",
     "build_session",
     "check_source_flags",
+    "connect_builder",
     "job_parser",
     "parse_job_args",
     "rate_as_input_rows",
@@ -84,6 +90,11 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batches", type=int, default=5, help="rate source: batches to write")
     parser.add_argument("--rows-per-batch", type=int, default=1000)
     parser.add_argument("--conf", action="append", default=[], help="extra Spark conf k=v")
+    parser.add_argument("--connect", action="store_true",
+                        help="run as a Spark Connect client: of a local Connect server "
+                             "(--master local[...]) or of the server --master sc://host:port")
+    parser.add_argument("--query-name", default="connectors-job",
+                        help="the streaming query's name, given to the sink too")
 
 
 def check_source_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -130,10 +141,20 @@ def run_timed(
     return code
 
 
-def build_session(master: str, conf: list[str]) -> SparkSession:
-    """A small local session; ``conf`` items ``k=v`` (``spark.app.name=...`` too) win."""
+def connect_builder(master: str) -> SparkSession.Builder:
+    """A Spark Connect client's builder: of a local server (``local[...]``, started by
+    PySpark in a JVM of its own, whose Python workers run this interpreter) or of the
+    server at ``sc://host:port``."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return SparkSession.builder.remote(master)
+
+
+def build_session(master: str, conf: list[str], *, connect: bool = False) -> SparkSession:
+    """A small local session; ``conf`` items ``k=v`` (``spark.app.name=...`` too) win.
+    ``connect``: a Spark Connect client (:func:`connect_builder`)."""
+    base = connect_builder(master) if connect else SparkSession.builder.master(master)
     builder = (
-        SparkSession.builder.master(master)
+        base
         .appName("connectors-stream-to-files")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -192,11 +213,12 @@ def rate_as_input_rows(df: DataFrame) -> DataFrame:
     )
 
 
-def run_available_now(df: DataFrame, write: BatchWriter, checkpoint: str) -> int:
+def run_available_now(df: DataFrame, write: BatchWriter, checkpoint: str,
+                      name: str | None = None) -> int:
     """Write every micro-batch there is with ``write`` (``Trigger.AvailableNow``), then end:
-    0, or the query's error raised."""
+    0, or the query's error raised. ``name``: the query's name."""
     query = (
-        df.writeStream.foreachBatch(write)
+        _named(df.writeStream, name).foreachBatch(write)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
@@ -205,27 +227,42 @@ def run_available_now(df: DataFrame, write: BatchWriter, checkpoint: str) -> int
     return 0
 
 
-def run_batches(df: DataFrame, write: BatchWriter, checkpoint: str, batches: int) -> int:
+def _named(writer: DataStreamWriter, name: str | None) -> DataStreamWriter:
+    return writer.queryName(name) if name else writer
+
+
+def run_batches(df: DataFrame, write: BatchWriter, checkpoint: str, batches: int,
+                name: str | None = None) -> int:
     """Write micro-batches ``0 .. batches-1`` with ``write`` (every 100 ms), then stop the
-    query: 0; the query's error raised; 1 if it ended otherwise before."""
-    done = threading.Event()
+    query: 0; the query's error raised; 1 if it ended otherwise before.
+
+    Under Spark Connect ``write`` runs in a worker next to the server, so this program
+    learns that the planned batches are done from the query's progress, not from ``write``.
+    """
+    # Under Connect ``write_planned`` is pickled for the worker: no event to set there.
+    connect = type(df).__module__.startswith("pyspark.sql.connect.")
+    done = None if connect else threading.Event()
 
     def write_planned(batch_df: DataFrame, batch_id: int) -> None:
         if batch_id >= batches:
-            done.set()  # past the planned batches: write nothing, let main stop the query
+            if done is not None:
+                done.set()  # past the planned batches: write nothing, let main stop the query
             return
         write(batch_df, batch_id)
 
     query = (
-        df.writeStream.foreachBatch(write_planned)
+        _named(df.writeStream, name).foreachBatch(write_planned)
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="100 milliseconds")
         .start()
     )
-    while not done.wait(0.2):
+    while not (done.wait(0.2) if done is not None else time.sleep(0.2)):
         if not query.isActive:
             query.awaitTermination()  # raises the query's error
             return 1
+        progress = query.lastProgress
+        if progress is not None and int(progress["batchId"]) >= batches:
+            break  # a batch past the planned ones has ended: they are all written
     query.stop()
     return 0
 
@@ -246,17 +283,18 @@ def stream(
     before ``sink`` gets them; the Kafka source (``bootstrap``) reaches ``sink`` as read.
     """
     try:
+        name = getattr(args, "query_name", None)
         if args.source == "rate":
             return run_batches(read_rate(spark, args.rows_per_batch),
                                lambda df, batch_id: sink(rate(df), batch_id),
-                               args.checkpoint, args.batches)
+                               args.checkpoint, args.batches, name)
         if args.source == "kafka":
             if bootstrap is None:
                 raise ValueError("the kafka source needs bootstrap servers")
             df = read_kafka(spark, bootstrap, args.input_topic, args.max_offsets_per_trigger)
         else:
             df = files(read_files(spark, args.input))
-        return run_available_now(df, sink, args.checkpoint)
+        return run_available_now(df, sink, args.checkpoint, name)
     finally:
         sink.close()
         spark.stop()

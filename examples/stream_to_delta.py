@@ -48,8 +48,9 @@ __all__ = ["INPUT_SCHEMA", "build_session", "main", "make_input_files", "run"]
 logger = logging.getLogger("examples.stream_to_delta")  # not __name__ ("__main__" under -m)
 
 
-def build_session(master: str, conf: list[str]) -> SparkSession:
-    """A small-machine session with the Delta jars (``connectors.spark``)."""
+def build_session(master: str, conf: list[str], *, connect: bool = False) -> SparkSession:
+    """A small-machine session with the Delta jars (``connectors.spark``); ``connect``: a
+    Spark Connect client (of a local server that gets the jars, or of ``sc://...``)."""
     from connectors.spark import session_builder
 
     settings = {
@@ -62,25 +63,26 @@ def build_session(master: str, conf: list[str]) -> SparkSession:
         key, _, value = item.partition("=")
         settings[key] = value
     builder = session_builder("connectors-stream-to-delta", master=master,
-                              components=["delta"], conf=settings)
+                              components=["delta"], conf=settings, connect=connect)
     return builder.getOrCreate()
 
 
 def make_sinks(args: argparse.Namespace) -> DeltaSink | DeltaSinks:
     keys = [k.strip() for k in (args.merge_on or "").split(",") if k.strip()]
     main_sink = DeltaSink(args.path, sink_id=args.sink_id, merge_on=keys or None,
-                          create_table=True, merge_schema=args.merge_schema)
+                          create_table=True, merge_schema=args.merge_schema,
+                          query_name=args.query_name or None)
     if not args.merge_path:
         return main_sink
     merge_sink = DeltaSink(args.merge_path, sink_id=args.merge_sink_id, merge_on=["key"],
-                           create_table=True)
+                           create_table=True, query_name=args.query_name or None)
     return DeltaSinks([main_sink, merge_sink])
 
 
 def run(args: argparse.Namespace) -> int:
     sink = make_sinks(args)  # validates the options before Spark starts
     logger.info("writing %s", sink)
-    spark = build_session(args.master, args.conf)
+    spark = build_session(args.master, args.conf, connect=args.connect)
 
     def with_key(df: DataFrame) -> DataFrame:
         """``--key-mod N``: a column ``key = id % N`` for ``--merge-on key``."""

@@ -57,8 +57,8 @@ def make_input_files(directory: str | os.PathLike[str], files: int, rows_per_fil
 
 
 def run(args: argparse.Namespace) -> int:
-    spark = build_session(args.master, args.conf)
-    sink = FileSystemSink(args.out, sink_id=args.sink_id)
+    spark = build_session(args.master, args.conf, connect=args.connect)
+    sink = FileSystemSink(args.out, sink_id=args.sink_id, query_name=args.query_name or None)
     return stream(spark, args, sink)  # the rate source's (timestamp, value) rows as they are
 
 

@@ -58,6 +58,7 @@ def make_sink(args: argparse.Namespace) -> KafkaSink:
         barrier=args.barrier,
         create_topic=args.create_topic,
         topic_partitions=args.topic_partitions,
+        query_name=args.query_name or None,
     )
 
 
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         from connectors.spark import resolve_jars
 
         conf.append("spark.jars=" + ",".join(resolve_jars(["kafka"])))
-    spark = build_session(args.master, [*conf, *args.conf])
+    spark = build_session(args.master, [*conf, *args.conf], connect=args.connect)
     # The kafka source's records (key, value, headers) are copied as they are.
     return stream(spark, args, sink, files=_records, rate=_rate_records,
                   bootstrap=args.bootstrap)

@@ -56,6 +56,7 @@ def make_sink(args: argparse.Namespace) -> PostgresSink:
         create_table=args.create_table,
         ledger_table=args.ledger_table,
         lock_timeout=args.lock_timeout,
+        query_name=args.query_name or None,
     )
 
 
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     logger.info("writing into %s of %s as sink %s (mode %s)", args.table, sink.conninfo,
                 args.sink_id, args.mode)
     spark = build_session(args.master, ["spark.app.name=connectors-stream-to-postgres",
-                                        *args.conf])
+                                        *args.conf], connect=args.connect)
     # Both sources fill the same table: the rate rows become (id, name, amount, ts).
     return stream(spark, args, sink, rate=rate_as_input_rows)
 

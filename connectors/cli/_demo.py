@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the batch whose driver is SIGKILLed (3)")
     p.add_argument("--workdir", help="input, checkpoint, Delta table, logs (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.add_argument("--connect", action="store_true",
+                   help="run the job as a Spark Connect client of a local Connect server: "
+                        "the crash point kills the foreachBatch worker next to the server")
 
 
 def _batches_done(checkpoint: Path) -> int:
@@ -125,21 +128,29 @@ def run(args: argparse.Namespace) -> int:
         base += ["--bootstrap", args.bootstrap]
     if args.sink == "kafka":
         _create_topic(args.bootstrap, target)
-    job = [*base[:3], "run", *base[3:], "--input", str(inp), "--checkpoint", str(ckpt)]
+    job = [*base[:3], "run", *base[3:], "--input", str(inp), "--checkpoint", str(ckpt),
+           *(["--connect"] if args.connect else [])]
     env = _env()
     started = time.monotonic()
 
     point = CRASH_POINT[args.sink]
+    # Under Spark Connect the protocol's driver side runs in the foreachBatch worker next to
+    # the server: that process SIGKILLs itself, the query fails and the client exits.
+    victim = "the foreachBatch worker" if args.connect else "the driver"
     if not quiet:
-        print(f"run 1: the driver SIGKILLs itself at {point} of batch {args.crash_batch}")
-    crash_env = dict(env, CONNECTORS_TEST_MODE="1",
+        print(f"run 1: {victim} SIGKILLs itself at {point} of batch {args.crash_batch}")
+    crash_log = root / "crash.log"
+    crash_env = dict(env, CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_LOG=str(crash_log),
                      CONNECTORS_CRASH_AT=f"{point}:batch={args.crash_batch}")
     code1, t1 = _drive(job, crash_env, root / "run-1.log", "run 1", ckpt, args.rows_per_file,
                        quiet)
-    killed = code1 == -signal.SIGKILL
+    mark = f"{point} sink={sink_id} batch={args.crash_batch} "
+    reached = crash_log.is_file() and mark in crash_log.read_text()
+    killed = reached and (code1 == -signal.SIGKILL or (args.connect and code1 != 0))
     if not quiet:
-        print(f"  run 1 ended: {'SIGKILLed' if killed else f'exit code {code1}'} "
-              f"after {t1:.1f} s")
+        ended = ("SIGKILLed" if code1 == -signal.SIGKILL else f"exit code {code1}")
+        print(f"  run 1 ended: {ended} after {t1:.1f} s"
+              + (f" ({victim} SIGKILLed at {point})" if args.connect and killed else ""))
         print("run 2: restart from the checkpoint (recovers, then finishes the stream)")
     code2, t2 = _drive(job, env, root / "run-2.log", "run 2", ckpt, args.rows_per_file, quiet)
     if not quiet:
@@ -157,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         "sink": args.sink, "target": target, "sink id": sink_id, "work dir": str(root),
         "rows in": rows_in, "rows out": len(ids),
         "duplicates": duplicates, "missing": missing, "batches": _batches_done(ckpt),
-        "restarts": 1, "driver SIGKILLed": killed,
+        "restarts": 1, f"{'worker' if args.connect else 'driver'} SIGKILLed": killed,
         "time s": round(time.monotonic() - started, 1),
         "verdict": "EXACTLY ONCE" if ok else "FAILED",
     }

@@ -19,6 +19,10 @@ from typing import Any
 INPUT_SCHEMA = "id LONG, name STRING, amount DOUBLE, ts TIMESTAMP"
 
 
+#: The streaming query's name, given to the sink too: under Spark Connect that is how the
+#: sink (in the foreachBatch worker, next to the server) knows which query calls it.
+QUERY_NAME = "connectors-demo"
+
 def make_input_files(directory: Path, files: int, rows_per_file: int) -> int:
     """``files`` JSON files of ``rows_per_file`` rows with ids ``0..n-1``; returns ``n``."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -41,7 +45,9 @@ def _session(args: argparse.Namespace) -> Any:
     from connectors.spark import get_session
 
     components = {"delta": ["delta"], "kafka": ["kafka"], "postgres": []}[args.sink]
-    return get_session("connectors-demo", master="local[2]", components=components, conf={
+    connect = bool(getattr(args, "connect", False)) and args.mode == "run"
+    return get_session("connectors-demo", master="local[2]", components=components,
+                       connect=connect, conf={
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stopTimeout": "30s",
         # Small splits: every file becomes several tasks (several transactions per batch).
@@ -53,14 +59,17 @@ def make_sink(args: argparse.Namespace) -> Any:
     if args.sink == "delta":
         from connectors.delta import DeltaSink
 
-        return DeltaSink(args.target, sink_id=args.sink_id, create_table=True)
+        return DeltaSink(args.target, sink_id=args.sink_id, create_table=True,
+                         query_name=QUERY_NAME)
     if args.sink == "postgres":
         from connectors.postgres import PostgresSink
 
-        return PostgresSink(args.conninfo, args.target, sink_id=args.sink_id, create_table=True)
+        return PostgresSink(args.conninfo, args.target, sink_id=args.sink_id, create_table=True,
+                            query_name=QUERY_NAME)
     from connectors.kafka import KafkaSink
 
-    return KafkaSink(args.target, {"bootstrap.servers": args.bootstrap}, sink_id=args.sink_id)
+    return KafkaSink(args.target, {"bootstrap.servers": args.bootstrap}, sink_id=args.sink_id,
+                     query_name=QUERY_NAME)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
                                  sf.to_json(sf.struct("*")).alias("value"))
         sink(batch, batch_id)
 
-    query = (df.writeStream.foreachBatch(write).option("checkpointLocation", args.checkpoint)
+    query = (df.writeStream.queryName(QUERY_NAME).foreachBatch(write)
+             .option("checkpointLocation", args.checkpoint)
              .trigger(availableNow=True).start())
     try:
         query.awaitTermination()
@@ -151,6 +161,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint")
     p.add_argument("--conninfo", default=os.environ.get("EOS_POSTGRES_CONNINFO"))
     p.add_argument("--bootstrap", default=os.environ.get("EOS_KAFKA_BOOTSTRAP"))
+    p.add_argument("--connect", action="store_true",
+                   help="run as a Spark Connect client of a local Connect server")
     return p
 
 

@@ -13,6 +13,7 @@ import os
 import re
 import site
 import sys
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -112,8 +113,13 @@ def get_session(
         2
     """
     names = (components,) if isinstance(components, str) else tuple(components)
-    spark = session_builder(app_name, master=master, components=names, conf=conf,
-                            connect=connect).getOrCreate()
+    builder = session_builder(app_name, master=master, components=names, conf=conf,
+                              connect=connect)
+    with warnings.catch_warnings():
+        # A local Connect client also tries the server's static settings on its session
+        # (they already apply to the server) and warns for each: not the user's concern.
+        warnings.filterwarnings("ignore", message="Failed to set spark", category=UserWarning)
+        spark = builder.getOrCreate()
     check_components(spark, names)
     return spark
 

@@ -9,7 +9,7 @@ job, and every refusal names the fix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -58,7 +58,7 @@ class Context:
     def __init__(self, query_id: str | None) -> None:
         self.query_id = query_id
 
-    def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 - Spark's name
+    def getLocalProperty(self, key: str) -> str | None:
         assert key == "sql.streaming.queryId"
         return self.query_id
 
@@ -71,7 +71,7 @@ class Session:
     local_query_id: str | None = None
 
     @property
-    def sparkContext(self) -> Context:  # noqa: N802 - Spark's name
+    def sparkContext(self) -> Context:
         return Context(self.local_query_id)
 
 
@@ -182,7 +182,7 @@ def test_connect_barrier_refusal_reads_dynamic_allocation() -> None:
 class Recorded:
     """A data object only the test's front end knows: it records each call."""
 
-    calls: list[EngineCall] = []
+    calls: ClassVar[list[EngineCall]] = []
 
 
 def _record(data: Any, call: EngineCall) -> tuple[BatchInput, str | None] | None:

@@ -1,0 +1,74 @@
+"""The sinks over Spark Connect: the job is a Connect client, ``foreachBatch`` runs in a
+Python worker next to the server.
+
+Each driver here is an example job run with ``--connect``: PySpark starts a local Connect
+server (a JVM of its own, child of the client) whose foreachBatch worker inherits the
+client's environment, so ``CONNECTORS_CRASH_AT`` arms the crash points in that worker: at
+a driver-side crash point the worker SIGKILLs itself, the server fails the query, the
+client exits with an error; a restart on the same checkpoint must then be exact, row by
+row. The binding is never silently lost: a new checkpoint is refused, and so is a sink
+without ``query_name`` (the worker is not told which query calls it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors import CrashPoint
+from integration._delta import intent_batches
+from integration._driver import DriverRun, reached
+from integration.test_delta_kill import APPEND, DeltaJob
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+QUERY = "orders"
+
+
+class ConnectDeltaJob(DeltaJob):
+    """The Delta kill tests' job (an append table and a MERGE table), as a Connect client."""
+
+    query_name: str | None = QUERY
+
+    def args(self) -> list[str]:
+        return [*super().args(), "--connect", "--query-name", self.query_name or ""]
+
+
+def _failed_in_the_worker(run: DriverRun) -> None:
+    """The client ended with the query's error (the worker died), not by a signal."""
+    assert run.returncode not in (0, -9), run.tail()
+
+
+def test_worker_killed_after_the_decision_then_restart_is_exact(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    job = ConnectDeltaJob(tmp_path, source="rate", batches=3, rows=100)
+    first = job.run(crash=f"after_decision:batch=1:sink={APPEND}")
+    _failed_in_the_worker(first)
+    assert job.reached(CrashPoint.AFTER_DECISION, 1), reached(job.crash_log)
+    assert 1 in intent_batches(job.a, APPEND)  # decided, not yet recorded
+    second = job.run()
+    assert second.returncode == 0, second.tail()
+    job.assert_exact(spark)
+
+
+def test_a_new_checkpoint_is_refused(tmp_path: Path, spark: SparkSession) -> None:
+    job = ConnectDeltaJob(tmp_path, source="rate", batches=2, rows=50)
+    first = job.run()
+    assert first.returncode == 0, first.tail()
+    job.checkpoint = tmp_path / "ckpt-new"
+    second = job.run()
+    assert second.returncode != 0
+    assert "QueryBindingError" in second.output and "is bound to query" in second.output
+
+
+def test_a_sink_without_query_name_is_refused_with_the_fix(tmp_path: Path) -> None:
+    job = ConnectDeltaJob(tmp_path, source="rate", batches=2, rows=50)
+    job.query_name = None
+    run = job.run()
+    assert run.returncode != 0
+    assert "under Spark Connect the sink cannot tell which streaming query" in run.output
+    assert "queryName('orders')" in run.output and "run_batch(df, run_id)" in run.output
+    assert not (job.a / "_delta_log").exists() or not intent_batches(job.a, APPEND)
