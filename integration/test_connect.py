@@ -20,11 +20,20 @@ from pyspark.sql import SparkSession
 from connectors import CrashPoint
 from integration._delta import intent_batches
 from integration._driver import DriverRun, reached
+from integration._kafka import KafkaTarget, wait_no_open_transactions
+from integration._pg import PgTarget
 from integration.test_delta_kill import APPEND, DeltaJob
+from integration.test_kafka_kill import KafkaJob, kafka  # noqa: F401 - the kafka fixture
+from integration.test_postgres_kill import PgJob, pg  # noqa: F401 - the pg fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 QUERY = "orders"
+
+
+def connect_args(query_name: str | None = QUERY) -> list[str]:
+    """An example job's flags to run as a Connect client of a local Connect server."""
+    return ["--connect", "--query-name", query_name or ""]
 
 
 class ConnectDeltaJob(DeltaJob):
@@ -33,7 +42,17 @@ class ConnectDeltaJob(DeltaJob):
     query_name: str | None = QUERY
 
     def args(self) -> list[str]:
-        return [*super().args(), "--connect", "--query-name", self.query_name or ""]
+        return [*super().args(), *connect_args(self.query_name)]
+
+
+class ConnectPgJob(PgJob):
+    def args(self) -> list[str]:
+        return [*super().args(), *connect_args()]
+
+
+class ConnectKafkaJob(KafkaJob):
+    def args(self) -> list[str]:
+        return [*super().args(), *connect_args()]
 
 
 def _failed_in_the_worker(run: DriverRun) -> None:
@@ -52,16 +71,39 @@ def test_worker_killed_after_the_decision_then_restart_is_exact(
     second = job.run()
     assert second.returncode == 0, second.tail()
     job.assert_exact(spark)
-
-
-def test_a_new_checkpoint_is_refused(tmp_path: Path, spark: SparkSession) -> None:
-    job = ConnectDeltaJob(tmp_path, source="rate", batches=2, rows=50)
-    first = job.run()
-    assert first.returncode == 0, first.tail()
+    # A new checkpoint is a new query: refused, never taken for a batch job.
     job.checkpoint = tmp_path / "ckpt-new"
+    third = job.run()
+    assert third.returncode != 0
+    assert "QueryBindingError" in third.output and "is bound to query" in third.output
+
+
+def test_postgres_worker_killed_after_the_decision_then_restart_is_exact(
+    tmp_path: Path, pg: PgTarget  # noqa: F811 - the imported fixture
+) -> None:
+    job = ConnectPgJob(tmp_path, pg, files=3)
+    first = job.run(crash="after_decision:batch=1")
+    _failed_in_the_worker(first)
+    assert job.reached(CrashPoint.AFTER_DECISION, 1), reached(job.crash_log)
+    assert pg.prepared(), "the decided batch's transactions are left prepared"
     second = job.run()
-    assert second.returncode != 0
-    assert "QueryBindingError" in second.output and "is bound to query" in second.output
+    assert second.returncode == 0, second.tail()
+    job.assert_exact()
+    assert not pg.prepared(), "nothing left prepared"
+
+
+def test_kafka_worker_killed_before_the_decision_then_restart_is_exact(
+    tmp_path: Path, kafka: KafkaTarget  # noqa: F811 - the imported fixture
+) -> None:
+    job = ConnectKafkaJob(tmp_path, kafka, files=3)
+    first = job.run(crash="before_decision:batch=1")
+    _failed_in_the_worker(first)
+    assert job.reached(CrashPoint.BEFORE_DECISION, 1), reached(job.crash_log)
+    second = job.run()
+    assert second.returncode == 0, second.tail()
+    job.assert_exact()
+    topics = [kafka.topic, kafka.marker_topic]
+    assert not wait_no_open_transactions(kafka.bootstrap, topics), "nothing left open"
 
 
 def test_a_sink_without_query_name_is_refused_with_the_fix(tmp_path: Path) -> None:
