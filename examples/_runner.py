@@ -296,5 +296,25 @@ def stream(
             df = files(read_files(spark, args.input))
         return run_available_now(df, sink, args.checkpoint, name)
     finally:
+        if getattr(args, "connect", False):
+            _log_connect_metrics(spark, sink)
         sink.close()
         spark.stop()
+
+
+def _log_connect_metrics(spark: SparkSession, sink: object) -> None:
+    """Under Spark Connect the client's sink is a copy that never runs: log the last
+    metrics its worker published into the session (``connectors.spark.last_metrics``)."""
+    from connectors.spark import last_metrics
+
+    sinks = getattr(sink, "sinks", [sink])
+    for one in sinks:
+        sink_id = getattr(one, "sink_id", None)
+        if sink_id is not None:
+            try:
+                found = last_metrics(spark, sink_id)
+            except Exception as exc:  # the server is gone: nothing to read
+                logging.getLogger(__name__).info("no metrics of sink %s: %s", sink_id,
+                                                 type(exc).__name__)
+                continue
+            logging.getLogger(__name__).info("last metrics of sink %s: %s", sink_id, found)

@@ -12,17 +12,21 @@ without ``query_name`` (the worker is not told which query calls it).
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 from connectors import CrashPoint
-from integration._delta import intent_batches
-from integration._driver import DriverRun, reached
+from integration._connect_server import connect_server, start_server
+from integration._delta import intent_batches, ledger_batches
+from integration._driver import DriverRun, reached, spark_batches
 from integration._kafka import KafkaTarget, wait_no_open_transactions
 from integration._pg import PgTarget
-from integration.test_delta_kill import APPEND, DeltaJob
+from integration.test_delta_kill import APPEND, MERGE, DeltaJob
 from integration.test_kafka_kill import KafkaJob, kafka  # noqa: F401 - the kafka fixture
 from integration.test_postgres_kill import PgJob, pg  # noqa: F401 - the pg fixture
 
@@ -71,6 +75,9 @@ def test_worker_killed_after_the_decision_then_restart_is_exact(
     second = job.run()
     assert second.returncode == 0, second.tail()
     job.assert_exact(spark)
+    # The client's sink never ran: the worker's published its metrics into the session.
+    assert f"last metrics of sink {APPEND}: {{'sink_id': '{APPEND}', 'batch_id': 2" in \
+        second.output, second.tail()
     # A new checkpoint is a new query: refused, never taken for a batch job.
     job.checkpoint = tmp_path / "ckpt-new"
     third = job.run()
@@ -114,3 +121,71 @@ def test_a_sink_without_query_name_is_refused_with_the_fix(tmp_path: Path) -> No
     assert "under Spark Connect the sink cannot tell which streaming query" in run.output
     assert "queryName('orders')" in run.output and "run_batch(df, run_id)" in run.output
     assert not (job.a / "_delta_log").exists() or not intent_batches(job.a, APPEND)
+
+
+# ---------------------------------------------------- a separate Connect server process
+
+
+def _stall_env(job: DeltaJob, spec: str) -> dict[str, str]:
+    """The server's environment arming ``spec`` (with a long stall) in its worker."""
+    return {"CONNECTORS_TEST_MODE": "1", "CONNECTORS_CRASH_AT": spec,
+            "CONNECTORS_CRASH_LOG": str(job.crash_log)}
+
+
+def test_server_jvm_killed_after_the_decision_then_restart_is_exact(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """The whole server (its JVM, the foreachBatch worker, the Python workers) SIGKILLed
+    while the worker sits at the crash point, as a lost host; a new server and the client
+    restarted on the same checkpoint finish exactly once."""
+    job = ConnectDeltaJob(tmp_path, source="rate", batches=3, rows=100)
+    stall = f"after_decision:batch=1:sink={APPEND}:action=stall:seconds=600"
+    server = start_server(tmp_path / "server-1", _stall_env(job, stall))
+    server_killed = threading.Event()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            # The client's gRPC retries a lost server for minutes: once the server is
+            # gone, the client gets 20 s to notice, then it is killed too.
+            client = pool.submit(job.run, "--master", server.url, kill_after=20.0,
+                                 kill_when=server_killed.is_set)
+            deadline = time.monotonic() + 240
+            while not job.reached(CrashPoint.AFTER_DECISION, 1):
+                assert time.monotonic() < deadline and not client.done(), server.tail()
+                time.sleep(0.2)
+            server.kill()
+            server_killed.set()
+            first = client.result(timeout=120)
+    finally:
+        server.stop()
+    assert first.returncode != 0, first.tail()  # the client lost its server
+    assert 1 in intent_batches(job.a, APPEND)  # decided, not yet recorded
+    with connect_server(tmp_path / "server-2") as fresh:
+        second = job.run("--master", fresh.url)
+    assert second.returncode == 0, second.tail()
+    job.assert_exact(spark)
+
+
+def test_killing_only_the_client_leaves_the_query_running_on_the_server(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """What a client's death does to a separate server's query: nothing. The query goes on
+    writing its batches with no client (until its session expires), exactly once."""
+    job = ConnectDeltaJob(tmp_path, source="rate", batches=6, rows=50)
+    with connect_server(tmp_path / "server") as server:
+        run = job.run("--master", server.url, kill_after=0.0,
+                      kill_when=lambda: len(ledger_batches(job.a, APPEND)) >= 1)
+        assert run.returncode == -9, run.tail()
+        at_kill = len(ledger_batches(job.a, APPEND))
+        deadline = time.monotonic() + 180
+        planned = set(range(job.batches))
+
+        def all_written() -> bool:  # both tables and Spark's commit log
+            return (planned <= set(ledger_batches(job.a, APPEND))
+                    and planned <= set(ledger_batches(job.b, MERGE))
+                    and planned <= spark_batches(job.checkpoint)[1])
+
+        while not all_written():
+            assert time.monotonic() < deadline, (at_kill, ledger_batches(job.a, APPEND))
+            time.sleep(0.5)
+    assert at_kill < job.batches  # the batches after the kill were written by the server
+    job.assert_exact(spark)

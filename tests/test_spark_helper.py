@@ -60,8 +60,8 @@ def options(builder: Any) -> dict[str, str]:
 
 # ------------------------------------------------------------------ public names
 
-SPARK_ALL = ["JarChoice", "check_components", "get_session", "jar_report", "resolve_jars",
-             "session_builder"]
+SPARK_ALL = sorted(["JarChoice", "check_components", "get_session", "jar_report", "last_metrics",
+                    "resolve_jars", "session_builder"])
 
 
 def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
@@ -72,7 +72,7 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
     assert sorted(namespace) == SPARK_ALL
     homes = {"JarChoice": "_jars", "jar_report": "_jars", "resolve_jars": "_jars",
              "check_components": "_session", "get_session": "_session",
-             "session_builder": "_session"}
+             "session_builder": "_session", "last_metrics": "_binding"}
     for name, home in homes.items():
         assert getattr(cs, name).__module__ == f"connectors.spark.{home}"
     assert cs.COMPONENTS == ("delta", "kafka")  # not in __all__; connectors doctor uses it

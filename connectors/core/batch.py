@@ -173,3 +173,9 @@ class BatchInput(ABC):
         barrier run of :meth:`run_tasks` that fails is retried by the engine as a whole,
         where the engine can (Spark: as a shuffle-map stage)."""
         return None
+
+    def publish_metrics(self, metrics: dict[str, object]) -> None:  # noqa: B027 - optional
+        """After every batch (a failed one too): hand the batch's metrics
+        (``BatchMetrics.as_dict()``) to the engine, where the program that started the
+        query can read them when the sink runs elsewhere (Spark Connect: in a worker next
+        to the server). Default: nothing (``sink.last_metrics`` is the caller's)."""

@@ -256,6 +256,11 @@ class TwoPhaseCommitSink(ABC):
                                type(exc).__name__)
             self.last_metrics = metrics
             metrics.emit()
+            try:
+                batch.publish_metrics(metrics.as_dict())
+            except Exception as exc:  # figures must never fail a batch
+                logger.warning("sink %s: publishing the batch's metrics failed: %s",
+                               self.sink_id, type(exc).__name__)
         return metrics
 
     def close(self) -> None:

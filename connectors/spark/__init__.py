@@ -44,8 +44,10 @@ and "substituted X for Y" when a substitution happened; :func:`jar_report` (used
 The public names load on first use from private modules, one role each: ``_components``
 (what a component needs: versions, coordinates), ``_releases`` (which release instead, and
 the refusals), ``_maven`` (the POM and the ``mvn`` run), ``_cache`` (stamps, lock,
-publishing), ``_jars`` (:func:`resolve_jars`, :func:`jar_report`) and ``_session`` (the
-builder, :func:`get_session`, :func:`check_components`).
+publishing), ``_jars`` (:func:`resolve_jars`, :func:`jar_report`), ``_session`` (the
+builder, :func:`get_session`, :func:`check_components`) and ``_binding`` (which query
+called a sink; under Spark Connect :func:`last_metrics` reads a sink's last metrics on the
+client).
 """
 
 from __future__ import annotations
@@ -55,12 +57,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from connectors.spark._binding import last_metrics
     from connectors.spark._components import COMPONENTS as COMPONENTS
     from connectors.spark._jars import JarChoice, jar_report, resolve_jars
     from connectors.spark._session import check_components, get_session, session_builder
 
-__all__ = ["JarChoice", "check_components", "get_session", "jar_report", "resolve_jars",
-           "session_builder"]
+__all__ = ["JarChoice", "check_components", "get_session", "jar_report", "last_metrics",
+           "resolve_jars", "session_builder"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +77,7 @@ _HOMES = {
     "check_components": "_session",
     "get_session": "_session",
     "session_builder": "_session",
+    "last_metrics": "_binding",
 }
 
 

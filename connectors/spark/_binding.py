@@ -18,11 +18,15 @@ differently:
 
 The Connect session has no ``SparkContext`` either for the batch input's capabilities:
 :func:`connect_task_slots` and :func:`connect_barrier_refusal` read the session's
-configuration instead.
+configuration instead. The client's sink object is a copy that never runs, so its
+``last_metrics`` stays ``None``: the worker's sink publishes each batch's metrics into the
+session's configuration (:func:`publish_metrics`), which the client shares and reads with
+:func:`last_metrics`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -34,8 +38,9 @@ from connectors.core.errors import ConfigurationError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["classic_query_id", "connect_barrier_refusal", "connect_query_id",
-           "connect_task_slots", "is_connect", "query_id_for"]
+__all__ = ["METRICS_CONF", "classic_query_id", "connect_barrier_refusal", "connect_query_id",
+           "connect_task_slots", "is_connect", "last_metrics", "publish_metrics",
+           "query_id_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,3 +160,24 @@ def connect_barrier_refusal(spark: SparkSession) -> str | None:
         return ("spark.dynamicAllocation.enabled=true, and Spark refuses barrier stages "
                 "then (turn dynamic allocation off)")
     return None
+
+
+#: The session setting a sink's last metrics are published under (``<prefix><sink id>``).
+METRICS_CONF = "connectors.metrics."
+
+
+def publish_metrics(spark: SparkSession, metrics: dict[str, object]) -> None:
+    """Put a batch's metrics into ``spark``'s configuration, as JSON."""
+    spark.conf.set(f"{METRICS_CONF}{metrics['sink_id']}", json.dumps(metrics))
+
+
+def last_metrics(spark: SparkSession, sink_id: str) -> dict[str, object] | None:
+    """The metrics of the last batch sink ``sink_id`` wrote in a Spark Connect session
+    (``BatchMetrics.as_dict()``: ``batch_id``, ``outcome``, ``rows``, timings ...), read on
+    the client; ``None`` before its first batch. Under Connect the sink runs in the
+    foreachBatch worker, and the client's ``sink.last_metrics`` never updates."""
+    value = spark.conf.get(f"{METRICS_CONF}{sink_id}", None)
+    if not value:
+        return None
+    found: dict[str, object] = json.loads(value)
+    return found

@@ -34,6 +34,7 @@ from connectors.spark._binding import (
     connect_barrier_refusal,
     connect_task_slots,
     is_connect,
+    publish_metrics,
     query_id_for,
 )
 from connectors.spark._handover import (
@@ -208,6 +209,13 @@ class SparkBatch(BatchInput):
             return ("spark.dynamicAllocation.enabled=true, and Spark refuses barrier "
                     "stages then (turn dynamic allocation off)")
         return None
+
+    def publish_metrics(self, metrics: dict[str, object]) -> None:
+        """Under Spark Connect, into the session's configuration (the client's session,
+        which the foreachBatch worker shares): :func:`connectors.spark.last_metrics` reads
+        them on the client. In classic PySpark ``sink.last_metrics`` has them already."""
+        if is_connect(self._df):
+            publish_metrics(self._df.sparkSession, metrics)
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
         def run(df: DataFrame) -> list[TaskOutcome]:

@@ -21,6 +21,8 @@ from connectors.spark._binding import (
     _master_cores,
     connect_barrier_refusal,
     connect_task_slots,
+    last_metrics,
+    publish_metrics,
     query_id_for,
 )
 from connectors.testing import InMemoryPreparedSink, InMemoryTarget
@@ -52,6 +54,9 @@ class Conf:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
 
 
 class Context:
@@ -209,3 +214,15 @@ def test_the_sink_tells_the_front_end_its_query_name_and_a_batch_job() -> None:
 def test_query_name_must_be_a_name(bad: Any) -> None:
     with pytest.raises(ConfigurationError, match="query_name must be"):
         InMemoryPreparedSink(InMemoryTarget(), sink_id="orders", query_name=bad)
+
+
+def test_metrics_published_in_the_worker_are_read_on_the_client() -> None:
+    from connectors import BatchMetrics
+
+    session = Session(Streams([]))  # under Connect the worker's session is the client's
+    assert last_metrics(session, "orders") is None  # type: ignore[arg-type]
+    metrics = BatchMetrics("orders", 4, "prepare_in_task", outcome="committed", rows=12)
+    publish_metrics(session, metrics.as_dict())  # type: ignore[arg-type]
+    found = last_metrics(session, "orders")  # type: ignore[arg-type]
+    assert found is not None and found["batch_id"] == 4 and found["rows"] == 12
+    assert found["outcome"] == "committed" and last_metrics(session, "other") is None  # type: ignore[arg-type]
