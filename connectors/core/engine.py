@@ -28,9 +28,9 @@ class EngineCall:
 
     ``hash_rows_in_tasks``: the sink's preference (see ``TwoPhaseCommitSink``).
     ``query_name``: the name the user gave the streaming query (``.queryName(...)``) and
-    the sink (``query_name=``): the front end binds to that query, and checks it is the
-    one running. ``batch_job``: the user said this is a batch job (``sink.run_batch``):
-    no query to look for.
+    the sink (``query_name=``), for a front end that is not told the query's id (Spark
+    Connect binds to the active query of that name). ``batch_job``: the user said this is
+    a batch job (``sink.run_batch``): no query to look for.
     """
 
     sink_id: str

@@ -80,7 +80,7 @@ class TwoPhaseCommitSink(ABC):
         query_name: the name of the streaming query that runs the sink
             (``.queryName(...)``). Required under Spark Connect, whose ``foreachBatch``
             worker is not told which query calls it: the sink binds to the active query of
-            that name. In classic PySpark optional: the running query must bear it.
+            that name. Unused in classic PySpark, where Spark tells the sink the query's id.
     """
 
     #: The protocol family; set by the three family classes below.

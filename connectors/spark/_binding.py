@@ -69,30 +69,15 @@ def query_id_for(df: DataFrame, call: EngineCall) -> str | None:
         return None
     if is_connect(df):
         return connect_query_id(df, call.query_name, call.sink_id)
-    return classic_query_id(df, call.query_name, call.sink_id)
+    return classic_query_id(df)
 
 
-def classic_query_id(df: DataFrame, query_name: str | None = None,
-                     sink_id: str = "") -> str | None:
+def classic_query_id(df: DataFrame) -> str | None:
     """The local property ``sql.streaming.queryId`` of the calling thread (``None``: a
-    batch job); with ``query_name``, the running query must bear that name."""
+    batch job). A sink's ``query_name`` plays no part: Spark tells the id itself (and
+    ``foreachBatch`` gets the query's cloned session, whose ``streams`` does not list it)."""
     value = df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    query_id = str(value) if value else None
-    if query_name is None:
-        return query_id
-    if query_id is None:
-        raise ConfigurationError(
-            f"the sink has query_name={query_name!r} but was called outside a streaming "
-            "query: drop query_name, or call sink.run_batch(df, run_id) for a batch job",
-            sink_id=sink_id)
-    query = df.sparkSession.streams.get(query_id)
-    name = query.name if query is not None else None
-    if name != query_name:
-        raise ConfigurationError(
-            f"the sink has query_name={query_name!r} but the query running it is named "
-            f"{name!r}: give both the same name (.queryName({query_name!r}))",
-            sink_id=sink_id)
-    return query_id
+    return str(value) if value else None
 
 
 def connect_query_id(df: DataFrame, query_name: str | None, sink_id: str = "") -> str:
