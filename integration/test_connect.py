@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from connectors import CrashPoint
 from integration._connect_server import connect_server, start_server
 from integration._delta import intent_batches, ledger_batches
-from integration._driver import DriverRun, reached, spark_batches
+from integration._driver import DriverRun, KillJob, reached, spark_batches
 from integration._kafka import KafkaTarget, wait_no_open_transactions
 from integration._pg import PgTarget
 from integration.test_delta_kill import APPEND, MERGE, DeltaJob
@@ -126,30 +126,27 @@ def test_a_sink_without_query_name_is_refused_with_the_fix(tmp_path: Path) -> No
 # ---------------------------------------------------- a separate Connect server process
 
 
-def _stall_env(job: DeltaJob, spec: str) -> dict[str, str]:
+def _stall_env(job: KillJob, spec: str) -> dict[str, str]:
     """The server's environment arming ``spec`` (with a long stall) in its worker."""
     return {"CONNECTORS_TEST_MODE": "1", "CONNECTORS_CRASH_AT": spec,
             "CONNECTORS_CRASH_LOG": str(job.crash_log)}
 
 
-def test_server_jvm_killed_after_the_decision_then_restart_is_exact(
-    tmp_path: Path, spark: SparkSession
-) -> None:
-    """The whole server (its JVM, the foreachBatch worker, the Python workers) SIGKILLed
-    while the worker sits at the crash point, as a lost host; a new server and the client
-    restarted on the same checkpoint finish exactly once."""
-    job = ConnectDeltaJob(tmp_path, source="rate", batches=3, rows=100)
-    stall = f"after_decision:batch=1:sink={APPEND}:action=stall:seconds=600"
-    server = start_server(tmp_path / "server-1", _stall_env(job, stall))
+def _server_killed_at(job: KillJob, root: Path, point: CrashPoint, batch: int,
+                      sink: str) -> DriverRun:
+    """Run ``job`` as a client of a separate server whose foreachBatch worker stalls at
+    ``point`` of ``batch``; SIGKILL the whole server there (JVM, worker, Python workers),
+    as a lost host. Returns the client's run (killed 20 s after the server at the latest:
+    its gRPC client retries a lost server for minutes)."""
+    stall = f"{point.value}:batch={batch}:sink={sink}:action=stall:seconds=600"
+    server = start_server(root / "server-1", _stall_env(job, stall))
     server_killed = threading.Event()
     try:
         with ThreadPoolExecutor(1) as pool:
-            # The client's gRPC retries a lost server for minutes: once the server is
-            # gone, the client gets 20 s to notice, then it is killed too.
             client = pool.submit(job.run, "--master", server.url, kill_after=20.0,
                                  kill_when=server_killed.is_set)
             deadline = time.monotonic() + 240
-            while not job.reached(CrashPoint.AFTER_DECISION, 1):
+            while not job.reached(point, batch, sink_id=sink):
                 assert time.monotonic() < deadline and not client.done(), server.tail()
                 time.sleep(0.2)
             server.kill()
@@ -158,11 +155,47 @@ def test_server_jvm_killed_after_the_decision_then_restart_is_exact(
     finally:
         server.stop()
     assert first.returncode != 0, first.tail()  # the client lost its server
+    return first
+
+
+def test_server_jvm_killed_after_the_decision_then_restart_is_exact(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """DeltaSink: the server SIGKILLed while the worker sits after the decision; a new
+    server and the client restarted on the same checkpoint finish exactly once."""
+    job = ConnectDeltaJob(tmp_path, source="rate", batches=3, rows=100)
+    _server_killed_at(job, tmp_path, CrashPoint.AFTER_DECISION, 1, APPEND)
     assert 1 in intent_batches(job.a, APPEND)  # decided, not yet recorded
     with connect_server(tmp_path / "server-2") as fresh:
         second = job.run("--master", fresh.url)
     assert second.returncode == 0, second.tail()
     job.assert_exact(spark)
+
+
+def test_postgres_server_jvm_killed_after_the_decision_then_restart_is_exact(
+    tmp_path: Path, pg: PgTarget  # noqa: F811 - the imported fixture
+) -> None:
+    job = ConnectPgJob(tmp_path, pg, files=3)
+    _server_killed_at(job, tmp_path, CrashPoint.AFTER_DECISION, 1, pg.sink_id)
+    assert pg.prepared(), "the decided batch's transactions are left prepared"
+    with connect_server(tmp_path / "server-2") as fresh:
+        second = job.run("--master", fresh.url)
+    assert second.returncode == 0, second.tail()
+    job.assert_exact()
+    assert not pg.prepared(), "nothing left prepared"
+
+
+def test_kafka_server_jvm_killed_before_the_decision_then_restart_is_exact(
+    tmp_path: Path, kafka: KafkaTarget  # noqa: F811 - the imported fixture
+) -> None:
+    job = ConnectKafkaJob(tmp_path, kafka, files=3)
+    _server_killed_at(job, tmp_path, CrashPoint.BEFORE_DECISION, 1, kafka.sink_id)
+    with connect_server(tmp_path / "server-2") as fresh:
+        second = job.run("--master", fresh.url)
+    assert second.returncode == 0, second.tail()
+    job.assert_exact()
+    topics = [kafka.topic, kafka.marker_topic]
+    assert not wait_no_open_transactions(kafka.bootstrap, topics), "nothing left open"
 
 
 def test_killing_only_the_client_leaves_the_query_running_on_the_server(
