@@ -1,29 +1,42 @@
 """The sinks over Spark Connect: the job is a Connect client, ``foreachBatch`` runs in a
-Python worker next to the server.
+Python worker next to the server, and the sink's driver side (decide, commit, recover)
+runs in that worker.
 
-Each driver here is an example job run with ``--connect``: PySpark starts a local Connect
-server (a JVM of its own, child of the client) whose foreachBatch worker inherits the
-client's environment, so ``CONNECTORS_CRASH_AT`` arms the crash points in that worker: at
-a driver-side crash point the worker SIGKILLs itself, the server fails the query, the
-client exits with an error; a restart on the same checkpoint must then be exact, row by
-row. The binding is never silently lost: a new checkpoint is refused, and so is a sink
-without ``query_name`` (the worker is not told which query calls it).
+For each sink, at its driver-side crash points (one per sink in CI, every one with
+``EOS_WIDE_MATRIX=1``), two deaths:
+
+- **the worker**: the job runs with ``--connect`` on a local Connect server (a JVM of its
+  own, child of the client) whose foreachBatch worker inherits the client's environment,
+  so ``CONNECTORS_CRASH_AT`` arms the crash points there; the worker SIGKILLs itself, the
+  server fails the query and the client exits with its error;
+- **the server**: a separate server process (``integration/_connect_server.py``) whose
+  worker stalls at the crash point; the whole server (JVM and Python workers) is SIGKILLed
+  there, as a lost host.
+
+Then a restart on the same checkpoint (a new server) must be exact, row by row, with
+nothing left prepared (PostgreSQL) or open (Kafka). The binding is never silently lost: a
+new checkpoint is refused, and so is a sink without ``query_name`` (the worker is not told
+which query calls it). Killing only the client leaves the query running on its server.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from connectors import CrashPoint
+from connectors.testing.kill import kill_at_each
 from integration._connect_server import connect_server, start_server
 from integration._delta import intent_batches, ledger_batches
-from integration._driver import DriverRun, KillJob, reached, spark_batches
+from integration._driver import DriverRun, KillJob, spark_batches
 from integration._kafka import KafkaTarget, wait_no_open_transactions
 from integration._pg import PgTarget
 from integration.test_delta_kill import APPEND, MERGE, DeltaJob
@@ -32,7 +45,15 @@ from integration.test_postgres_kill import PgJob, pg  # noqa: F401 - the pg fixt
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
 QUERY = "orders"
+#: Seconds the client may outlive its killed server: its gRPC client retries a lost server
+#: for minutes, and nothing it does can touch the target (the sink runs in the worker).
+CLIENT_GRACE = 3.0
+
+Plan = list[tuple[CrashPoint, str, int]]
+BD, AD, BC, AC = (CrashPoint.BEFORE_DECISION, CrashPoint.AFTER_DECISION,
+                  CrashPoint.BETWEEN_COMMITS, CrashPoint.AFTER_COMMIT)
 
 
 def connect_args(query_name: str | None = QUERY) -> list[str]:
@@ -59,58 +80,140 @@ class ConnectKafkaJob(KafkaJob):
         return [*super().args(), *connect_args()]
 
 
+# ------------------------------------------------------------------ the sinks' cases
+
+
+class Case:
+    """One sink's Connect kill case: its job, its crash points (the family's driver-side
+    points, in the order a restarted job meets them; CI takes one), what the target holds
+    at each point, and what must hold at the end."""
+
+    full: Plan
+    ci: Plan
+
+    def plan(self) -> Plan:
+        return self.full if WIDE else self.ci
+
+    def job(self, root: Path, plan: Plan) -> KillJob:
+        raise NotImplementedError
+
+    def after_kill(self, job: Any, point: CrashPoint, sink: str, batch: int) -> None:
+        """What the target holds at ``point``."""
+
+    def finish(self, job: Any, final: DriverRun) -> None:
+        """The output exact, row by row; nothing left prepared or open."""
+        job.assert_exact()
+
+
+class DeltaCase(Case):
+    """DeltaSink (commits on the driver): the append sink and the MERGE sink by turns."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.full = [(BD, APPEND, 1), (AD, MERGE, 2), (AC, APPEND, 3)]
+        self.ci = [(AD, APPEND, 1)]
+
+    def job(self, root: Path, plan: Plan) -> ConnectDeltaJob:
+        return ConnectDeltaJob(root, source="rate", batches=plan[-1][2] + 2, rows=100)
+
+    def after_kill(self, job: Any, point: CrashPoint, sink: str, batch: int) -> None:
+        path = job.a if sink == APPEND else job.b
+        ledger = ledger_batches(path, sink)
+        assert all(ledger.get(b) for b in range(batch)), ledger
+        if point is BD:
+            assert batch not in ledger and batch not in intent_batches(path, sink)
+        elif point is AD:
+            assert batch not in ledger and batch in intent_batches(path, sink)  # decided
+        else:
+            assert ledger.get(batch) is True, ledger
+
+    def finish(self, job: Any, final: DriverRun) -> None:
+        job.assert_exact(self.spark)
+        # The client's sink never ran: the worker published its metrics into the session.
+        last = f"last metrics of sink {APPEND}: {{'sink_id': '{APPEND}', " \
+               f"'batch_id': {job.batches - 1}"
+        assert last in final.output, final.tail()
+
+
+class PgCase(Case):
+    """PostgresSink (prepared transactions decided on the driver)."""
+
+    def __init__(self, target: PgTarget) -> None:
+        self.pg = target
+        s = target.sink_id
+        self.full = [(BD, s, 1), (AD, s, 2), (BC, s, 3), (AC, s, 4)]
+        self.ci = [(AD, s, 1)]
+
+    def job(self, root: Path, plan: Plan) -> ConnectPgJob:
+        return ConnectPgJob(root, self.pg, files=plan[-1][2] + 2)
+
+    def after_kill(self, job: Any, point: CrashPoint, sink: str, batch: int) -> None:
+        ledger = self.pg.ledger_states()
+        prepared = [t for t in self.pg.prepared() if t.batch_id == batch]
+        if point is AC:
+            assert not prepared and ledger.get(batch) == "COMMITTED", (prepared, ledger)
+        else:
+            assert prepared, "the batch's transactions are left prepared"
+            assert ledger.get(batch) == (None if point is BD else "DECIDED"), ledger
+
+    def finish(self, job: Any, final: DriverRun) -> None:
+        job.assert_exact()
+        assert not self.pg.prepared(), "nothing left prepared"
+
+
+class KafkaCase(Case):
+    """KafkaSink (slots commit in their tasks; the ledger record is the decision)."""
+
+    def __init__(self, target: KafkaTarget) -> None:
+        self.kafka = target
+        s = target.sink_id
+        self.full = [(BD, s, 1), (AC, s, 2)]
+        self.ci = [(BD, s, 1)]
+
+    def job(self, root: Path, plan: Plan) -> ConnectKafkaJob:
+        return ConnectKafkaJob(root, self.kafka, files=plan[-1][2] + 2)
+
+    def finish(self, job: Any, final: DriverRun) -> None:
+        job.assert_exact()
+        topics = [self.kafka.topic, self.kafka.marker_topic]
+        assert not wait_no_open_transactions(self.kafka.bootstrap, topics), "left open"
+
+
+def _case(name: str, request: pytest.FixtureRequest) -> Case:
+    if name == "delta":
+        return DeltaCase(request.getfixturevalue("spark"))
+    if name == "postgres":
+        return PgCase(request.getfixturevalue("pg"))
+    return KafkaCase(request.getfixturevalue("kafka"))
+
+
+SINKS = ["delta", "postgres", "kafka"]
+
+
+# --------------------------------------------------------------- the worker SIGKILLed
+
+
 def _failed_in_the_worker(run: DriverRun) -> None:
     """The client ended with the query's error (the worker died), not by a signal."""
     assert run.returncode not in (0, -9), run.tail()
 
 
-def test_worker_killed_after_the_decision_then_restart_is_exact(
-    tmp_path: Path, spark: SparkSession
+@pytest.mark.parametrize("sink", SINKS)
+def test_worker_killed_at_driver_side_crash_points_then_restart_is_exact(
+    sink: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    job = ConnectDeltaJob(tmp_path, source="rate", batches=3, rows=100)
-    first = job.run(crash=f"after_decision:batch=1:sink={APPEND}")
-    _failed_in_the_worker(first)
-    assert job.reached(CrashPoint.AFTER_DECISION, 1), reached(job.crash_log)
-    assert 1 in intent_batches(job.a, APPEND)  # decided, not yet recorded
-    second = job.run()
-    assert second.returncode == 0, second.tail()
-    job.assert_exact(spark)
-    # The client's sink never ran: the worker's published its metrics into the session.
-    assert f"last metrics of sink {APPEND}: {{'sink_id': '{APPEND}', 'batch_id': 2" in \
-        second.output, second.tail()
-    # A new checkpoint is a new query: refused, never taken for a batch job.
-    job.checkpoint = tmp_path / "ckpt-new"
-    third = job.run()
-    assert third.returncode != 0
-    assert "QueryBindingError" in third.output and "is bound to query" in third.output
-
-
-def test_postgres_worker_killed_after_the_decision_then_restart_is_exact(
-    tmp_path: Path, pg: PgTarget  # noqa: F811 - the imported fixture
-) -> None:
-    job = ConnectPgJob(tmp_path, pg, files=3)
-    first = job.run(crash="after_decision:batch=1")
-    _failed_in_the_worker(first)
-    assert job.reached(CrashPoint.AFTER_DECISION, 1), reached(job.crash_log)
-    assert pg.prepared(), "the decided batch's transactions are left prepared"
-    second = job.run()
-    assert second.returncode == 0, second.tail()
-    job.assert_exact()
-    assert not pg.prepared(), "nothing left prepared"
-
-
-def test_kafka_worker_killed_before_the_decision_then_restart_is_exact(
-    tmp_path: Path, kafka: KafkaTarget  # noqa: F811 - the imported fixture
-) -> None:
-    job = ConnectKafkaJob(tmp_path, kafka, files=3)
-    first = job.run(crash="before_decision:batch=1")
-    _failed_in_the_worker(first)
-    assert job.reached(CrashPoint.BEFORE_DECISION, 1), reached(job.crash_log)
-    second = job.run()
-    assert second.returncode == 0, second.tail()
-    job.assert_exact()
-    topics = [kafka.topic, kafka.marker_topic]
-    assert not wait_no_open_transactions(kafka.bootstrap, topics), "nothing left open"
+    case = _case(sink, request)
+    plan = case.plan()
+    job = case.job(tmp_path, plan)
+    runs = kill_at_each(job, plan, killed=_failed_in_the_worker,
+                        after_kill=lambda p, s, b, _run: case.after_kill(job, p, s, b))
+    case.finish(job, runs[-1])
+    if sink == "delta":
+        # A new checkpoint is a new query: refused, never taken for a batch job.
+        job.checkpoint = tmp_path / "ckpt-new"
+        third = job.run()
+        assert third.returncode != 0
+        assert "QueryBindingError" in third.output and "is bound to query" in third.output
 
 
 def test_a_sink_without_query_name_is_refused_with_the_fix(tmp_path: Path) -> None:
@@ -123,79 +226,57 @@ def test_a_sink_without_query_name_is_refused_with_the_fix(tmp_path: Path) -> No
     assert not (job.a / "_delta_log").exists() or not intent_batches(job.a, APPEND)
 
 
-# ---------------------------------------------------- a separate Connect server process
+# ------------------------------------------------------ a separate server SIGKILLed
 
 
-def _stall_env(job: KillJob, spec: str) -> dict[str, str]:
-    """The server's environment arming ``spec`` (with a long stall) in its worker."""
-    return {"CONNECTORS_TEST_MODE": "1", "CONNECTORS_CRASH_AT": spec,
-            "CONNECTORS_CRASH_LOG": str(job.crash_log)}
+def server_killed_at_each(job: KillJob, plan: Plan, root: Path,
+                          after_kill: Callable[[CrashPoint, str, int], None]) -> DriverRun:
+    """For each ``(point, sink, batch)`` of ``plan``: a new server whose foreachBatch worker
+    stalls at that point, the client run on it, the whole server SIGKILLed there (the
+    client a moment later); Spark has the batch in its offset log, not in its commit log.
+    Then a last new server and a clean run, returned."""
+    for i, (point, sink, batch) in enumerate(plan):
+        stall = f"{point.value}:batch={batch}:sink={sink}:action=stall:seconds=600"
+        env = {"CONNECTORS_TEST_MODE": "1", "CONNECTORS_CRASH_AT": stall,
+               "CONNECTORS_CRASH_LOG": str(job.crash_log)}
+        server = start_server(root / f"server-{i}", env)
+        server_killed = threading.Event()
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                client = pool.submit(job.run, "--master", server.url, kill_after=CLIENT_GRACE,
+                                     kill_when=server_killed.is_set)
+                deadline = time.monotonic() + 240
+                while not job.reached(point, batch, sink_id=sink):
+                    assert time.monotonic() < deadline and not client.done(), server.tail()
+                    time.sleep(0.2)
+                server.kill()
+                server_killed.set()
+                run = client.result(timeout=120)
+        finally:
+            server.stop()
+        assert run.returncode != 0, run.tail()  # the client lost its server
+        offsets, commits = spark_batches(job.checkpoint)
+        assert batch in offsets and batch not in commits, (offsets, commits)
+        after_kill(point, sink, batch)
+    with connect_server(root / "server-last") as fresh:
+        final = job.run("--master", fresh.url)
+    assert final.returncode == 0, final.tail()
+    return final
 
 
-def _server_killed_at(job: KillJob, root: Path, point: CrashPoint, batch: int,
-                      sink: str) -> DriverRun:
-    """Run ``job`` as a client of a separate server whose foreachBatch worker stalls at
-    ``point`` of ``batch``; SIGKILL the whole server there (JVM, worker, Python workers),
-    as a lost host. Returns the client's run (killed 20 s after the server at the latest:
-    its gRPC client retries a lost server for minutes)."""
-    stall = f"{point.value}:batch={batch}:sink={sink}:action=stall:seconds=600"
-    server = start_server(root / "server-1", _stall_env(job, stall))
-    server_killed = threading.Event()
-    try:
-        with ThreadPoolExecutor(1) as pool:
-            client = pool.submit(job.run, "--master", server.url, kill_after=20.0,
-                                 kill_when=server_killed.is_set)
-            deadline = time.monotonic() + 240
-            while not job.reached(point, batch, sink_id=sink):
-                assert time.monotonic() < deadline and not client.done(), server.tail()
-                time.sleep(0.2)
-            server.kill()
-            server_killed.set()
-            first = client.result(timeout=120)
-    finally:
-        server.stop()
-    assert first.returncode != 0, first.tail()  # the client lost its server
-    return first
-
-
-def test_server_jvm_killed_after_the_decision_then_restart_is_exact(
-    tmp_path: Path, spark: SparkSession
+@pytest.mark.parametrize("sink", SINKS)
+def test_server_jvm_killed_at_driver_side_crash_points_then_restart_is_exact(
+    sink: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """DeltaSink: the server SIGKILLed while the worker sits after the decision; a new
-    server and the client restarted on the same checkpoint finish exactly once."""
-    job = ConnectDeltaJob(tmp_path, source="rate", batches=3, rows=100)
-    _server_killed_at(job, tmp_path, CrashPoint.AFTER_DECISION, 1, APPEND)
-    assert 1 in intent_batches(job.a, APPEND)  # decided, not yet recorded
-    with connect_server(tmp_path / "server-2") as fresh:
-        second = job.run("--master", fresh.url)
-    assert second.returncode == 0, second.tail()
-    job.assert_exact(spark)
+    case = _case(sink, request)
+    plan = case.plan()
+    job = case.job(tmp_path, plan)
+    final = server_killed_at_each(job, plan, tmp_path,
+                                  lambda p, s, b: case.after_kill(job, p, s, b))
+    case.finish(job, final)
 
 
-def test_postgres_server_jvm_killed_after_the_decision_then_restart_is_exact(
-    tmp_path: Path, pg: PgTarget  # noqa: F811 - the imported fixture
-) -> None:
-    job = ConnectPgJob(tmp_path, pg, files=3)
-    _server_killed_at(job, tmp_path, CrashPoint.AFTER_DECISION, 1, pg.sink_id)
-    assert pg.prepared(), "the decided batch's transactions are left prepared"
-    with connect_server(tmp_path / "server-2") as fresh:
-        second = job.run("--master", fresh.url)
-    assert second.returncode == 0, second.tail()
-    job.assert_exact()
-    assert not pg.prepared(), "nothing left prepared"
-
-
-def test_kafka_server_jvm_killed_before_the_decision_then_restart_is_exact(
-    tmp_path: Path, kafka: KafkaTarget  # noqa: F811 - the imported fixture
-) -> None:
-    job = ConnectKafkaJob(tmp_path, kafka, files=3)
-    _server_killed_at(job, tmp_path, CrashPoint.BEFORE_DECISION, 1, kafka.sink_id)
-    with connect_server(tmp_path / "server-2") as fresh:
-        second = job.run("--master", fresh.url)
-    assert second.returncode == 0, second.tail()
-    job.assert_exact()
-    topics = [kafka.topic, kafka.marker_topic]
-    assert not wait_no_open_transactions(kafka.bootstrap, topics), "nothing left open"
+# ------------------------------------------------------------ only the client killed
 
 
 def test_killing_only_the_client_leaves_the_query_running_on_the_server(

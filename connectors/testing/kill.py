@@ -255,7 +255,8 @@ class KillJob:
 
 def kill_at_each(job: KillJob, plan: Sequence[tuple[CrashPoint, str, int]], *,
                  after_kill: Callable[[CrashPoint, str, int, DriverRun], None] | None = None,
-                 once_dir: Path | None = None) -> list[DriverRun]:
+                 once_dir: Path | None = None,
+                 killed: Callable[[DriverRun], None] | None = None) -> list[DriverRun]:
     """SIGKILL ``job``'s driver at each ``(point, sink_id, batch)`` of ``plan``, in order,
     restarting it each time; then run it once more to its end. Returns every run.
 
@@ -265,7 +266,15 @@ def kill_at_each(job: KillJob, plan: Sequence[tuple[CrashPoint, str, int]], *,
     batch; Spark's offset log holds the batch and its commit log does not) before
     ``after_kill`` (your checks of what the target holds at that point) runs. The last run
     must exit 0. Checking the output row by row is yours.
+
+    ``killed`` checks how a killed run ended (default: SIGKILLed). Under Spark Connect the
+    sink's driver side runs in the server's foreachBatch worker: the worker SIGKILLs
+    itself and the client ends with the query's error instead.
     """
+    def sigkilled(run: DriverRun) -> None:
+        assert run.returncode == -9, f"the driver was not SIGKILLed:\n{run.tail()}"
+
+    check_killed = killed or sigkilled
     spent = once_dir or job.root
     spec = ";".join(f"{p.value}:batch={b}:sink={s}:once={spent / f'once-{i}'}"
                     for i, (p, s, b) in enumerate(plan))
@@ -273,8 +282,7 @@ def kill_at_each(job: KillJob, plan: Sequence[tuple[CrashPoint, str, int]], *,
     for point, sink_id, batch in plan:
         run = job.run(crash=spec)
         runs.append(run)
-        assert run.returncode == -9, (
-            f"the driver was not SIGKILLed at {point.value}:\n{run.tail()}")
+        check_killed(run)
         assert job.reached(point, batch, sink_id=sink_id), (
             f"{point.value} of sink {sink_id} batch {batch} not reached: "
             f"{reached(job.crash_log)}")
