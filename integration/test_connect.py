@@ -279,6 +279,8 @@ def test_server_jvm_killed_at_driver_side_crash_points_then_restart_is_exact(
 # ------------------------------------------------------------ only the client killed
 
 
+@pytest.mark.skipif(not WIDE, reason="EOS_WIDE_MATRIX=1 only (CI's time budget): what "
+                    "Spark Connect does, documented in docs/where-it-runs.md; no sink code")
 def test_killing_only_the_client_leaves_the_query_running_on_the_server(
     tmp_path: Path, spark: SparkSession
 ) -> None:

@@ -141,7 +141,7 @@ def _check_barrier(sink: KafkaSinkBase, batch: BatchInput) -> None:
     refusal = batch.barrier_refusal()
     if refusal is not None:
         raise ConfigurationError(
-            f"barrier=True (the default) cannot run here: {refusal}. Or pass barrier=False",
+            f"barrier=True cannot run here: {refusal}. Or pass barrier=False",
             sink_id=sink.sink_id)
     cores = batch.task_slots()
     if cores is not None and sink.slots > cores:

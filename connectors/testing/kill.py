@@ -272,7 +272,7 @@ def kill_at_each(job: KillJob, plan: Sequence[tuple[CrashPoint, str, int]], *,
     itself and the client ends with the query's error instead.
     """
     def sigkilled(run: DriverRun) -> None:
-        assert run.returncode == -9, f"the driver was not SIGKILLed:\n{run.tail()}"
+        assert run.returncode == -9, f"the driver was not SIGKILLed\n{run.tail()}"
 
     check_killed = killed or sigkilled
     spent = once_dir or job.root
@@ -282,7 +282,11 @@ def kill_at_each(job: KillJob, plan: Sequence[tuple[CrashPoint, str, int]], *,
     for point, sink_id, batch in plan:
         run = job.run(crash=spec)
         runs.append(run)
-        check_killed(run)
+        try:
+            check_killed(run)
+        except AssertionError as exc:
+            raise AssertionError(f"at {point.value} of sink {sink_id} batch {batch}: "
+                                 f"{exc}") from None
         assert job.reached(point, batch, sink_id=sink_id), (
             f"{point.value} of sink {sink_id} batch {batch} not reached: "
             f"{reached(job.crash_log)}")

@@ -80,7 +80,9 @@ def test_kill_at_each_point_then_restart_is_exact(tmp_path: Path) -> None:
 def test_a_point_never_reached_fails_the_plan(tmp_path: Path) -> None:
     job = TinyJob(tmp_path, sink_id="tiny", cwd=REPO)
     # batch 7 never runs: the driver ends normally, and the harness says so
-    with pytest.raises(AssertionError, match="not SIGKILLed at after_decision"):
+    with pytest.raises(AssertionError,
+                       match="at after_decision of sink tiny batch 7: the driver was not "
+                             "SIGKILLed"):
         kill_at_each(job, [(CrashPoint.AFTER_DECISION, "tiny", 7)])
 
 
