@@ -168,10 +168,13 @@ def run(args: argparse.Namespace) -> int:
         "sink": args.sink, "target": target, "sink id": sink_id, "work dir": str(root),
         "rows in": rows_in, "rows out": len(ids),
         "duplicates": duplicates, "missing": missing, "batches": _batches_done(ckpt),
-        "restarts": 1, f"{'worker' if args.connect else 'driver'} SIGKILLed": killed,
+        "restarts": 1, "driver SIGKILLed": killed,
         "time s": round(time.monotonic() - started, 1),
         "verdict": "EXACTLY ONCE" if ok else "FAILED",
     }
+    if args.connect:  # the sink's driver side runs in the foreachBatch worker, killed there
+        verdict = {("worker SIGKILLed" if k == "driver SIGKILLed" else k): v
+                   for k, v in verdict.items()}
     if quiet:
         print(json.dumps(verdict))
     else:
