@@ -11,24 +11,20 @@ documented surface of the same commands.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from connectors.spark._binding import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["history", "is_connect_session", "is_delta_table", "merge", "properties",
-           "table_schema"]
+__all__ = ["history", "is_delta_table", "merge", "properties", "table_schema"]
 
 #: Delta's error classes for "no Delta table at that path" (any other error propagates:
 #: taking a failed read for "no table" could write a batch twice).
 _NOT_A_TABLE = ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_ONLY_OPERATION",
                 "DELTA_TABLE_NOT_FOUND", "PATH_NOT_FOUND")
-
-
-def is_connect_session(session: Any) -> bool:
-    """Whether ``session`` is a Spark Connect session (checked without importing Connect)."""
-    return type(session).__module__.startswith("pyspark.sql.connect.")
 
 
 def _path_table(location: str) -> str:
@@ -44,7 +40,7 @@ def _not_a_table(exc: Exception) -> bool:
 
 def is_delta_table(session: SparkSession, location: str) -> bool:
     """Whether a Delta table exists at ``location``."""
-    if not is_connect_session(session):
+    if not is_connect(session):
         from delta.tables import DeltaTable
 
         return bool(DeltaTable.isDeltaTable(session, location))
@@ -59,7 +55,7 @@ def is_delta_table(session: SparkSession, location: str) -> bool:
 
 def history(session: SparkSession, location: str, limit: int | None) -> DataFrame:
     """The table's newest ``limit`` commits (all with ``None``), newest first."""
-    if not is_connect_session(session):
+    if not is_connect(session):
         from delta.tables import DeltaTable
 
         table = DeltaTable.forPath(session, location)
@@ -70,7 +66,7 @@ def history(session: SparkSession, location: str, limit: int | None) -> DataFram
 
 def properties(session: SparkSession, location: str) -> dict[str, str]:
     """The table's properties (``DESCRIBE DETAIL``)."""
-    if not is_connect_session(session):
+    if not is_connect(session):
         from delta.tables import DeltaTable
 
         row = DeltaTable.forPath(session, location).detail().select("properties").first()
@@ -82,7 +78,7 @@ def properties(session: SparkSession, location: str) -> dict[str, str]:
 
 def table_schema(session: SparkSession, location: str) -> StructType:
     """The table's schema as of its latest commit."""
-    if not is_connect_session(session):
+    if not is_connect(session):
         from delta.tables import DeltaTable
 
         return DeltaTable.forPath(session, location).toDF().schema
@@ -100,7 +96,7 @@ def merge(session: SparkSession, location: str, source: DataFrame, keys: list[st
     column of a matched row, insert the others. The commit's session settings (its tag,
     the txn id) are the caller's."""
     condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-    if not is_connect_session(session):
+    if not is_connect(session):
         from delta.tables import DeltaTable
 
         builder = (DeltaTable.forPath(session, location).alias("t")

@@ -162,10 +162,10 @@ class DeltaWriter:
         its own on the server's host, all on the client's one session: MERGEs of one
         session are serialized across processes by a file lock named after the session.
         """
-        from connectors.delta._api import is_connect_session
+        from connectors.spark._binding import is_connect
 
         streaming = ctx.query_id not in (None, BATCH_JOB_QUERY_ID)
-        if is_connect_session(session):
+        if is_connect(session):
             lock: contextlib.AbstractContextManager[object] = _session_file_lock(session)
         else:
             lock = contextlib.nullcontext() if streaming else _SHARED_SESSION_LOCK

@@ -57,9 +57,10 @@ NO_QUERY_NAME = (
 _connect_ids: dict[tuple[str, str], str] = {}
 
 
-def is_connect(df: Any) -> bool:
-    """Whether ``df`` is a Spark Connect DataFrame (checked without importing Connect)."""
-    return type(df).__module__.startswith("pyspark.sql.connect.")
+def is_connect(obj: Any) -> bool:
+    """Whether ``obj`` (a DataFrame, session or streaming query) comes from Spark Connect
+    (checked without importing Connect)."""
+    return type(obj).__module__.startswith("pyspark.sql.connect.")
 
 
 def query_id_for(df: DataFrame, call: EngineCall) -> str | None:
