@@ -174,6 +174,21 @@ class BatchInput(ABC):
         where the engine can (Spark: as a shuffle-map stage)."""
         return None
 
+    def stop_requested(self, query_id: str | None) -> bool:
+        """Whether a graceful stop of query ``query_id`` was requested (asked at the start
+        of every streaming batch, before any side effect). Default: a request made in this
+        process (:mod:`connectors.core.stopping`); an engine whose sink runs away from the
+        program that asks for the stop (Spark Connect) also reads its own channel."""
+        from connectors.core.stopping import stop_requested
+
+        return stop_requested(query_id)
+
+    def await_tasks_ended(self) -> None:  # noqa: B027 - optional
+        """After :meth:`run_tasks` raised (the batch was interrupted: a stopped query, a
+        cancelled job): wait, briefly and bounded, until no task of the batch still runs,
+        so that the roll-back that follows sees every transaction a task could still
+        prepare. Default: nothing (tasks ran in-process and are over)."""
+
     def publish_metrics(self, metrics: dict[str, object]) -> None:  # noqa: B027 - optional
         """After every batch (a failed one too): hand the batch's metrics
         (``BatchMetrics.as_dict()``) to the engine, where the program that started the

@@ -277,7 +277,15 @@ class Coordinator:
         protocol = BatchProtocol(self.family, self.sink_id, batch_id)
         yield from self.sweep()
         yield from self._do(PrepareInput(batch_id))
-        outcomes = cast("Sequence[TaskOutcome]", (yield from self._do(RunTasks(batch_id))))
+        yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
+        try:
+            outcomes = cast("Sequence[TaskOutcome]", (yield from self._do(RunTasks(batch_id))))
+        except Exception:
+            # Interrupted before the decision (query.stop(), a cancelled job) or failed:
+            # roll back what the tasks prepared now, not at the next start (a query
+            # stopped for good has no next start).
+            yield from self._roll_back_undecided(batch_id)
+            raise
         commits, errors = split_outcomes(self.sink_id, outcomes, batch_id)
         self.metrics.tasks = len(commits) + len(errors)
         if errors:
@@ -315,10 +323,22 @@ class Coordinator:
         yield from self.sweep()
         yield from self._crash(CrashPoint.AFTER_COMMIT, batch_id)
 
+    def _roll_back_undecided(self, batch_id: int) -> Steps[None]:
+        """After the tasks of ``batch_id`` failed: the sweep (roll back every undecided
+        transaction of this sink). Best effort: when it fails, the next start's sweep does
+        it, and the tasks' own error is the one raised."""
+        try:
+            yield from self.sweep()
+        except Exception as exc:
+            logger.warning("sink %s batch %d: rolling back after the tasks failed did not "
+                           "finish (%s); the next start does it", self.sink_id, batch_id,
+                           type(exc).__name__)
+
     # ---- COMMIT_IN_TASK ----
     def _slot_batch(self, batch_id: int) -> Steps[None]:
         protocol = BatchProtocol(self.family, self.sink_id, batch_id)
         slots = cast("int", (yield from self._do(PrepareInput(batch_id))))
+        yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         try:
             outcomes = cast("Sequence[TaskOutcome]", (yield from self._do(RunTasks(batch_id))))
         except BaseException:
@@ -353,6 +373,7 @@ class Coordinator:
     def _driver_batch(self, batch_id: int) -> Steps[None]:
         protocol = BatchProtocol(self.family, self.sink_id, batch_id)
         yield from self._do(PrepareInput(batch_id))
+        yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         fp: Fingerprint | None = None
         if not self.fingerprint_in_commit:  # a sink that observes it in its write skips it
             fp = yield from self._do(InputFingerprint())

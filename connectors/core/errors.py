@@ -16,6 +16,9 @@
     |                                   went backwards
     +-- NonDeterministicReplayError     a replayed batch differs from what was committed
     +-- BadInputError                   the batch's rows cannot be written (schema, size)
+    +-- GracefulStop                    a graceful stop refused the next batch (not a
+                                        failure: ``connectors.await_termination`` ends
+                                        normally on it)
 
 Every error carries ``sink_id``, ``batch_id`` and ``transaction_id`` when known, is
 picklable (they cross from executors to the driver) and never holds a secret: the
@@ -27,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "GRACEFUL_STOP_TAG",
     "BadInputError",
     "ConfigurationError",
     "ConnectorError",
@@ -34,6 +38,7 @@ __all__ = [
     "DependencyError",
     "FatalError",
     "FencedError",
+    "GracefulStop",
     "NonDeterministicReplayError",
     "ProtocolStateError",
     "QueryBindingError",
@@ -155,3 +160,26 @@ class NonDeterministicReplayError(ConnectorError):
 
 class BadInputError(ConnectorError, ValueError):
     """The batch cannot be written as it is (schema, types, sizes); nothing was committed."""
+
+
+#: Text every :class:`GracefulStop` message starts with: how a graceful stop is told apart
+#: from a failure where only the text of the error survives (Spark's
+#: ``StreamingQueryException``, classic and Connect alike).
+GRACEFUL_STOP_TAG = "[CONNECTORS_GRACEFUL_STOP]"
+
+
+class GracefulStop(ConnectorError):
+    """A graceful stop was requested: the sink refused to start the next batch.
+
+    Raised at the start of a batch, before any side effect, so Spark records no commit for
+    that batch and replays it when the query starts again. Not a failure:
+    :func:`connectors.stop_gracefully` reports it as a clean stop, and
+    :func:`connectors.await_termination` returns normally when the query ended with it.
+    """
+
+    def __init__(self, message: str = "", **context: Any) -> None:
+        super().__init__(
+            message or "a graceful stop was requested: this batch was not started", **context)
+
+    def __str__(self) -> str:
+        return f"{GRACEFUL_STOP_TAG} {super().__str__()}"

@@ -212,6 +212,19 @@ class Executor:
         raise TypeError(f"not a protocol command: {command!r}")
 
     def _run_tasks(self, batch_id: int) -> Any:
+        try:
+            return self._start_tasks(batch_id)
+        except Exception:
+            # Interrupted (a stopped query, a cancelled job) or failed: tasks of the batch
+            # may still run and prepare; the roll-back that follows must see them.
+            try:
+                self._input().await_tasks_ended()
+            except Exception as exc:  # never hide the tasks' own error
+                logger.warning("sink %s batch %d: waiting for the batch's tasks to end failed "
+                               "(%s)", self.sink.sink_id, batch_id, type(exc).__name__)
+            raise
+
+    def _start_tasks(self, batch_id: int) -> Any:
         batch = self._input()
         if self.sink.family is Family.PREPARE_IN_TASK:
             sink_p = cast("PreparedParticipant[Any]", self.sink)

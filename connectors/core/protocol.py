@@ -74,6 +74,9 @@ class CrashPoint(enum.Enum):
     The value is the name used in ``CONNECTORS_CRASH_AT``.
     """
 
+    #: driver: the batch has begun (recovery, replay check and sweep done, its input
+    #: checked and split), before any task or write job starts
+    BEFORE_TASKS = "before_tasks"
     #: task: rows written, before flush + prepare (or the slot's in-task commit)
     BEFORE_PRECOMMIT = "before_precommit"
     #: task: prepared (or committed in the task), before the result reaches the driver
@@ -100,6 +103,7 @@ class CrashPoint(enum.Enum):
 
 CRASH_POINTS: Mapping[Family, tuple[CrashPoint, ...]] = {
     Family.PREPARE_IN_TASK: (
+        CrashPoint.BEFORE_TASKS,
         CrashPoint.BEFORE_PRECOMMIT,
         CrashPoint.AFTER_PRECOMMIT,
         CrashPoint.BEFORE_DECISION,
@@ -108,12 +112,14 @@ CRASH_POINTS: Mapping[Family, tuple[CrashPoint, ...]] = {
         CrashPoint.AFTER_COMMIT,
     ),
     Family.COMMIT_IN_TASK: (
+        CrashPoint.BEFORE_TASKS,
         CrashPoint.BEFORE_PRECOMMIT,
         CrashPoint.AFTER_PRECOMMIT,
         CrashPoint.BEFORE_DECISION,
         CrashPoint.AFTER_COMMIT,
     ),
     Family.COMMIT_ON_DRIVER: (
+        CrashPoint.BEFORE_TASKS,
         CrashPoint.BEFORE_DECISION,
         CrashPoint.AFTER_DECISION,
         CrashPoint.AFTER_COMMIT,

@@ -40,7 +40,7 @@ import pyarrow as pa
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.coordinator import Coordinator
 from connectors.core.engine import EngineCall, batch_input_for
-from connectors.core.errors import ConfigurationError
+from connectors.core.errors import ConfigurationError, GracefulStop
 from connectors.core.executor import DriverState, Executor
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
@@ -48,6 +48,7 @@ from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import Family
 from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
+from connectors.core.stopping import enter_batch, leave_batch
 
 __all__ = ["TwoPhaseCommitSink"]
 
@@ -219,7 +220,10 @@ class TwoPhaseCommitSink(ABC):
     ) -> BatchMetrics:
         """Write one batch exactly once; the engine-independent entry point.
 
-        ``query_id`` is the streaming query's id (``None`` for a batch job).
+        ``query_id`` is the streaming query's id (``None`` for a batch job). A streaming
+        batch is refused with :class:`~connectors.core.errors.GracefulStop`, before any side
+        effect, once a graceful stop of its query was requested
+        (:func:`connectors.stop_gracefully`).
         Returns the batch's metrics (also kept in :attr:`last_metrics`).
         """
         if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
@@ -228,6 +232,25 @@ class TwoPhaseCommitSink(ABC):
                 "increasing run id",
                 sink_id=self.sink_id,
             )
+        if query_id is None:
+            return self._write(batch, batch_id, None)
+        # A streaming batch: refused when a graceful stop was requested (the engine then
+        # records no commit for it and replays it at the next start); while it runs, the
+        # query is busy (the stop helper waits for it to end).
+        if batch.stop_requested(query_id):
+            logger.info("sink %s: graceful stop requested: batch %d is not started; it is "
+                        "replayed when the query starts again", self.sink_id, batch_id)
+            raise GracefulStop(
+                f"a graceful stop of query {query_id} was requested: batch {batch_id} was "
+                "not started (it is replayed when the query starts again)",
+                sink_id=self.sink_id, batch_id=batch_id)
+        enter_batch(query_id)
+        try:
+            return self._write(batch, batch_id, query_id)
+        finally:
+            leave_batch(query_id)
+
+    def _write(self, batch: BatchInput, batch_id: int, query_id: str | None) -> BatchMetrics:
         state = self._driver_state()
         metrics = BatchMetrics(self.sink_id, batch_id, self.family.value)
         started = time.monotonic()

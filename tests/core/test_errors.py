@@ -22,13 +22,15 @@ ALL_ERRORS = [
     E.QueryBindingError,
     E.NonDeterministicReplayError,
     E.BadInputError,
+    E.GracefulStop,
 ]
 
 CONTEXT = {"sink_id": "events", "batch_id": 7, "transaction_id": "eos1|events|0123abcd|7|42"}
 
 
 def test_every_error_class_of_the_module_is_covered() -> None:
-    assert sorted(E.__all__) == sorted(cls.__name__ for cls in ALL_ERRORS)
+    assert sorted(set(E.__all__) - {"GRACEFUL_STOP_TAG"}) == sorted(
+        cls.__name__ for cls in ALL_ERRORS)
 
 
 @pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
@@ -49,8 +51,15 @@ def test_error_pickles_with_ids_preserved(cls: type[E.ConnectorError], dumps: ob
 def test_error_without_context_pickles(cls: type[E.ConnectorError]) -> None:
     back = pickle.loads(pickle.dumps(cls("plain")))
     assert type(back) is cls
-    assert str(back) == "plain"
+    assert str(back).removeprefix(f"{E.GRACEFUL_STOP_TAG} ") == "plain"
     assert (back.sink_id, back.batch_id, back.transaction_id) == (None, None, None)
+
+
+def test_graceful_stop_is_tagged_in_its_text() -> None:
+    # Only the text of the error reaches the program that stopped the query.
+    err = E.GracefulStop(sink_id="events", batch_id=4)
+    assert str(err).startswith(E.GRACEFUL_STOP_TAG)
+    assert "batch_id=4" in str(err)
 
 
 def test_retries_exhausted_keeps_attempts_through_pickle() -> None:

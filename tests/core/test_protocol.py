@@ -143,6 +143,7 @@ def test_repr_names_family_sink_batch_and_state() -> None:
 def test_crash_points_per_family() -> None:
     P = CrashPoint
     assert CRASH_POINTS[Family.PREPARE_IN_TASK] == (
+        P.BEFORE_TASKS,
         P.BEFORE_PRECOMMIT,
         P.AFTER_PRECOMMIT,
         P.BEFORE_DECISION,
@@ -151,12 +152,14 @@ def test_crash_points_per_family() -> None:
         P.AFTER_COMMIT,
     )
     assert CRASH_POINTS[Family.COMMIT_IN_TASK] == (
+        P.BEFORE_TASKS,
         P.BEFORE_PRECOMMIT,
         P.AFTER_PRECOMMIT,
         P.BEFORE_DECISION,
         P.AFTER_COMMIT,
     )
     assert CRASH_POINTS[Family.COMMIT_ON_DRIVER] == (
+        P.BEFORE_TASKS,
         P.BEFORE_DECISION,
         P.AFTER_DECISION,
         P.AFTER_COMMIT,
@@ -176,6 +179,7 @@ def test_driver_commit_family_has_no_task_side_crash_points() -> None:
 @pytest.mark.parametrize(
     ("point", "side"),
     [
+        (CrashPoint.BEFORE_TASKS, Side.DRIVER),
         (CrashPoint.BEFORE_PRECOMMIT, Side.TASK),
         (CrashPoint.AFTER_PRECOMMIT, Side.TASK),
         (CrashPoint.BEFORE_DECISION, Side.DRIVER),
@@ -190,6 +194,7 @@ def test_crash_point_side(point: CrashPoint, side: Side) -> None:
 
 def test_crash_point_values_are_the_environment_names() -> None:
     assert {p.value for p in CrashPoint} == {
+        "before_tasks",
         "before_precommit",
         "after_precommit",
         "before_decision",

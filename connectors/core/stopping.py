@@ -1,0 +1,105 @@
+"""Graceful stops, the core's part: which queries were asked to stop, which are in a batch.
+
+A graceful stop lets the batch in flight finish (in the target and in the engine's commit
+log) and refuses the next one. The template asks :func:`stop_requested` at the start of
+every streaming batch, before any side effect, and raises
+:class:`~connectors.core.errors.GracefulStop` when a stop was requested: the engine then
+records no commit for that batch and replays it at the next start. Between
+:func:`enter_batch` and :func:`leave_batch` a query is *busy*: the stop helper
+(:func:`connectors.stop_gracefully`) never stops a busy query itself; it waits for the
+batch to end.
+
+This registry is process memory: it serves the engine adapters whose sink runs in the
+process that asks for the stop (classic PySpark). An engine whose sink runs elsewhere
+(Spark Connect's foreachBatch worker) carries the request its own way as well (see
+:mod:`connectors.spark._stop`); the template asks the batch input
+(:meth:`~connectors.core.batch.BatchInput.stop_requested`), which asks both.
+
+Example::
+
+    >>> request_stop("q-1")
+    >>> stop_requested("q-1"), stop_requested("q-2")
+    (True, False)
+    >>> withdraw_stop("q-1")
+    >>> stop_requested("q-1")
+    False
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+__all__ = [
+    "busy",
+    "enter_batch",
+    "leave_batch",
+    "request_stop",
+    "stop_requested",
+    "wait_idle",
+    "withdraw_stop",
+]
+
+_lock = threading.Condition()
+_requested: set[str] = set()
+#: Batches in flight per query id (a query runs one batch at a time; a count is robust to
+#: a second sink of the same query).
+_in_batch: dict[str, int] = {}
+
+
+def request_stop(query_id: str) -> None:
+    """Ask the sinks of query ``query_id`` to refuse their next batch."""
+    with _lock:
+        _requested.add(query_id)
+        _lock.notify_all()
+
+
+def withdraw_stop(query_id: str) -> None:
+    """Forget a stop request (the query stopped, or the caller changed its mind)."""
+    with _lock:
+        _requested.discard(query_id)
+        _lock.notify_all()
+
+
+def stop_requested(query_id: str | None) -> bool:
+    """Whether a graceful stop of ``query_id`` was requested in this process."""
+    if query_id is None:
+        return False
+    with _lock:
+        return query_id in _requested
+
+
+def enter_batch(query_id: str) -> None:
+    """A sink of ``query_id`` starts a batch."""
+    with _lock:
+        _in_batch[query_id] = _in_batch.get(query_id, 0) + 1
+
+
+def leave_batch(query_id: str) -> None:
+    """A sink of ``query_id`` ended a batch (committed or failed)."""
+    with _lock:
+        left = _in_batch.get(query_id, 0) - 1
+        if left > 0:
+            _in_batch[query_id] = left
+        else:
+            _in_batch.pop(query_id, None)
+        _lock.notify_all()
+
+
+def busy(query_id: str) -> bool:
+    """Whether a sink of ``query_id`` is in a batch in this process."""
+    with _lock:
+        return _in_batch.get(query_id, 0) > 0
+
+
+def wait_idle(query_id: str, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds until no sink of ``query_id`` is in a batch; return
+    whether none is."""
+    deadline = time.monotonic() + timeout
+    with _lock:
+        while _in_batch.get(query_id, 0) > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _lock.wait(left)
+        return True
