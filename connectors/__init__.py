@@ -16,9 +16,11 @@ Example::
     sink = DeltaSink(f"{path}/events", sink_id="events-delta", create_table=True)
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
 
-The sinks of each target load lazily: ``PostgresSink`` needs the ``postgres`` extra,
-``KafkaSink`` the ``kafka`` extra, ``DeltaSink`` the ``delta`` extra; naming one without
-its extra raises an ImportError that says which extra to install.
+Stopping (``stop_gracefully``, ``stop_on_sigterm``, ``await_termination``; see
+``docs/stopping.md``) finishes the batch in flight and refuses the next one, so nothing is
+left prepared or open. The sinks of each target load lazily: ``PostgresSink`` needs the
+``postgres`` extra, ``KafkaSink`` the ``kafka`` extra, ``DeltaSink`` the ``delta`` extra;
+naming one without its extra raises an ImportError that says which extra to install.
 """
 
 import logging
@@ -34,6 +36,7 @@ from connectors.core.errors import (
     DependencyError,
     FatalError,
     FencedError,
+    GracefulStop,
     NonDeterministicReplayError,
     ProtocolStateError,
     QueryBindingError,
@@ -62,6 +65,12 @@ if TYPE_CHECKING:
     from connectors.delta import DeltaSink, DeltaSinks
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
+    from connectors.spark._stop import (
+        StopReport,
+        await_termination,
+        stop_gracefully,
+        stop_on_sigterm,
+    )
 
 __version__ = "0.1.0.dev0"
 
@@ -91,6 +100,10 @@ _LAZY = {
     "DeltaSinks": "connectors.delta",
     "KafkaSink": "connectors.kafka",
     "PostgresSink": "connectors.postgres",
+    "StopReport": "connectors.spark._stop",
+    "await_termination": "connectors.spark._stop",
+    "stop_gracefully": "connectors.spark._stop",
+    "stop_on_sigterm": "connectors.spark._stop",
 }
 
 
@@ -125,6 +138,7 @@ __all__ = [
     "FileLedger",
     "Fingerprint",
     "FixedDelay",
+    "GracefulStop",
     "KafkaSink",
     "Ledger",
     "LedgerEntry",
@@ -138,6 +152,7 @@ __all__ = [
     "RetryPolicy",
     "SlotMarker",
     "SlotTransaction",
+    "StopReport",
     "TaskCommit",
     "TaskCommitSink",
     "TaskInfo",
@@ -145,6 +160,9 @@ __all__ = [
     "TransactionId",
     "TransientError",
     "TwoPhaseCommitSink",
+    "await_termination",
     "fingerprint_batch",
+    "stop_gracefully",
+    "stop_on_sigterm",
     "validate_sink_id",
 ]

@@ -21,7 +21,8 @@ The Connect session has no ``SparkContext`` either for the batch input's capabil
 configuration instead. The client's sink object is a copy that never runs, so its
 ``last_metrics`` stays ``None``: the worker's sink publishes each batch's metrics into the
 session's configuration (:func:`publish_metrics`), which the client shares and reads with
-:func:`last_metrics`.
+:func:`last_metrics`. A graceful stop request travels the same way
+(:func:`set_stop_flag`, :func:`stop_flag`).
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from connectors.core.errors import ConfigurationError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["METRICS_CONF", "classic_query_id", "connect_barrier_refusal", "connect_query_id",
-           "connect_task_slots", "is_connect", "last_metrics", "publish_metrics",
-           "query_id_for"]
+__all__ = ["METRICS_CONF", "STOP_CONF", "classic_query_id", "connect_barrier_refusal",
+           "connect_query_id", "connect_task_slots", "is_connect", "last_metrics",
+           "publish_metrics", "query_id_for", "set_stop_flag", "stop_flag"]
 
 logger = logging.getLogger(__name__)
 
@@ -167,3 +168,22 @@ def last_metrics(spark: SparkSession, sink_id: str) -> dict[str, object] | None:
         return None
     found: dict[str, object] = json.loads(value)
     return found
+
+
+#: The session setting that carries a graceful stop request to a Connect foreachBatch worker
+#: (``<prefix><query id>`` = ``"true"``): the worker's session is the client's session.
+STOP_CONF = "connectors.gracefulStop."
+
+
+def set_stop_flag(spark: SparkSession, query_id: str, on: bool) -> None:
+    """Raise (or clear) the graceful stop request of query ``query_id`` in ``spark``'s
+    configuration, where the query's Connect foreachBatch worker reads it."""
+    if on:
+        spark.conf.set(f"{STOP_CONF}{query_id}", "true")
+    else:
+        spark.conf.unset(f"{STOP_CONF}{query_id}")
+
+
+def stop_flag(spark: SparkSession, query_id: str) -> bool:
+    """Whether a graceful stop of ``query_id`` was requested in ``spark``'s configuration."""
+    return str(spark.conf.get(f"{STOP_CONF}{query_id}", "false")).lower() == "true"

@@ -22,6 +22,7 @@ Their public names are importable from here too.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -36,6 +37,7 @@ from connectors.spark._binding import (
     is_connect,
     publish_metrics,
     query_id_for,
+    stop_flag,
 )
 from connectors.spark._handover import (
     MAX_BYTES,
@@ -209,6 +211,25 @@ class SparkBatch(BatchInput):
             return ("spark.dynamicAllocation.enabled=true, and Spark refuses barrier "
                     "stages then (turn dynamic allocation off)")
         return None
+
+    def stop_requested(self, query_id: str | None) -> bool:
+        """A request in this process (classic), or under Spark Connect in the session's
+        configuration, which the client's :func:`connectors.stop_gracefully` sets."""
+        if super().stop_requested(query_id):
+            return True
+        return query_id is not None and is_connect(self._df) \
+            and stop_flag(self._df.sparkSession, query_id)
+
+    def await_tasks_ended(self) -> None:
+        """Classic: until the status tracker shows no running task in the batch's job
+        group (at most 10 s). Connect has no status tracker: a fixed 3 s, longer than
+        ``spark.python.task.killTimeout``."""
+        from connectors.spark._stop import CONNECT_TASKS_END_WAIT, await_tasks_ended
+
+        if is_connect(self._df):
+            time.sleep(CONNECT_TASKS_END_WAIT)
+        else:
+            await_tasks_ended(self._df.sparkSession.sparkContext)
 
     def publish_metrics(self, metrics: dict[str, object]) -> None:
         """Under Spark Connect, into the session's configuration (the client's session,
