@@ -13,7 +13,11 @@ What is the same in ``examples/stream_to_*.py`` (and the integration drivers bui
   run with ``Trigger.AvailableNow`` (:func:`run_available_now`), ``rate`` writes
   ``--batches`` micro-batches, then the program stops the query (:func:`run_batches`).
   The query is named ``--query-name``, and the examples give their sinks that name
-  (``query_name=``): under Spark Connect that is how a sink knows its query.
+  (``query_name=``): under Spark Connect that is how a sink knows its query;
+- ``--batch-run RUN_ID`` (with ``--source rate``): no streaming query, a batch job instead
+  (:func:`run_batch_job`): the rate source's batch ``RUN_ID`` read as a static DataFrame
+  (:func:`rate_batch`) and written once as ``sink(df, RUN_ID)``; after a crash, rerun
+  with the same ``RUN_ID`` (``--checkpoint`` is not used).
 """
 
 from __future__ import annotations
@@ -42,10 +46,12 @@ __all__ = [
     "job_parser",
     "parse_job_args",
     "rate_as_input_rows",
+    "rate_batch",
     "read_files",
     "read_kafka",
     "read_rate",
     "run_available_now",
+    "run_batch_job",
     "run_batches",
     "run_timed",
     "setup_logging",
@@ -95,6 +101,7 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                              "(--master local[...]) or of the server --master sc://host:port")
     parser.add_argument("--query-name", default="connectors-job",
                         help="the streaming query's name, given to the sink too")
+    _add_batch_run_flag(parser)
 
 
 def check_source_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -103,6 +110,7 @@ def check_source_flags(parser: argparse.ArgumentParser, args: argparse.Namespace
         parser.error("--source files needs --input")
     if args.source == "kafka" and not args.input_topic:
         parser.error("--source kafka needs --input-topic")
+    _check_batch_run_flag(parser, args)
 
 
 def parse_job_args(
@@ -284,6 +292,9 @@ def stream(
     """
     try:
         name = getattr(args, "query_name", None)
+        if getattr(args, "batch_run", None) is not None:  # a batch job, not a stream
+            return run_batch_job(rate(rate_batch(spark, args.batch_run, args.rows_per_batch)),
+                                 sink, args.batch_run)
         if args.source == "rate":
             return run_batches(read_rate(spark, args.rows_per_batch),
                                lambda df, batch_id: sink(rate(df), batch_id),
@@ -300,6 +311,55 @@ def stream(
             _log_connect_metrics(spark, sink)
         sink.close()
         spark.stop()
+
+
+# ---- batch jobs: --batch-run RUN_ID ---------------------------------------------------
+
+
+def _add_batch_run_flag(parser: argparse.ArgumentParser) -> None:
+    """``--batch-run RUN_ID``: a batch job writing the rate source's batch ``RUN_ID``."""
+    parser.add_argument("--batch-run", type=int, default=None, metavar="RUN_ID",
+                        help="no streaming query: write the rows of the rate source's batch "
+                             "RUN_ID once, as a batch job (sink(df, RUN_ID)); after a crash "
+                             "rerun with the same RUN_ID. Needs --source rate")
+
+
+def _check_batch_run_flag(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with a usage error (code 2) on a ``--batch-run`` the job cannot run."""
+    run_id = getattr(args, "batch_run", None)
+    if run_id is None:
+        return
+    if args.source != "rate":
+        parser.error("--batch-run writes the rate source's rows: use it with --source rate")
+    if run_id < 0:
+        parser.error("--batch-run needs a run id >= 0")
+
+
+def rate_batch(spark: SparkSession, run_id: int, rows_per_batch: int,
+               partitions: int = 2) -> DataFrame:
+    """The rows :func:`read_rate` gives in batch ``run_id``, as a static DataFrame:
+    ``(timestamp, value)``, values ``[N*R, (N+1)*R)`` for ``N = run_id``, each with the
+    batch's timestamp (``startTimestamp`` 0 plus one second per batch), in ``partitions``
+    partitions. The same rows on every rerun of a run id, other rows for another."""
+    start = run_id * rows_per_batch
+    return spark.range(start, start + rows_per_batch, 1, partitions).select(
+        sf.timestamp_millis(sf.lit(run_id * 1000)).alias("timestamp"),
+        sf.col("id").alias("value"),
+    )
+
+
+def run_batch_job(df: DataFrame, sink: ClosableSink, run_id: int) -> int:
+    """Write the static ``df`` once with ``sink`` as run ``run_id`` of a batch job: 0, or
+    the sink's error raised. Classic PySpark: ``sink(df, run_id)`` (no streaming query
+    calls it, so the sink knows it is a batch job). Spark Connect cannot tell a batch call
+    from a streaming one: ``run_batch(df, run_id)`` on each sink (a ``DeltaSinks`` has no
+    ``run_batch``: its sinks are called one by one, each reading ``df`` again)."""
+    if type(df).__module__.startswith("pyspark.sql.connect."):
+        for one in getattr(sink, "sinks", [sink]):
+            one.run_batch(df, run_id)
+    else:
+        sink(df, run_id)
+    return 0
 
 
 def _log_connect_metrics(spark: SparkSession, sink: object) -> None:
