@@ -3,7 +3,9 @@
 A graceful stop lets the batch in flight finish (in the target and in the engine's commit
 log) and refuses the next one. The template asks :func:`stop_requested` at the start of
 every streaming batch, before any side effect, and raises
-:class:`~connectors.core.errors.GracefulStop` when a stop was requested: the engine then
+:class:`~connectors.core.errors.GracefulStop` when a stop was requested and no other sink of
+the query has begun that batch (a ``foreachBatch`` function that writes several sinks
+finishes the batch in all of them): the engine then
 records no commit for that batch and replays it at the next start. Between
 :func:`enter_batch` and :func:`leave_batch` a query is *busy*: the stop helper
 (:func:`connectors.stop_gracefully`) never stops a busy query itself; it waits for the
@@ -31,6 +33,7 @@ import threading
 import time
 
 __all__ = [
+    "begun",
     "busy",
     "enter_batch",
     "leave_batch",
@@ -45,6 +48,9 @@ _requested: set[str] = set()
 #: Batches in flight per query id (a query runs one batch at a time; a count is robust to
 #: a second sink of the same query).
 _in_batch: dict[str, int] = {}
+#: The last batch id a sink of each query began in this process: the other sinks of one
+#: ``foreachBatch`` function finish that batch even when a stop arrives in between.
+_begun: dict[str, int] = {}
 
 
 def request_stop(query_id: str) -> None:
@@ -69,10 +75,18 @@ def stop_requested(query_id: str | None) -> bool:
         return query_id in _requested
 
 
-def enter_batch(query_id: str) -> None:
-    """A sink of ``query_id`` starts a batch."""
+def enter_batch(query_id: str, batch_id: int = -1) -> None:
+    """A sink of ``query_id`` starts batch ``batch_id``."""
     with _lock:
         _in_batch[query_id] = _in_batch.get(query_id, 0) + 1
+        _begun[query_id] = batch_id
+
+
+def begun(query_id: str, batch_id: int) -> bool:
+    """Whether a sink of ``query_id`` already began ``batch_id`` in this process (a stop
+    requested since must not refuse the batch to the query's other sinks)."""
+    with _lock:
+        return _begun.get(query_id) == batch_id
 
 
 def leave_batch(query_id: str) -> None:

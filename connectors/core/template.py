@@ -48,7 +48,7 @@ from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import Family
 from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
-from connectors.core.stopping import enter_batch, leave_batch
+from connectors.core.stopping import begun, enter_batch, leave_batch
 
 __all__ = ["TwoPhaseCommitSink"]
 
@@ -234,17 +234,18 @@ class TwoPhaseCommitSink(ABC):
             )
         if query_id is None:
             return self._write(batch, batch_id, None)
-        # A streaming batch: refused when a graceful stop was requested (the engine then
-        # records no commit for it and replays it at the next start); while it runs, the
-        # query is busy (the stop helper waits for it to end).
-        if batch.stop_requested(query_id):
+        # A streaming batch: refused when a graceful stop was requested, unless another sink
+        # of the query began it already (the engine then records no commit for it and
+        # replays it at the next start); while it runs, the query is busy (the stop helper
+        # waits for it to end).
+        if not begun(query_id, batch_id) and batch.stop_requested(query_id):
             logger.info("sink %s: graceful stop requested: batch %d is not started; it is "
                         "replayed when the query starts again", self.sink_id, batch_id)
             raise GracefulStop(
                 f"a graceful stop of query {query_id} was requested: batch {batch_id} was "
                 "not started (it is replayed when the query starts again)",
                 sink_id=self.sink_id, batch_id=batch_id)
-        enter_batch(query_id)
+        enter_batch(query_id, batch_id)
         try:
             return self._write(batch, batch_id, query_id)
         finally:

@@ -123,6 +123,7 @@ def run_driver(
     timeout: float = DRIVER_TIMEOUT,
     root: Path | None = None,
     env: Mapping[str, str] | None = None,
+    kill_signal: int = signal.SIGKILL,
 ) -> DriverRun:
     """Run ``python -m module args`` to its end, or SIGKILL it.
 
@@ -132,7 +133,10 @@ def run_driver(
     from outside that many seconds after it started, or, with ``kill_when``, after
     ``kill_when()`` first returned true (polled every 50 ms), unless it ended before.
     ``root``: the working directory, put first on ``PYTHONPATH`` (an earlier release's tree
-    for upgrade tests). ``env``: extra environment variables.
+    for upgrade tests). ``env``: extra environment variables. ``kill_signal``: the signal
+    sent instead of SIGKILL (``signal.SIGTERM``: a deploy's stop, which a driver that
+    installed :func:`connectors.stop_on_sigterm` turns into a graceful stop); the driver
+    then ends by itself, within ``timeout``.
     """
     environ = dict(os.environ)
     environ.pop(ENV_CRASH_AT, None)
@@ -160,7 +164,7 @@ def run_driver(
             try:
                 out, _ = proc.communicate(timeout=kill_after)
             except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGKILL)
+                proc.send_signal(kill_signal)
                 out, _ = proc.communicate(timeout=timeout)
         else:
             out, _ = proc.communicate(timeout=timeout)

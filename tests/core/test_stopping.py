@@ -96,6 +96,21 @@ def test_a_stop_requested_during_a_batch_lets_it_finish() -> None:
         sink.write_batch(LocalBatch(batch_rows(1)), 1, query_id=QUERY)
 
 
+def test_a_stop_between_two_sinks_of_one_batch_refuses_neither() -> None:
+    # One foreachBatch function writing two sinks: the stop arrives after the first began
+    # the batch; the second finishes it too, and the next batch is refused by both.
+    first_target, second_target = InMemoryTarget(), InMemoryTarget()
+    first = InMemoryPreparedSink(first_target, sink_id="first")
+    second = InMemoryDriverCommitSink(second_target, sink_id="second")
+    first.write_batch(LocalBatch(batch_rows(0)), 0, query_id=QUERY)
+    stopping.request_stop(QUERY)
+    second.write_batch(LocalBatch(batch_rows(0)), 0, query_id=QUERY)
+    assert collections.Counter(second_target.committed_rows()) == rows(0)
+    for sink in (first, second):
+        with pytest.raises(GracefulStop):
+            sink.write_batch(LocalBatch(batch_rows(1)), 1, query_id=QUERY)
+
+
 def test_wait_idle_returns_once_the_batch_ends() -> None:
     stopping.enter_batch(QUERY)
     timer = threading.Timer(0.05, stopping.leave_batch, args=(QUERY,))
