@@ -33,7 +33,7 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 __all__ = [
     "INPUT_SCHEMA",
@@ -101,6 +101,10 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                              "(--master local[...]) or of the server --master sc://host:port")
     parser.add_argument("--query-name", default="connectors-job",
                         help="the streaming query's name, given to the sink too")
+    parser.add_argument("--on-sigterm", choices=["graceful", "plain"], default=None,
+                        help="rate source: on SIGTERM stop the query gracefully "
+                             "(connectors.stop_on_sigterm) or with a plain query.stop(), "
+                             "then exit 0")
     _add_batch_run_flag(parser)
 
 
@@ -239,10 +243,40 @@ def _named(writer: DataStreamWriter, name: str | None) -> DataStreamWriter:
     return writer.queryName(name) if name else writer
 
 
+def _on_sigterm(query: StreamingQuery, how: str | None) -> threading.Event | None:
+    """``--on-sigterm``: install the SIGTERM handler; the event is set once it ran."""
+    if how is None:
+        return None
+    import signal
+
+    # Imported here: an earlier release's tree (upgrade tests) has no stop helpers.
+    from connectors import stop_on_sigterm
+
+    stopped = threading.Event()
+    if how == "graceful":
+        stop_on_sigterm(query)
+        stop = signal.getsignal(signal.SIGTERM)
+
+        def graceful(signum: int, frame: object) -> None:
+            stopped.set()
+            stop(signum, frame)  # type: ignore[operator]
+
+        signal.signal(signal.SIGTERM, graceful)
+        return stopped
+
+    def plain(signum: int, frame: object) -> None:  # a user's query.stop(), off the handler
+        stopped.set()
+        threading.Thread(target=query.stop, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, plain)
+    return stopped
+
+
 def run_batches(df: DataFrame, write: BatchWriter, checkpoint: str, batches: int,
-                name: str | None = None) -> int:
+                name: str | None = None, on_sigterm: str | None = None) -> int:
     """Write micro-batches ``0 .. batches-1`` with ``write`` (every 100 ms), then stop the
-    query: 0; the query's error raised; 1 if it ended otherwise before.
+    query: 0; the query's error raised; 1 if it ended otherwise before. ``on_sigterm``
+    (``"graceful"`` or ``"plain"``): a SIGTERM stops the query that way, and then 0.
 
     Under Spark Connect ``write`` runs in a worker next to the server, so this program
     learns that the planned batches are done from the query's progress, not from ``write``.
@@ -264,8 +298,14 @@ def run_batches(df: DataFrame, write: BatchWriter, checkpoint: str, batches: int
         .trigger(processingTime="100 milliseconds")
         .start()
     )
+    stopped = _on_sigterm(query, on_sigterm)
     while not (done.wait(0.2) if done is not None else time.sleep(0.2)):
         if not query.isActive:
+            if stopped is not None and stopped.is_set():
+                from connectors import await_termination
+
+                await_termination(query)  # a graceful stop is a normal end
+                return 0
             query.awaitTermination()  # raises the query's error
             return 1
         progress = query.lastProgress
@@ -298,7 +338,8 @@ def stream(
         if args.source == "rate":
             return run_batches(read_rate(spark, args.rows_per_batch),
                                lambda df, batch_id: sink(rate(df), batch_id),
-                               args.checkpoint, args.batches, name)
+                               args.checkpoint, args.batches, name,
+                               getattr(args, "on_sigterm", None))
         if args.source == "kafka":
             if bootstrap is None:
                 raise ValueError("the kafka source needs bootstrap servers")

@@ -176,7 +176,11 @@ def test_delta_stopped_in_every_phase_leaves_nothing_and_restarts_exactly(
     job = DeltaJob(tmp_path, source="rate", rows=ROWS, batches=batches)
 
     def nothing_left(stopped: Stopped) -> None:
-        assert intent_batches(job.a, APPEND) == [], "an intent without its batch"
+        # A plain stop may interrupt the Delta commit after its intent (the tag path's
+        # record that the history must be asked): the next start settles it. Nothing is
+        # open in Delta either way.
+        intents = intent_batches(job.a, APPEND)
+        assert intents == [] if stopped.kind == G else set(intents) <= {stopped.batch}, intents
         # Whole batches only: the table holds batches 0..n-1 for some n, nothing partial.
         got = table_rows(spark, job.a, COLUMNS[:3])
         assert len(got) % ROWS == 0, f"a partial batch: {len(got)} rows"

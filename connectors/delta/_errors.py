@@ -201,6 +201,12 @@ def _quoted(condition: str | None, facts: ErrorFacts) -> str:
     return "; ".join(lines)[:_MAX_MESSAGE]
 
 
+#: Java classes of an interrupted thread (``query.stop()`` interrupts the batch in flight).
+_INTERRUPTIONS = frozenset({"java.lang.InterruptedException",
+                            "java.io.InterruptedIOException",
+                            "java.nio.channels.ClosedByInterruptException"})
+
+
 def translate(
     exc: BaseException,
     *,
@@ -239,7 +245,9 @@ def translate(
         return err
     java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
     spark_error = java is not None or bool(facts.conditions)
-    if values_in_errors or not spark_error:
+    if values_in_errors or not spark_error or _INTERRUPTIONS.intersection(facts.classes):
+        # (an interruption, a stopped query's, holds no row values, and Spark recognises
+        # it only as it is: the stopped query then ends without an error)
         return exc
     what = f"[{facts.conditions[0]}] " if facts.conditions else ""
     chain = " <- ".join(dict.fromkeys(facts.classes))
