@@ -105,7 +105,7 @@ def stop_chain(job: KillJob, sink_id: str, plan: list[tuple[str, CrashPoint]],
         stopped = Stopped(kind, point, batch, offsets, commits)
         if kind == G:
             assert batch in commits, f"{where}: the batch in flight was not committed"
-            assert batch + 1 not in commits, f"{where}: a batch after the stop ran"
+            assert batch + 1 not in commits, f"{where}: a batch after the stop ran\n{run.tail()}"
         nothing_left(stopped)
         stops.append(stopped)
     final = job.run(*extra)

@@ -112,7 +112,18 @@ def _idle(query: Any, query_id: str) -> bool:
     return not busy(query_id) and not query.status["isTriggerActive"]
 
 
-def stop_gracefully(query: Any, timeout: float = 120.0, *, poll: float = 0.1) -> StopReport:
+def _session_of(query: Any, spark: Any) -> Any:
+    """The session a Connect query's stop request goes to: ``spark``, or the process's
+    active (else default) Connect session. A StreamingQuery does not name its session."""
+    if spark is not None:
+        return spark
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return ConnectSession.active()
+
+
+def stop_gracefully(query: Any, timeout: float = 120.0, *, poll: float = 0.1,
+                    spark: Any = None) -> StopReport:
     """Stop ``query`` after the batch in flight: nothing undecided left behind.
 
     The batch in flight finishes and commits, in the target and in Spark's commit log; the
@@ -123,6 +134,8 @@ def stop_gracefully(query: Any, timeout: float = 120.0, *, poll: float = 0.1) ->
     :class:`~connectors.TwoPhaseCommitSink`) given to ``foreachBatch``.
 
     Returns a :class:`StopReport`; ``report.clean`` says whether nothing was interrupted.
+    ``spark``: under Spark Connect, the session that started the query (default: the
+    active session), through which the request reaches the sinks.
 
     Example::
 
@@ -142,10 +155,10 @@ def stop_gracefully(query: Any, timeout: float = 120.0, *, poll: float = 0.1) ->
                               "the query was not running")
         return report
     query_id = str(query.id)
-    connect = is_connect(query)
+    session = _session_of(query, spark) if is_connect(query) else None
     request_stop(query_id)
-    if connect:
-        set_stop_flag(query.sparkSession, query_id, True)
+    if session is not None:
+        set_stop_flag(session, query_id, True)
     logger.info("graceful stop of query %s: the batch in flight finishes, the next one is "
                 "refused (timeout %.0f s)", query_id, timeout)
     try:
@@ -176,9 +189,9 @@ def stop_gracefully(query: Any, timeout: float = 120.0, *, poll: float = 0.1) ->
             time.sleep(poll)
     finally:
         withdraw_stop(query_id)
-        if connect:
+        if session is not None:
             try:
-                set_stop_flag(query.sparkSession, query_id, False)
+                set_stop_flag(session, query_id, False)
             except Exception as exc:  # the session may be gone; the request dies with it
                 logger.debug("clearing the stop request of %s failed: %s", query_id, exc)
     log = logger.info if report.clean else logger.warning
@@ -191,13 +204,14 @@ _stops: dict[str, threading.Thread] = {}
 _stops_lock = threading.Lock()
 
 
-def stop_on_sigterm(query: Any, timeout: float = 120.0) -> Any:
+def stop_on_sigterm(query: Any, timeout: float = 120.0, *, spark: Any = None) -> Any:
     """On SIGTERM (what a deploy or ``kill`` sends), stop ``query`` gracefully.
 
     Call it from the main thread after ``start()``. The handler only starts the stop in a
     thread (a signal handler must not call the JVM); :func:`await_termination` then returns
     once the query has ended, and the program exits normally. A second SIGTERM while the
-    stop runs is ignored. Returns the SIGTERM handler it replaced.
+    stop runs is ignored. Returns the SIGTERM handler it replaced. ``spark``: as for
+    :func:`stop_gracefully` (resolved now, in the calling thread).
 
     Example (the SIGTERM a deploy would send, sent here by the program itself)::
 
@@ -214,13 +228,14 @@ def stop_on_sigterm(query: Any, timeout: float = 120.0) -> Any:
         signal.signal(signal.SIGTERM, previous)
     """
     query_id = str(query.id)
+    session = _session_of(query, spark) if is_connect(query) else None
 
     def handler(signum: int, frame: FrameType | None) -> None:
         with _stops_lock:
             if query_id in _stops:
                 return
             request_stop(query_id)  # memory only: the thread does what needs the JVM
-            thread = threading.Thread(target=_stop_in_thread, args=(query, timeout),
+            thread = threading.Thread(target=_stop_in_thread, args=(query, timeout, session),
                                       name=f"connectors-stop-{query_id}", daemon=True)
             _stops[query_id] = thread
         thread.start()
@@ -228,9 +243,9 @@ def stop_on_sigterm(query: Any, timeout: float = 120.0) -> Any:
     return signal.signal(signal.SIGTERM, handler)
 
 
-def _stop_in_thread(query: Any, timeout: float) -> None:
+def _stop_in_thread(query: Any, timeout: float, session: Any) -> None:
     try:
-        stop_gracefully(query, timeout)
+        stop_gracefully(query, timeout, spark=session)
     except Exception:
         logger.exception("graceful stop of query %s failed", query.id)
 
