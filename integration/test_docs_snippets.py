@@ -191,6 +191,7 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/kafka.md", "kafka_batch_job.py"): Expect(check_kafka_orders),
     ("docs/kafka.md", "consume_orders.py"): Expect(check_consumer_output),
     ("docs/delta.md", "delta_merge.py"): Expect(check_delta_merge),
+    ("docs/stopping.md", "graceful_stop.py"): Expect(check_delta_events),
     ("docs/connector-guide.md", "staged_files_sink.py"): Expect(no_target),
     ("docs/connector-guide.md", "test_staged_files_sink.py"): Expect(check_pytest_passed),
 }
