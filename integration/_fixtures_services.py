@@ -61,6 +61,18 @@ def register_markers(config: pytest.Config) -> None:
     )
 
 
+#: Fixtures that restart a service every other test uses.
+RESTARTING_FIXTURES = frozenset({"native_postgres", "native_kafka"})
+
+
+def mark_serial(items: list[pytest.Item]) -> None:
+    """Mark ``serial`` every test that restarts a shared service: run in parallel with
+    others (pytest-xdist), the restart would fail their connections."""
+    for item in items:
+        if RESTARTING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.serial)
+
+
 def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 

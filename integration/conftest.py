@@ -44,6 +44,7 @@ from integration._fixtures_services import (  # noqa: E402
     docker_compose_file,
     eos_services,
     kafka_bootstrap,
+    mark_serial,
     native_kafka,
     native_postgres,
     postgres_conninfo,
@@ -64,6 +65,10 @@ __all__ = [
 
 def pytest_configure(config: pytest.Config) -> None:
     register_markers(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_serial(items)
 
 
 @pytest.fixture(scope="session")
