@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -283,6 +284,18 @@ def test_a_delivery_the_broker_refuses_fails_the_commit(kafka: KafkaTarget) -> N
     assert kafka.messages(small) == []
 
 
+def _await_metadata(producer: Any, topic: str, partitions: int, timeout: float = 30.0) -> None:
+    """Until ``producer``'s broker lists the new topic with its partitions: a topic created
+    a moment ago may still be unknown there (UNKNOWN_TOPIC_OR_PART), more so under load."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = producer.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if found is not None and found.error is None and len(found.partitions) == partitions:
+            return
+        assert time.monotonic() < deadline, f"topic {topic} not in the metadata: {found}"
+        time.sleep(0.1)
+
+
 @pytest.mark.parametrize("partitioner", ["murmur2_random", "murmur2"])
 def test_the_public_batch_path_writes_what_the_accelerator_writes_in_the_same_order(
     kafka: KafkaTarget, partitioner: str,
@@ -309,6 +322,7 @@ def test_the_public_batch_path_writes_what_the_accelerator_writes_in_the_same_or
         seen = {}
         for path in ("native", "batch", "record"):
             topic = kafka.create(f"{kafka.topic}-{case}-{path}", partitions=3)
+            _await_metadata(producer, topic, 3)
             producer.begin_transaction()
             if path == "native":
                 assert native.produce(topic, values, keys, partitions) == n
