@@ -5,8 +5,8 @@ log) and refuses the next one. The template asks :func:`stop_requested` at the s
 every streaming batch, before any side effect, and raises
 :class:`~connectors.core.errors.GracefulStop` when a stop was requested and no other sink of
 the query has begun that batch (a ``foreachBatch`` function that writes several sinks
-finishes the batch in all of them): the engine then
-records no commit for that batch and replays it at the next start. Between
+finishes the batch in all of them): the engine then records no commit for that batch and
+replays it at the next start. Between
 :func:`enter_batch` and :func:`leave_batch` a query is *busy*: the stop helper
 (:func:`connectors.stop_gracefully`) never stops a busy query itself; it waits for the
 batch to end.
