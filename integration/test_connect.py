@@ -42,7 +42,7 @@ from integration._pg import PgTarget
 from integration.test_delta_kill import APPEND, MERGE, DeltaJob
 from integration.test_kafka_kill import KafkaJob, kafka  # noqa: F401 - the kafka fixture
 from integration.test_postgres_kill import PgJob, pg  # noqa: F401 - the pg fixture
-from integration.test_stopping import PG_CI, Stopped, batches_for, stop_chain
+from integration.test_stopping import PG_CI, Stopped, batches_for, stop_chain, wide
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -315,10 +315,11 @@ def test_graceful_stop_under_connect_leaves_nothing_and_restarts_exactly(
         tmp_path: Path, pg: PgTarget) -> None:  # noqa: F811 - the pg fixture
     """The SIGTERM reaches the client; the stop request reaches the sink in the server's
     foreachBatch worker through the session's configuration. CI: one stop, at the
-    decision; ``EOS_WIDE_MATRIX=1``: the PostgreSQL CI chain's graceful stops. (A plain
+    decision; ``EOS_WIDE_MATRIX=1``: three graceful stops in each phase. (A plain
     ``query.stop()`` under Connect ends the worker with the query: what a hard kill
     leaves, which the kill tests above cover; docs/stopping.md.)"""
-    plan = [s for s in PG_CI if s[0] == "graceful"] if WIDE else [("graceful", BD)]
+    plan = [s for s in wide([p for _, p in PG_CI]) if s[0] == "graceful"] if WIDE \
+        else [("graceful", BD)]
     job = ConnectPgJob(tmp_path, pg, source="rate")
     job.batches, job.rows_per_batch = batches_for(plan), 200
     job.total = job.batches * job.rows_per_batch
