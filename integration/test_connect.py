@@ -329,3 +329,29 @@ def test_graceful_stop_under_connect_leaves_nothing_and_restarts_exactly(
 
     stop_chain(job, pg.sink_id, plan, nothing_left)
     job.assert_exact()
+
+
+def test_graceful_stop_of_kafka_and_delta_sinks_under_connect(
+        tmp_path: Path, kafka: KafkaTarget, spark: SparkSession) -> None:  # noqa: F811
+    """The same for KafkaSink (a graceful stop after its slots committed, at the decision)
+    and DeltaSink (two tables in one foreachBatch function, stopped at the append sink's
+    decision: the MERGE sink finishes the batch too), one stop each."""
+    kjob = ConnectKafkaJob(tmp_path / "kafka", kafka, source="rate")
+    plan = [("graceful", BD)]
+    kjob.batches, kjob.rows_per_batch = batches_for(plan), 200
+    kjob.total = kjob.batches * kjob.rows_per_batch
+
+    def no_open_transaction(stopped: Stopped) -> None:
+        kafka.assert_no_open_transactions()
+
+    stop_chain(kjob, kafka.sink_id, plan, no_open_transaction)
+    kjob.assert_exact()
+
+    djob = ConnectDeltaJob(tmp_path / "delta", source="rate", rows=100,
+                           batches=batches_for(plan))
+
+    def no_intent(stopped: Stopped) -> None:
+        assert intent_batches(djob.a, APPEND) == [] and intent_batches(djob.b, MERGE) == []
+
+    stop_chain(djob, APPEND, plan, no_intent)
+    djob.assert_exact(spark)
