@@ -34,7 +34,7 @@ import collections
 import datetime as dt
 import json
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,8 @@ from integration import _kafka
 from integration._delta import intent_batches, ledger_batches, operations, tagged_commits
 from integration._driver import REPO, DriverRun, KillJob, reached
 from integration._kafka import KafkaTarget, markers, target_fixture, wait_no_open_transactions
-from integration._pg import DRIVER_PGOPTIONS, PgTarget, check_restart
+from integration._pg import PgTarget, check_restart
+from integration.test_postgres_kill import pg  # noqa: F401 - the pg fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -216,19 +217,10 @@ class PgBatchJob(BatchJob):
                 "--ledger-table", t.ledger]
 
 
-@pytest.fixture
-def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTarget]:
-    """A fresh events table (no unique key: duplicates would show) and sink names."""
-    monkeypatch.setenv("EOS_POSTGRES_CONNINFO", postgres_conninfo)  # drivers read it
-    monkeypatch.setenv("PGOPTIONS", DRIVER_PGOPTIONS)
-    target = PgTarget(postgres_conninfo, prefix="batchjob")
-    target.create_table()
-    yield target
-    target.cleanup()
 
 
 def test_postgres_batch_job_sigkilled_at_every_driver_point_then_rerun_is_exact(
-    tmp_path: Path, pg: PgTarget
+    tmp_path: Path, pg: PgTarget  # noqa: F811 - the pg fixture
 ) -> None:
     family = Family.PREPARE_IN_TASK
     job = PgBatchJob(tmp_path, pg)

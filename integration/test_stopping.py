@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,10 +37,10 @@ from connectors import CrashPoint
 from integration._delta import intent_batches, rate_rows, table_rows
 from integration._driver import KillJob, spark_batches
 from integration._kafka import KafkaTarget, target_fixture
-from integration._pg import DRIVER_PGOPTIONS, PgTarget
+from integration._pg import PgTarget
 from integration.test_delta_kill import APPEND, COLUMNS, DeltaJob
 from integration.test_kafka_kill import KafkaJob
-from integration.test_postgres_kill import PgJob
+from integration.test_postgres_kill import PgJob, pg  # noqa: F401 - the pg fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -119,15 +119,6 @@ def batches_for(plan: list[tuple[str, CrashPoint]]) -> int:
 
 
 # ---- PostgreSQL ---------------------------------------------------------------------------
-@pytest.fixture
-def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTarget]:
-    monkeypatch.setenv("EOS_POSTGRES_CONNINFO", postgres_conninfo)
-    monkeypatch.setenv("PGOPTIONS", DRIVER_PGOPTIONS)
-    target = PgTarget(postgres_conninfo, prefix="stop")
-    target.create_table()
-    yield target
-    target.cleanup()
-
 
 def pg_job(root: Path, target: PgTarget, plan: list[tuple[str, CrashPoint]]) -> PgJob:
     job = PgJob(root, target, source="rate")
@@ -145,7 +136,7 @@ def pg_nothing_left(target: PgTarget) -> Callable[[Stopped], None]:
 
 
 def test_postgres_stopped_in_every_phase_leaves_nothing_and_restarts_exactly(
-        tmp_path: Path, pg: PgTarget) -> None:
+        tmp_path: Path, pg: PgTarget) -> None:  # noqa: F811 - the pg fixture
     job = pg_job(tmp_path, pg, PG_PLAN)
     stop_chain(job, pg.sink_id, PG_PLAN, pg_nothing_left(pg))
     job.assert_exact()

@@ -30,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import threading
-import time
 
 __all__ = [
     "begun",
@@ -39,11 +38,10 @@ __all__ = [
     "leave_batch",
     "request_stop",
     "stop_requested",
-    "wait_idle",
     "withdraw_stop",
 ]
 
-_lock = threading.Condition()
+_lock = threading.Lock()
 _requested: set[str] = set()
 #: Batches in flight per query id (a query runs one batch at a time; a count is robust to
 #: a second sink of the same query).
@@ -57,14 +55,12 @@ def request_stop(query_id: str) -> None:
     """Ask the sinks of query ``query_id`` to refuse their next batch."""
     with _lock:
         _requested.add(query_id)
-        _lock.notify_all()
 
 
 def withdraw_stop(query_id: str) -> None:
     """Forget a stop request (the query stopped, or the caller changed its mind)."""
     with _lock:
         _requested.discard(query_id)
-        _lock.notify_all()
 
 
 def stop_requested(query_id: str | None) -> bool:
@@ -97,7 +93,6 @@ def leave_batch(query_id: str) -> None:
             _in_batch[query_id] = left
         else:
             _in_batch.pop(query_id, None)
-        _lock.notify_all()
 
 
 def busy(query_id: str) -> bool:
@@ -105,15 +100,3 @@ def busy(query_id: str) -> bool:
     with _lock:
         return _in_batch.get(query_id, 0) > 0
 
-
-def wait_idle(query_id: str, timeout: float) -> bool:
-    """Wait up to ``timeout`` seconds until no sink of ``query_id`` is in a batch; return
-    whether none is."""
-    deadline = time.monotonic() + timeout
-    with _lock:
-        while _in_batch.get(query_id, 0) > 0:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            _lock.wait(left)
-        return True

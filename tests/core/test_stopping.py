@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -71,14 +70,12 @@ def test_the_query_is_busy_while_a_batch_runs_and_idle_after() -> None:
     class Watching(LocalBatch):
         def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
             seen.append(stopping.busy(QUERY))
-            seen.append(stopping.wait_idle(QUERY, 0.01))
             return super().run_tasks(fn, barrier=barrier)
 
     sink = InMemoryPreparedSink(InMemoryTarget(), sink_id="events")
     sink.write_batch(Watching(batch_rows(0)), 0, query_id=QUERY)
-    assert seen == [True, False]
+    assert seen == [True]
     assert not stopping.busy(QUERY)
-    assert stopping.wait_idle(QUERY, 0.01)
 
 
 def test_a_stop_requested_during_a_batch_lets_it_finish() -> None:
@@ -109,14 +106,6 @@ def test_a_stop_between_two_sinks_of_one_batch_refuses_neither() -> None:
     for sink in (first, second):
         with pytest.raises(GracefulStop):
             sink.write_batch(LocalBatch(batch_rows(1)), 1, query_id=QUERY)
-
-
-def test_wait_idle_returns_once_the_batch_ends() -> None:
-    stopping.enter_batch(QUERY)
-    timer = threading.Timer(0.05, stopping.leave_batch, args=(QUERY,))
-    timer.start()
-    assert stopping.wait_idle(QUERY, 5.0)
-    timer.join()
 
 
 class Interrupted(LocalBatch):
