@@ -59,6 +59,7 @@ def make_sink(args: argparse.Namespace) -> KafkaSink:
         create_topic=args.create_topic,
         topic_partitions=args.topic_partitions,
         query_name=args.query_name or None,
+        **({} if args.small_batch_rows is None else {"small_batch_rows": args.small_batch_rows}),
     )
 
 
@@ -103,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                         "records validated in a separate job first)")
     parser.add_argument("--create-topic", action="store_true")
     parser.add_argument("--topic-partitions", type=int, default=1)
+    parser.add_argument("--small-batch-rows", type=int, default=None,
+                        help="batches of at most this many records skip the slotting shuffle "
+                        "(default: the sink's, 1000; 0: never)")
     args = parse_job_args(parser, argv, from_env=("bootstrap", ENV_BOOTSTRAP))
     return run_timed(run, args, logger)
 

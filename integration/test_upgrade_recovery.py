@@ -178,7 +178,7 @@ def test_kafka_batch_left_by_the_old_release_recovers_exactly(
     ``before_precommit``: slot 0 committed, slot 1 stalls with its records produced in an
     open transaction, and the driver is SIGKILLed: the transaction stays open."""
     crash = CrashPoint(point)
-    job = KafkaJob(tmp_path, kafka, files=3)
+    job = KafkaJob(tmp_path, kafka, files=3, small_batch_rows=None)  # the old runner's args
     spec = f"{point}:batch={KAFKA_BATCH}"
     if crash is CrashPoint.BEFORE_DECISION:
         first = run_tree(old_tree, KAFKA_MODULE, job.args(), crash=spec,

@@ -117,7 +117,7 @@ class BatchInput(ABC):
 
     @abstractmethod
     def slotted(self, slots: int, columns: list[str] | None = None, *,
-                key: str | None = None) -> BatchInput:
+                key: str | None = None, local_rows: int = 0) -> BatchInput:
         """The same rows in ``slots`` partitions, placed by a hash of their content (or of
         ``columns``).
 
@@ -127,6 +127,11 @@ class BatchInput(ABC):
 
         Deterministic: a replay of the same rows puts every row in the same slot, however
         the source partitioned them.
+
+        ``local_rows`` (> 0): the task function may run in the calling process (thread-safe,
+        its side effects the same wherever it runs), and an engine may run the slots of a
+        batch of at most that many rows here instead of as tasks, each row in the same slot
+        and each slot's rows in input order (an optimisation: the result must not differ).
         """
 
     @abstractmethod
@@ -136,6 +141,11 @@ class BatchInput(ABC):
     @abstractmethod
     def to_arrow(self) -> pa.Table:
         """Every row on the driver (for small batches and tests)."""
+
+    def run_figures(self) -> dict[str, float]:
+        """Figures of the last :meth:`run_tasks` for the batch's metrics (where its tasks
+        ran, for example); default none."""
+        return {}
 
     def estimated_partitions(self) -> int | None:
         """The number of tasks :meth:`run_tasks` will start, if known cheaply."""

@@ -95,6 +95,11 @@ class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
         slots: number of slots (and transactional ids): bounded, and fixed for the sink.
         slot_columns: columns hashed to place rows (default: every column).
         barrier: run the slots in Spark's barrier mode (all start together).
+        small_batch_rows: a batch of at most this many rows may run its slots in the
+            driver, in a thread per slot, without the slotting shuffle (where the engine
+            offers it: :meth:`BatchInput.slotted`'s ``local_rows``); every row still lands
+            in the same slot. Default 0 (never): only for slot functions that are
+            thread-safe and act the same in the driver as in a task.
     """
 
     family: ClassVar[Family] = Family.COMMIT_IN_TASK
@@ -106,11 +111,20 @@ class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
         slots: int,
         slot_columns: list[str] | None = None,
         barrier: bool = False,
+        small_batch_rows: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(sink_id=sink_id, **kwargs)
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ConfigurationError("slots must be an int >= 1", sink_id=sink_id)
+        if (isinstance(small_batch_rows, bool) or not isinstance(small_batch_rows, int)
+                or small_batch_rows < 0):
+            raise ConfigurationError("small_batch_rows must be an int >= 0 (0: off)",
+                                     sink_id=sink_id)
+        #: A batch of at most this many rows may run its slots in the driver, without the
+        #: slotting shuffle, where the engine offers it (0: never). Only for a sink whose
+        #: slot functions are thread-safe and act the same in the driver as in a task.
+        self.small_batch_rows = small_batch_rows
         self.slots = slots
         self.slot_columns = list(slot_columns) if slot_columns is not None else None
         self.barrier = bool(barrier)
@@ -151,8 +165,21 @@ class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
 
     def partition_input(self, batch: BatchInput) -> BatchInput:
         """Driver: the rows placed into :attr:`slots` partitions by a hash of their content
-        (of :attr:`slot_key` where it is set and not null), deterministically."""
-        return batch.slotted(self.slots, self.slot_columns, key=self.slot_key)
+        (of :attr:`slot_key` where it is set and not null), deterministically.
+
+        The engine is offered to run a small batch's slots in the driver
+        (:attr:`small_batch_rows`) only when this driver's previous batch was that small
+        and succeeded: a batch larger than expected may cost the engine a collect before it
+        shuffles (Spark: the whole batch), so neither the first batch of a run (a restart's
+        backlog) nor a stream of large batches pays it."""
+        last = self.last_metrics
+        small = self.small_batch_rows if (
+            not self.barrier and last is not None and last.outcome != "failed"
+            and last.rows <= self.small_batch_rows) else 0
+        if not small:  # an input written before ``local_rows`` existed still works
+            return batch.slotted(self.slots, self.slot_columns, key=self.slot_key)
+        return batch.slotted(self.slots, self.slot_columns, key=self.slot_key,
+                             local_rows=small)
 
 
 class DriverCommitSink(TwoPhaseCommitSink):

@@ -62,7 +62,10 @@ from connectors.kafka._writer import SlotWriter
 if TYPE_CHECKING:
     from connectors.spark.batch import Handover
 
-__all__ = ["KafkaSink", "marker_key"]
+__all__ = ["SMALL_BATCH_ROWS", "KafkaSink", "marker_key"]
+
+#: Default ``small_batch_rows``: batches of at most this many records skip the shuffle.
+SMALL_BATCH_ROWS = 1000
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +125,16 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
             turns the accelerator off. Rows per path are the batch metrics
             ``produce_native_rows``, ``produce_batch_rows`` and ``produce_record_rows``.
             See docs/kafka.md, "Batch produce".
+        small_batch_rows: a batch of at most this many records (default 1,000) skips the
+            slotting shuffle: one Spark job collects its rows to the driver (at most
+            ``small_batch_rows + 1``; a larger batch then takes the shuffle), each with the
+            slot the shuffle would have given it, and the driver runs the slots'
+            transactions, a thread per slot. A 100-record batch then takes one Spark job
+            instead of two stages and a Python stage. Placement, markers, replays and
+            per-key order are those of the shuffle. Tried only while the previous batch
+            was this small too; not with ``barrier=True``; 0 turns it off. The batch
+            metric ``driver_slots`` says which route a batch took. See docs/kafka.md,
+            "Small batches".
         **options: the template's options (``retry``, ``reset_binding``,
             ``on_replay_mismatch``, ``keep_batches``).
 
@@ -155,11 +168,13 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
         operation_timeout: float = 30.0,
         reuse_producers: bool = True,
         batch_produce: bool | str = True,
+        small_batch_rows: int = SMALL_BATCH_ROWS,
         **options: Any,
     ) -> None:
         super().__init__(
             sink_id=sink_id, slots=slots if slots is not None else 1,
-            slot_columns=slot_columns, barrier=barrier, **options,
+            slot_columns=slot_columns, barrier=barrier, small_batch_rows=small_batch_rows,
+            **options,
         )
         self.config = KafkaConfig(config)
         timeout_ms = self.config.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)

@@ -67,8 +67,11 @@ class WrappedBatch(BatchInput):
         return self._inner.run_tasks(fn, barrier=barrier)
 
     def slotted(self, slots: int, columns: list[str] | None = None, *,
-                key: str | None = None) -> BatchInput:
-        return self._wrap(self._inner.slotted(slots, columns, key=key))
+                key: str | None = None, local_rows: int = 0) -> BatchInput:
+        return self._wrap(self._inner.slotted(slots, columns, key=key, local_rows=local_rows))
+
+    def run_figures(self) -> dict[str, float]:
+        return self._inner.run_figures()
 
     def fingerprint(self) -> Fingerprint:
         return self._inner.fingerprint()

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -51,6 +52,7 @@ from connectors.spark._handover import (
     handover_rows,
     session_settings,
 )
+from connectors.spark._local import DriverSlots
 from connectors.spark._plan import ADAPTIVE, NARROW_NODES, narrow_plan
 from connectors.spark._rows import (
     arrow_schema,
@@ -80,8 +82,8 @@ __all__ = ["ADAPTIVE", "ENV_GC_FREEZE", "MAX_BYTES", "MAX_RECORDS", "MIN_HANDOVE
            "SparkBatch", "arrow_schema", "arrow_settings", "check_columns",
            "combine_fingerprint", "current_query_id", "fingerprint_aggregates", "flat_schema",
            "front_end", "gc_freeze_enabled", "handover_budget", "handover_rows", "has_map",
-           "narrow_plan", "outcome_task", "row_hash", "session_settings", "spark_fingerprint",
-           "with_row_hash"]
+           "narrow_plan", "outcome_task", "row_hash", "session_settings",
+           "spark_fingerprint", "with_row_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,17 +125,42 @@ class SparkBatch(BatchInput):
     conversion, ~4 ms).
     """
 
-    def __init__(self, df: DataFrame, *, hash_in_tasks: bool = False,
-                 handover: Handover | None = None, hashed: bool = False,
-                 schema: pa.Schema | None = None, static_plan: bool = False) -> None:
-        self._df = df
-        #: The slot job runs without adaptive execution (see :mod:`connectors.spark._plan`).
-        self.static_plan = static_plan
+    def __init__(self, df: DataFrame | Callable[[], DataFrame], *,
+                 hash_in_tasks: bool = False, handover: Handover | None = None,
+                 hashed: bool = False, schema: pa.Schema | None = None,
+                 static_plan: bool | Callable[[], bool] = False,
+                 driver_slots: DriverSlots | None = None,
+                 base: DataFrame | None = None) -> None:
+        if callable(df):  # built on first use (a slotted batch whose slots may run here)
+            assert base is not None, "a DataFrame built later needs a base DataFrame"
+            self._frame: DataFrame | None = None
+            self._build: Callable[[], DataFrame] | None = df
+        else:
+            self._frame, self._build = df, None
+        #: A DataFrame of the same session (for the session and the engine kind).
+        self._base: DataFrame = base if base is not None else cast("DataFrame", df)
+        #: Small batches in the driver (:mod:`connectors.spark._local`), when offered.
+        self._driver_slots = driver_slots
+        self._static_plan = static_plan
         self._schema: pa.Schema | None = schema
         self._hash_in_tasks = hash_in_tasks
         self._handover = handover
         self._hashed = hashed
         self._unguarded: DataFrame | None = None
+
+    @property
+    def _df(self) -> DataFrame:
+        if self._frame is None:
+            assert self._build is not None
+            self._frame = self._build()
+        return self._frame
+
+    @property
+    def static_plan(self) -> bool:
+        """The slot job runs without adaptive execution (see :mod:`connectors.spark._plan`)."""
+        if callable(self._static_plan):
+            self._static_plan = self._static_plan()
+        return self._static_plan
 
     def _plain(self) -> DataFrame:
         """The batch's DataFrame without a handover's guard (built on first use)."""
@@ -175,7 +202,7 @@ class SparkBatch(BatchInput):
         if self._schema is None:
             from pyspark.sql.types import StructType
 
-            spark = self._df.sparkSession
+            spark = self._base.sparkSession
             fields = [f for f in self._df.schema.fields
                       if not (self._hashed and f.name == ROW_HASH_COLUMN)]
             self._schema = arrow_schema(
@@ -199,14 +226,14 @@ class SparkBatch(BatchInput):
                           schema=schema)
 
     def task_slots(self) -> int | None:
-        if is_connect(self._df):
-            return connect_task_slots(self._df.sparkSession)
-        return int(self._df.sparkSession.sparkContext.defaultParallelism)
+        if is_connect(self._base):
+            return connect_task_slots(self._base.sparkSession)
+        return int(self._base.sparkSession.sparkContext.defaultParallelism)
 
     def barrier_refusal(self) -> str | None:
-        if is_connect(self._df):
-            return connect_barrier_refusal(self._df.sparkSession)
-        conf = self._df.sparkSession.sparkContext.getConf()
+        if is_connect(self._base):
+            return connect_barrier_refusal(self._base.sparkSession)
+        conf = self._base.sparkSession.sparkContext.getConf()
         if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
             return ("spark.dynamicAllocation.enabled=true, and Spark refuses barrier "
                     "stages then (turn dynamic allocation off)")
@@ -217,8 +244,8 @@ class SparkBatch(BatchInput):
         configuration, which the client's :func:`connectors.stop_gracefully` sets."""
         if super().stop_requested(query_id):
             return True
-        return query_id is not None and is_connect(self._df) \
-            and stop_flag(self._df.sparkSession, query_id)
+        return query_id is not None and is_connect(self._base) \
+            and stop_flag(self._base.sparkSession, query_id)
 
     def await_tasks_ended(self) -> None:
         """Classic: until the status tracker shows no running task in the batch's job
@@ -226,19 +253,29 @@ class SparkBatch(BatchInput):
         ``spark.python.task.killTimeout``."""
         from connectors.spark._stop import CONNECT_TASKS_END_WAIT, await_tasks_ended
 
-        if is_connect(self._df):
+        if is_connect(self._base):
             time.sleep(CONNECT_TASKS_END_WAIT)
         else:
-            await_tasks_ended(self._df.sparkSession.sparkContext)
+            await_tasks_ended(self._base.sparkSession.sparkContext)
 
     def publish_metrics(self, metrics: dict[str, object]) -> None:
         """Under Spark Connect, into the session's configuration (the client's session,
         which the foreachBatch worker shares): :func:`connectors.spark.last_metrics` reads
         them on the client. In classic PySpark ``sink.last_metrics`` has them already."""
-        if is_connect(self._df):
-            publish_metrics(self._df.sparkSession, metrics)
+        if is_connect(self._base):
+            publish_metrics(self._base.sparkSession, metrics)
+
+    def run_figures(self) -> dict[str, float]:
+        """``driver_slots`` (1: the last :meth:`run_tasks` ran the slots in the driver),
+        ``driver_rows``, ``driver_collect_ms``, ``driver_tasks_ms``; or nothing."""
+        return dict(self._driver_slots.figures) if self._driver_slots is not None else {}
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
+        if self._driver_slots is not None and not barrier:
+            outcomes = self._driver_slots.run(fn)
+            if outcomes is not None:
+                return outcomes
+
         def run(df: DataFrame) -> list[TaskOutcome]:
             rows = (self.task_frame(df)
                     .mapInArrow(outcome_task(fn), _outcome_type(), barrier=barrier).collect())
@@ -246,7 +283,7 @@ class SparkBatch(BatchInput):
 
         if barrier:
             return self._run_barrier(fn)
-        spark = self._df.sparkSession
+        spark = self._base.sparkSession
         plan = {ADAPTIVE: "false"} if self.static_plan else {}
         handover = self._handover
         if handover is None:
@@ -283,7 +320,7 @@ class SparkBatch(BatchInput):
         return [TaskOutcome.from_bytes(bytes(row[0])) for row in rows]
 
     def slotted(self, slots: int, columns: list[str] | None = None, *,
-                key: str | None = None) -> SparkBatch:
+                key: str | None = None, local_rows: int = 0) -> SparkBatch:
         """Rows placed into ``slots`` partitions by a hash of ``columns``; by default by
         their content: the JVM's row hash, computed before the shuffle and handed to the
         tasks as is (one ``xxhash64`` of every row instead of that after the shuffle plus
@@ -296,6 +333,9 @@ class SparkBatch(BatchInput):
         by their content as above. Spark's shuffle hands a slot the rows of each input
         partition in their order (each map task's output for the slot is one block, read
         in sequence), so rows of one key keep their input partition's order in their slot.
+
+        ``local_rows`` (> 0): a batch of at most that many rows may run its slots in the
+        driver without the shuffle (:mod:`connectors.spark._local`); not when tasks hash.
         """
         from pyspark.sql import functions as F  # noqa: N812
 
@@ -304,11 +344,13 @@ class SparkBatch(BatchInput):
         names = self._schema.names if self._schema is not None else self._df.columns
         by_key = key is not None and key in names
 
-        def place(df: DataFrame) -> DataFrame:
+        def placement(df: DataFrame) -> tuple[DataFrame, list[Column]]:
+            """The rows (the row hash added where it places them) and what places them."""
             if not by_key:  # the placement before per-key order: kept exactly, for replays
                 if hashed:
-                    return with_row_hash(df).repartition(slots, ROW_HASH_COLUMN)
-                return df.repartition(slots, *(columns if columns is not None else df.columns))
+                    return with_row_hash(df), [F.col(ROW_HASH_COLUMN)]
+                return df, [F.col(f"`{c}`")
+                            for c in (columns if columns is not None else df.columns)]
             if hashed:
                 df = with_row_hash(df)
             if columns is not None:
@@ -318,15 +360,30 @@ class SparkBatch(BatchInput):
             else:
                 content = F.hash(*[F.col(f"`{c}`") for c in df.columns])
             k = F.col(f"`{key}`")
-            return df.repartition(slots, F.when(k.isNull(), content).otherwise(F.xxhash64(k)))
+            return df, [F.when(k.isNull(), content).otherwise(F.xxhash64(k))]
 
+        def place(df: DataFrame) -> DataFrame:
+            rows, exprs = placement(df)
+            return rows.repartition(slots, *exprs)
+
+        rows, exprs = placement(self._df)
         handover = self._handover
-        if handover is not None and handover.fallback is not None:
-            fallback = handover.fallback
+        fallback = handover.fallback if handover is not None else None
+        if handover is not None and fallback is not None:
             handover = Handover(handover.rows, lambda: place(fallback()), handover.tripped)
-        return SparkBatch(place(self._df), hash_in_tasks=self._hash_in_tasks,
-                          handover=handover, hashed=hashed or self._hashed,
-                          static_plan=narrow_plan(self._df))
+        driver = None
+        if local_rows > 0 and not self.hashes_in_tasks:
+            # The guarded rows: a row above the handover's bound fails the collect, and the
+            # batch then takes the shuffle, which handles it.
+            driver = DriverSlots(
+                lambda: rows if hashed or self._hashed else with_row_hash(rows),
+                exprs, slots, local_rows)
+        source = self._df
+        return SparkBatch(lambda: rows.repartition(slots, *exprs),
+                          hash_in_tasks=self._hash_in_tasks, handover=handover,
+                          hashed=hashed or self._hashed, schema=self.schema,
+                          static_plan=lambda: narrow_plan(source), driver_slots=driver,
+                          base=source)
 
     def fingerprint(self) -> Fingerprint:
         df = self.spark_df

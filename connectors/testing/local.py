@@ -150,7 +150,7 @@ class LocalBatch(BatchInput):
         return outcomes
 
     def slotted(self, slots: int, columns: list[str] | None = None, *,
-                key: str | None = None) -> LocalBatch:
+                key: str | None = None, local_rows: int = 0) -> LocalBatch:
         table = self.to_arrow()
         cols = columns if columns is not None else table.column_names
         by_key = key is not None and key in table.column_names

@@ -1,0 +1,167 @@
+"""Small slotted batches without the shuffle: the slots' tasks run in the driver.
+
+A task-commit sink places rows into slots with a shuffle (``repartition(slots, <hash>)``)
+and runs one Spark task per slot: for a batch of a few hundred rows that is a two-stage
+job with a Python stage, ~100-140 ms against Spark's own Kafka writer's ~30-40 ms. When the
+sink allows it (``local_rows``) and expects a small batch, :class:`DriverSlots` instead
+
+1. collects the batch to the driver, each row with the slot the shuffle would have put it
+   in (``pmod(hash(<placement>), slots)``: the expression of Spark's ``HashPartitioning``),
+   in one Spark job of one stage without Python workers;
+2. if the batch has more than ``local_rows`` rows, gives up (the caller runs the shuffle as
+   usual; see :meth:`DriverSlots.collect` for what that costs); otherwise
+3. runs the sink's task function once per slot, in a thread each, on a pickled copy of it
+   (what a Spark task would receive), with the slot's rows in input order.
+
+Every row lands in the slot the shuffle would have chosen, so which route a batch took
+changes nothing a replay sees: a replay by either route finds the same rows in the same
+slots and compares them with the slots' committed markers. The equality of the two
+placements is checked once per Spark session (:func:`placement_matches`, one small job);
+where it does not hold, every batch takes the shuffle. A slot task that raises (a broker
+error, not bad input: that is returned) sends the whole batch to the shuffle route, where
+Spark retries tasks as usual; slots that committed meanwhile find their markers there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from connectors.core.batch import TaskFunction, TaskInfo, TaskOutcome
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+__all__ = ["SLOT_COLUMN", "DriverSlots", "placement_matches"]
+
+logger = logging.getLogger(__name__)
+
+#: The column that carries each row's slot to the driver (dropped before the task sees it).
+SLOT_COLUMN = "__connectors_slot"
+
+_checked: dict[int, bool] = {}
+_checked_lock = threading.Lock()
+
+
+def placement_matches(spark: SparkSession) -> bool:
+    """Whether ``pmod(hash(cols), n)`` is the partition ``repartition(n, cols)`` puts a row
+    in, on this Spark: one job over 600 rows and three partition counts, once per session
+    (its answer kept). ``False`` (logged once as a WARNING) when it differs or fails."""
+    key = id(spark)
+    with _checked_lock:
+        if key in _checked:
+            return _checked[key]
+    from pyspark.sql import functions as F  # noqa: N812
+
+    ok = True
+    try:
+        base = spark.range(0, 600, 1, 3).select(
+            F.xxhash64("id").alias("h"), F.col("id").cast("string").alias("s"))
+        parts = []
+        for n in (2, 3, 7):
+            parts.append(base.repartition(n, "h", "s").select(
+                (F.spark_partition_id() != F.pmod(F.hash("h", "s"), F.lit(n))).alias("bad")))
+        union = parts[0].unionAll(parts[1]).unionAll(parts[2])
+        bad = union.where("bad").count()
+        ok = bad == 0
+        if not ok:
+            logger.warning("this Spark places rows by repartition(n, cols) other than by "
+                           "pmod(hash(cols), n) (%d of 1,800 rows): small batches take the "
+                           "slotting shuffle like every other batch", bad)
+    except Exception as exc:
+        ok = False
+        logger.warning("checking Spark's hash placement failed (%s): small batches take the "
+                       "slotting shuffle like every other batch", type(exc).__name__)
+    with _checked_lock:
+        if len(_checked) > 64:
+            _checked.clear()
+        _checked[key] = ok
+    return ok
+
+
+class DriverSlots:
+    """Runs a slotted batch of at most ``limit`` rows in the driver (see the module
+    docstring). ``frame`` builds the batch's rows before the shuffle, the row hash last if
+    the tasks expect it; ``placement`` is the expression the shuffle partitions by."""
+
+    def __init__(self, frame: Callable[[], DataFrame], placement: list[Column], slots: int,
+                 limit: int) -> None:
+        self._frame = frame
+        self._placement = placement
+        self.slots = slots
+        self.limit = limit
+        #: What the last :meth:`run` did, for the batch's metrics.
+        self.figures: dict[str, float] = {}
+
+    def collect(self) -> pa.Table | None:
+        """The batch's rows with their slots, or ``None`` when there are more than
+        ``limit`` (or the collect failed: the shuffle route then reports it).
+
+        A plain collect, one stage: a ``limit`` would add a second (Spark's
+        ``CollectLimitExec`` gathers through a single-partition exchange for an Arrow
+        collect), and a per-partition bound by ``monotonically_increasing_id`` cost 20-30
+        ms more per 100-row batch, as much as what the route saves. So a batch larger than
+        expected is collected whole before it takes the shuffle; the driver's
+        ``spark.driver.maxResultSize`` bounds that (the collect then fails, and the batch
+        takes the shuffle), and the caller offers the route only after a small batch.
+        """
+        from pyspark.sql import functions as F  # noqa: N812
+
+        df = self._frame()
+        if not placement_matches(df.sparkSession):
+            return None
+        slot = F.pmod(F.hash(*self._placement), F.lit(self.slots)).cast("int")
+        started = time.monotonic()
+        try:
+            table: pa.Table = df.withColumn(SLOT_COLUMN, slot).toArrow()
+        except Exception as exc:
+            logger.info("collecting a small batch to the driver failed (%s): it takes the "
+                        "slotting shuffle", type(exc).__name__)
+            return None
+        finally:
+            self.figures["driver_collect_ms"] = (time.monotonic() - started) * 1000
+        if table.num_rows > self.limit:
+            logger.info("a batch of %d rows is larger than expected (%d): it takes the "
+                        "slotting shuffle", table.num_rows, self.limit)
+            return None
+        return table
+
+    def run(self, fn: TaskFunction) -> list[TaskOutcome] | None:
+        """One outcome per slot, or ``None``: the batch is not small (or a slot task
+        raised), run it with the shuffle."""
+        self.figures = {"driver_slots": 0.0}
+        table = self.collect()
+        if table is None:
+            return None
+        from pyspark import cloudpickle
+
+        slots_of = table.column(SLOT_COLUMN).to_numpy(zero_copy_only=False)
+        rows = table.drop_columns([SLOT_COLUMN])
+        shipped = cloudpickle.dumps(fn)  # type: ignore[no-untyped-call]  # a task's copy
+
+        def task(slot: int) -> TaskOutcome:
+            mine = rows.take(pa.array(np.flatnonzero(slots_of == slot)))  # input order kept
+            info = TaskInfo(partition=slot, attempt_number=0, task_attempt_id=-1 - slot)
+            copy: TaskFunction = cloudpickle.loads(shipped)
+            return copy(info, iter(mine.to_batches()))
+
+        started = time.monotonic()
+        try:
+            with ThreadPoolExecutor(self.slots, thread_name_prefix="connectors-slot") as pool:
+                outcomes = list(pool.map(task, range(self.slots)))
+        except Exception as exc:
+            logger.warning("a slot of a small batch failed in the driver (%s): the batch "
+                           "runs again with the slotting shuffle, where Spark retries "
+                           "tasks; slots that committed find their markers there",
+                           type(exc).__name__)
+            return None
+        self.figures.update(driver_slots=1.0, driver_rows=float(table.num_rows),
+                            driver_tasks_ms=(time.monotonic() - started) * 1000)
+        return outcomes

@@ -1,0 +1,189 @@
+"""Small batches without the slotting shuffle (``small_batch_rows``): the slots run in the
+driver, every row in the slot the shuffle would have chosen.
+
+- The two routes place every row alike, for each placement rule (content, key, named
+  columns) and slot count, with equal fingerprints per slot: a replay by either route
+  finds the other route's markers valid. The driver route keeps the input order in a slot.
+- KafkaSink on a real broker: the driver route writes exactly once, keeps per-key order,
+  and a batch whose slots committed by one route (the driver killed before the decision)
+  is finished by the other, writing nothing twice.
+- Real drivers SIGKILLed at both task crash points while the slots run in the driver, then
+  restarted: every record once, no transaction left open.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from connectors.core.batch import TaskInfo, TaskOutcome
+from connectors.core.crash import SimulatedCrash, armed
+from connectors.core.fingerprint import split_row_hash
+from connectors.core.ledger import TaskCommit
+from connectors.core.metrics import BatchMetrics
+from connectors.core.protocol import CrashPoint
+from connectors.kafka import KafkaSink
+from connectors.spark.batch import SparkBatch
+from integration._driver import reached
+from integration._kafka import KafkaTarget, target_fixture
+from integration.test_kafka_kill import SLOTS, KafkaJob
+
+pytestmark = [pytest.mark.integration]
+
+kafka = target_fixture("small", partitions=2, create=False)
+
+
+def _capture(info: TaskInfo, batches: Iterator[pa.RecordBatch]) -> TaskOutcome:
+    """A task that returns the ids it got, in order, and their fingerprint."""
+    ids: list[int] = []
+    from connectors.core.fingerprint import Fingerprint
+
+    fp = Fingerprint()
+    for batch in batches:
+        batch_fp, data = split_row_hash(batch)
+        fp = fp + batch_fp
+        ids += data.column("id").to_pylist()
+    payload = json.dumps(ids).encode()
+    return TaskOutcome(commit=TaskCommit("t", info.partition, info.task_attempt_id, fp, payload))
+
+
+def _slots(outcomes: list[TaskOutcome]) -> dict[int, tuple[list[int], Any]]:
+    found = {}
+    for o in outcomes:
+        assert o.commit is not None, o.error
+        found[o.commit.partition] = (json.loads(o.commit.payload), o.commit.fingerprint)
+    return found
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+@pytest.mark.parametrize("rule", ["content", "key", "columns"])
+def test_both_routes_put_every_row_in_the_same_slot(spark: Any, rule: str, slots: int) -> None:
+    from pyspark.sql import functions as sf
+
+    df = spark.range(0, 300, 1, 3).select(
+        "id",
+        sf.when(sf.col("id") % 7 == 0, sf.lit(None))
+          .otherwise((sf.col("id") % 11).cast("string")).alias("key"),
+        sf.concat(sf.lit("v"), sf.col("id").cast("string")).alias("value"))
+    columns = ["value"] if rule == "columns" else None
+    key = "key" if rule == "key" else None
+
+    shuffled = SparkBatch(df).slotted(slots, columns, key=key)
+    by_shuffle = _slots(shuffled.run_tasks(_capture))
+    assert shuffled.run_figures() == {}
+    local = SparkBatch(df).slotted(slots, columns, key=key, local_rows=300)
+    by_driver = _slots(local.run_tasks(_capture))
+    assert local.run_figures()["driver_slots"] == 1.0, local.run_figures()
+
+    assert sorted(by_driver) == sorted(by_shuffle) == list(range(slots))
+    for slot in range(slots):
+        ids, fp = by_driver[slot]
+        assert sorted(ids) == sorted(by_shuffle[slot][0]), slot
+        assert fp == by_shuffle[slot][1], slot
+        assert ids == sorted(ids), f"slot {slot} lost the input order: {ids[:20]}"
+    assert sum(len(ids) for ids, _ in by_driver.values()) == 300
+
+    # More rows than allowed: the same batch takes the shuffle.
+    bigger = SparkBatch(df).slotted(slots, columns, key=key, local_rows=299)
+    assert _slots(bigger.run_tasks(_capture)).keys() == by_shuffle.keys()
+    assert bigger.run_figures()["driver_slots"] == 0.0
+
+
+def _records(spark: Any, batch: int, rows: int = 100) -> Any:
+    """``rows`` records: ids ``batch*rows..``, 10 keys, the id as value (JSON); one input
+    partition, so that every key's records have one input order to keep."""
+    from pyspark.sql import functions as sf
+
+    start = batch * rows
+    return spark.range(start, start + rows, 1, 1).select(
+        (sf.col("id") % 10).cast("string").alias("key"),
+        sf.to_json(sf.struct("id")).alias("value"))
+
+
+def _sink(kafka: KafkaTarget, **kwargs: Any) -> KafkaSink:
+    return KafkaSink(kafka.topic, {"bootstrap.servers": kafka.bootstrap},
+                     sink_id=kafka.sink_id, slots=SLOTS, create_topic=True,
+                     topic_partitions=2, **kwargs)
+
+
+def _assert_per_key_order(kafka: KafkaTarget) -> None:
+    """Each key's ids arrive in increasing order in its partition (one input partition
+    holds a key's ids in order here, so the sink must keep that order)."""
+    last: dict[bytes, int] = collections.defaultdict(lambda: -1)
+    for m in kafka.messages():
+        assert m.key is not None
+        i = int(m.json()["id"])
+        assert i > last[m.key], f"key {m.key!r}: {i} after {last[m.key]}"
+        last[m.key] = i
+
+
+def test_small_batches_are_exact_in_order_and_finish_across_routes(
+    spark: Any, kafka: KafkaTarget
+) -> None:
+    sink = _sink(kafka)
+    for b in range(4):
+        sink(_records(spark, b), b)
+        m = sink.last_metrics
+        assert m is not None and m.outcome == "committed"
+        # The first batch of a driver run takes the shuffle; later small ones the driver.
+        assert m.extra.get("driver_slots", 0.0) == (0.0 if b == 0 else 1.0), m.extra
+    kafka.assert_exact(400)
+    _assert_per_key_order(kafka)
+
+    # Batch 4: both slots commit in the driver, the driver "dies" before the decision.
+    with armed(CrashPoint.BEFORE_DECISION, batch_id=4), pytest.raises(SimulatedCrash):
+        sink(_records(spark, 4), 4)
+    sink.close()
+    # A restarted driver whose slots run as Spark tasks finds both markers valid.
+    restarted = _sink(kafka, small_batch_rows=0)
+    restarted(_records(spark, 4), 4)
+    m = restarted.last_metrics
+    assert m is not None and m.outcome == "replayed", m
+    assert m.extra.get("driver_slots", 0.0) == 0.0
+    # Batch 5: committed by the shuffle's tasks, then the driver dies before the decision.
+    with armed(CrashPoint.BEFORE_DECISION, batch_id=5), pytest.raises(SimulatedCrash):
+        restarted(_records(spark, 5), 5)
+    restarted.close()
+    again = _sink(kafka)
+    # As if this driver had just written a small batch: its first batch takes the driver.
+    again.last_metrics = BatchMetrics(again.sink_id, 4, "commit_in_task", "committed", rows=100)
+    again(_records(spark, 5), 5)
+    m = again.last_metrics
+    assert m is not None and m.outcome == "replayed" and m.extra["driver_slots"] == 1.0, m
+    again(_records(spark, 6), 6)
+    again.close()
+    kafka.assert_exact(700)
+    _assert_per_key_order(kafka)
+
+
+@pytest.mark.slow
+def test_driver_killed_inside_its_slots_then_restarts_are_exact(
+    tmp_path: Path, kafka: KafkaTarget
+) -> None:
+    """The rate source, 4 batches of 400 records, slots in the driver from the second
+    batch of each run on: the driver is SIGKILLed while slot 1 has produced but not
+    committed (slot 0 may have committed), then in the next run after slot 0 committed;
+    the third run finishes. Every record once, no transaction left open."""
+    kafka.create(partitions=2)
+    job = KafkaJob(tmp_path, kafka, source="rate", small_batch_rows=1000)
+    plan = [(CrashPoint.BEFORE_PRECOMMIT, 2, 1), (CrashPoint.AFTER_PRECOMMIT, 3, 0)]
+    for point, batch, slot in plan:
+        run = job.run(crash=f"{point.value}:batch={batch}:partition={slot}")
+        # A task's crash point kills its Python worker, never the driver: -9 proves the
+        # slot ran in the driver.
+        assert run.returncode == -9, f"the driver was not SIGKILLed:\n{run.tail()}"
+        assert job.reached(point, batch, partition=slot), reached(job.crash_log)
+        routes = {int(m["batch_id"]): float(m.get("driver_slots", 0)) for m in run.metrics()}
+        assert routes.get(batch - 1) == (1.0 if batch == 2 else 0.0), routes
+    final = job.run()
+    assert final.returncode == 0, final.tail()
+    job.assert_exact()
+    for slot, ms in job.markers().items():
+        batches = [m["batch_id"] for m in ms]
+        assert len(batches) == len(set(batches)), (slot, batches)
