@@ -22,6 +22,11 @@ size; ``--partitions`` partitions, materialised before any timing) into its own 
                         starts a new producer (``init_transactions``), as before the
                         producers were kept
 ``kafka-sink-barrier``  the default sink with ``barrier=True`` (one barrier stage)
+``kafka-sink-public``   the default sink with ``batch_produce="public"``: the ctypes
+                        accelerator off, confluent-kafka's public ``produce_batch`` only
+``kafka-sink-shuffle``  (tiny batches only) the default sink with ``small_batch_rows=0``:
+                        every batch through the slotting shuffle, as before small batches
+                        ran their slots in the driver
 ``plain-producer``      no Spark: ``--partitions`` processes, each a confluent-kafka
                         ``produce()`` loop over pre-built Python bytes (what a Python
                         producer record by record reaches without Spark)
@@ -76,18 +81,30 @@ if TYPE_CHECKING:
 logger = logging.getLogger("benchmarks.kafka_bench")
 
 TARGET_VS_SPARK = 1.0
-CONTENDERS = ("spark-kafka", "kafka-sink", "kafka-sink-fresh", "kafka-sink-barrier",
-              "plain-producer")
-#: Those also timed with tiny batches (the per-batch overhead).
-TINY = ("spark-kafka", "kafka-sink", "kafka-sink-fresh", "kafka-sink-barrier")
+#: Per-batch latency of a 100-record batch: KafkaSink / Spark's writer, at most (stretch).
+TARGET_TINY, STRETCH_TINY = 2.0, 1.5
+#: Throughput targets by value size: (with the accelerator, without it).
+TARGETS = {100: (1.0, 0.9), 1000: (1.5, 1.3)}
+CONTENDERS = ("spark-kafka", "kafka-sink", "kafka-sink-public", "kafka-sink-fresh",
+              "kafka-sink-barrier", "plain-producer")
+#: Those timed with tiny batches (the per-batch latency).
+TINY = ("spark-kafka", "kafka-sink", "kafka-sink-shuffle", "kafka-sink-public")
+#: The skewed-key run (one key holds ``--skew`` of the records).
+SKEWED = ("spark-kafka", "kafka-sink", "kafka-sink-public")
 Writer = Callable[["DataFrame", str], None]
 
 
-def make_df(spark: SparkSession, rows: int, size: int, partitions: int) -> DataFrame:
+def make_df(spark: SparkSession, rows: int, size: int, partitions: int,
+            skew: float = 0.0) -> DataFrame:
+    """``key`` = the id (``skew`` > 0: the key ``hot`` for that share of the records, spread
+    over the input), ``value`` = the id padded to ``size`` bytes; cached and counted."""
     from pyspark.sql import functions as sf
 
+    key = sf.col("id").cast("string")
+    if skew > 0:
+        key = sf.when(sf.col("id") % 1000 < int(skew * 1000), sf.lit("hot")).otherwise(key)
     df = spark.range(0, rows, 1, partitions).select(
-        sf.col("id").cast("string").alias("key"),
+        key.alias("key"),
         sf.rpad(sf.col("id").cast("string"), size, "x").cast("binary").alias("value"),
     )
     df = df.cache()
@@ -180,7 +197,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=2, help="input partitions = slots (2)")
     p.add_argument("--topic-partitions", type=int, default=2)
     p.add_argument("--tiny-rows", type=int, default=100, help="records per tiny batch (100)")
-    p.add_argument("--tiny-batches", type=int, default=10, help="timed tiny batches (10)")
+    p.add_argument("--tiny-batches", type=int, default=40,
+                   help="timed tiny batches per contender (40: the latency table's median "
+                        "and p90)")
+    p.add_argument("--tiny-only", action="store_true",
+                   help="only the tiny-batch latency table (no throughput runs)")
+    p.add_argument("--skew", type=float, default=0.3,
+                   help="share of the records of one key in the skewed run at 100 B (0.3; "
+                        "0: no skewed run)")
     p.add_argument("--bootstrap", default=None, help="default: $EOS_KAFKA_BOOTSTRAP")
     p.add_argument("--driver-memory", default="3g")
     p.add_argument("--json", default=None, help="also write the results to this file")
@@ -188,6 +212,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.rows, args.runs, args.tiny_batches, args.warm_runs = 100_000, 1, 5, 1
+    if args.tiny_only:
+        args.runs = args.warm_runs = 0
     return args
 
 
@@ -200,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no Kafka: pass --bootstrap or run scripts/services start", file=sys.stderr)
         return 2
     from connectors.kafka import KafkaSink
+    from connectors.kafka._sink import SMALL_BATCH_ROWS
     from connectors.spark import get_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -231,7 +258,11 @@ def main(argv: list[str] | None = None) -> int:
             sinks[key] = KafkaSink(topic, {"bootstrap.servers": bootstrap},
                                    sink_id=f"bench-{tag}-{key}"[:40], slots=args.partitions,
                                    barrier=name.startswith("kafka-sink-barrier"),
-                                   reuse_producers=not name.startswith("kafka-sink-fresh"))
+                                   reuse_producers=not name.startswith("kafka-sink-fresh"),
+                                   batch_produce=("public" if name.startswith("kafka-sink-public")
+                                                  else True),
+                                   small_batch_rows=(0 if name.startswith("kafka-sink-shuffle")
+                                                     else SMALL_BATCH_ROWS))
             batch_ids[key] = 0
         return sinks[key]
 
@@ -243,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         .getCompilationMXBean()
 
     def run(name: str, df: DataFrame, rows: int, size: int, phase: str) -> float:
-        topic = topic_for(name if phase == "big" else f"{name}-t", size)
+        suffix = {"big": "", "skew": "-s"}.get(phase, "-t")  # tiny batches: own sinks
+        topic = topic_for(name + suffix, size)
         before = end_offsets(bootstrap, topic)
         cpu_before = machine_cpu_seconds()
         jit_before = compilation.getTotalCompilationTime()
@@ -255,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                  .option("topic", topic).save())
             seconds = t[0]
         else:
-            sink = sink_for(name + ("" if phase == "big" else "-t"), topic, size)
-            key = f"{name + ('' if phase == 'big' else '-t')}-{size}"
+            sink = sink_for(name + suffix, topic, size)
+            key = f"{name + suffix}-{size}"
             with stopwatch() as t:
                 sink(df, batch_ids[key])
             batch_ids[key] += 1
@@ -276,91 +308,125 @@ def main(argv: list[str] | None = None) -> int:
         assert grown >= rows, f"{name}: the topic grew by {grown} < {rows} records"
         return seconds
 
+    def throughput(df: DataFrame, size: int, names: tuple[str, ...], title: str,
+                   phase: str = "big") -> dict[str, Any]:
+        """Warm-up rounds, then ``args.runs`` interleaved rounds; the table and targets."""
+        for _ in range(args.warm_runs):  # steady state: full-size batches, untimed
+            for name in names:
+                if name != "plain-producer":  # new processes every run: nothing to warm
+                    run(name, df, args.rows, size, phase)
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for key in [k for k in cpu if f"/{phase}/" in k] + [k for k in jit if f"/{phase}/" in k]:
+            cpu.pop(key, None)
+            jit.pop(key, None)
+        for r in range(args.runs):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                times[name].append(run(name, df, args.rows, size, phase))
+        rates = {n: args.rows / median(ts) for n, ts in times.items()}
+        cpu_s = {n: median(cpu[k]) for n in names if (k := f"{n}/{phase}/{size}") in cpu}
+        jit_ms = {n: median(jit[k]) for n in names if (k := f"{n}/{phase}/{size}") in jit}
+        print(f"\n## {title}, {args.rows:,} records, {args.partitions} partitions, median of "
+              f"{args.runs} interleaved rounds")
+        rows_out = []
+        for n in names:
+            interval = "-"
+            if n != "spark-kafka":
+                lo, hi = ratio_interval(times["spark-kafka"], times[n])
+                interval = f"{lo:.2f}x-{hi:.2f}x"
+            rows_out.append([
+                n, f"{rates[n]:,.0f}", f"{rates[n] * size / 1e6:,.1f}",
+                f"{rates[n] / rates['spark-kafka']:.2f}x", interval,
+                f"{cpu_s[n]:.2f}" if n in cpu_s else "-",
+                f"{jit_ms[n]:.0f}" if n in jit_ms else "-"])
+        print(format_table(["contender", "msgs/s", "MB/s (values)", "vs spark-kafka",
+                            "95 % interval (total time over the rounds)",
+                            "machine CPU-s per run", "JIT ms per run"], rows_out))
+        paired = sorted(a / b for a, b in zip(times["spark-kafka"], times["kafka-sink"],
+                                              strict=True))
+        low, high = ratio_interval(times["spark-kafka"], times["kafka-sink"])
+        out: dict[str, Any] = {"msgs_per_s": rates, "seconds": times, "cpu_seconds": cpu_s,
+                               "jit_ms": jit_ms, "paired_ratios": paired,
+                               "ratio_interval_95": [low, high]}
+        with_acc, without = TARGETS.get(size, (None, None)) if phase == "big" else (None, None)
+        for n, target in (("kafka-sink", with_acc), ("kafka-sink-public", without)):
+            if n not in rates:
+                continue
+            ratio = rates[n] / rates["spark-kafka"]
+            lo, hi = ratio_interval(times["spark-kafka"], times[n])
+            verdict = "reported" if target is None else (
+                "met" if ratio >= target else "NOT met")
+            what = ("accelerator on" if n == "kafka-sink"
+                    else "accelerator off (public produce_batch)")
+            print(f"KafkaSink ({what}) / Spark's writer: {ratio:.2f}x (95 % interval "
+                  f"{lo:.2f}x-{hi:.2f}x; target {f'>= {target}x' if target else '-'}: "
+                  f"{verdict})")
+        print(f"paired per round (the sink, accelerator on): median {median(paired):.2f}x, "
+              f"{paired[0]:.2f}x-{paired[-1]:.2f}x")
+        if "spark-kafka" in cpu_s and "kafka-sink" in cpu_s:
+            mine, theirs = cpu_s["kafka-sink"], cpu_s["spark-kafka"]
+            print(f"Machine CPU per {args.rows:,}-record run (JVM, Python workers, broker): "
+                  f"KafkaSink {mine:.2f} s, Spark's writer {theirs:.2f} s ({mine / theirs:.2f}x)")
+        return out
+
+    def latency(tiny: DataFrame, size: int) -> dict[str, Any]:
+        """``args.tiny_batches`` tiny batches per contender, interleaved batch by batch."""
+        tiny_times: dict[str, list[float]] = {n: [] for n in TINY}
+        for i in range(args.tiny_batches):
+            order = TINY[i % len(TINY):] + TINY[:i % len(TINY)]
+            for name in order:
+                tiny_times[name].append(1000 * run(name, tiny, args.tiny_rows, size, "tiny"))
+        metrics = [m for m in results.get("metrics", [])
+                   if m["phase"] == "tiny" and m["size"] == size]
+        base = median(tiny_times["spark-kafka"])
+        rows_out = []
+        for n in TINY:
+            ts = sorted(tiny_times[n])
+            p90 = ts[min(len(ts) - 1, round(0.9 * (len(ts) - 1)))]
+            mine = [m for m in metrics if m["contender"] == n]
+            driver = sum(1 for m in mine if m.get("driver_slots") == 1.0)
+            rows_out.append([n, f"{median(ts):.1f}", f"{p90:.1f}", f"{ts[0]:.1f}",
+                             f"{median(ts) / base:.2f}x",
+                             f"{driver}/{len(mine)}" if n != "spark-kafka" else "-"])
+        print(f"\n## {args.tiny_rows}-record batches, value {size} B: {args.tiny_batches} "
+              "per contender, interleaved (ms per batch, the whole sink call or save())")
+        print(format_table(["contender", "median ms", "p90 ms", "min ms", "median vs spark-kafka",
+                            "batches whose slots ran in the driver"], rows_out))
+        ratio = median(tiny_times["kafka-sink"]) / base
+        verdict = ("met, stretch met" if ratio <= STRETCH_TINY else
+                   "met" if ratio <= TARGET_TINY else "NOT met")
+        print(f"KafkaSink {args.tiny_rows}-record batch / Spark's writer: {ratio:.2f}x (target "
+              f"<= {TARGET_TINY}x, stretch {STRETCH_TINY}x: {verdict}); through the shuffle "
+              f"(small_batch_rows=0): {median(tiny_times['kafka-sink-shuffle']) / base:.2f}x")
+        return {"tiny_batch_ms": tiny_times}
+
     try:
         for size in [int(s) for s in args.sizes.split(",")]:
-            df = make_df(spark, args.rows, size, args.partitions)
             tiny = make_df(spark, args.tiny_rows, size, args.partitions)
-            for name in CONTENDERS:  # warm-up: JIT, topics, sinks' internal topics
-                run(name, tiny, args.tiny_rows, size, "warm")
-                # The timed topics and sinks too: a first write to a new topic (and a sink's
-                # first batch, which starts its driver run) took 2-3x a steady one.
-                run(name, tiny, args.tiny_rows, size, "big")
-            for _ in range(args.warm_runs):  # steady state: full-size batches, untimed
-                for name in CONTENDERS:
-                    if name != "plain-producer":  # new processes every run: nothing to warm
-                        run(name, df, args.rows, size, "big")
-            times: dict[str, list[float]] = {n: [] for n in CONTENDERS}
-            cpu.clear()  # the timed runs only
-            jit.clear()
-            for r in range(args.runs):
-                order = CONTENDERS[r % len(CONTENDERS):] + CONTENDERS[:r % len(CONTENDERS)]
-                for name in order:
-                    times[name].append(run(name, df, args.rows, size, "big"))
-            tiny_times: dict[str, list[float]] = {n: [] for n in TINY}
-            for _ in range(args.tiny_batches):
-                for name in TINY:
-                    tiny_times[name].append(run(name, tiny, args.tiny_rows, size, "tiny"))
-            df.unpersist()
+            for name in CONTENDERS + TINY:  # warm-up: JIT, topics, sinks' internal topics
+                if name in TINY:
+                    run(name, tiny, args.tiny_rows, size, "warm")
+                if name in CONTENDERS and args.runs:
+                    # The timed topics and sinks too: a first write to a new topic (and a
+                    # sink's first batch, which starts its driver run) took 2-3x a steady one.
+                    run(name, tiny, args.tiny_rows, size, "big")
+            entry: dict[str, Any] = {}
+            if args.runs:
+                df = make_df(spark, args.rows, size, args.partitions)
+                entry.update(throughput(df, size, CONTENDERS, f"value {size} B"))
+                df.unpersist()
+                if size == 100 and args.skew > 0:
+                    skewed = make_df(spark, args.rows, size, args.partitions, args.skew)
+                    for name in SKEWED:
+                        run(name, skewed, args.rows, size, "skew")  # a sink per phase: warm
+                    entry["skewed"] = throughput(
+                        skewed, size, SKEWED,
+                        f"value {size} B, one key holding {args.skew:.0%} of the records",
+                        phase="skew")
+                    skewed.unpersist()
+            entry.update(latency(tiny, size))
             tiny.unpersist()
-            rates = {n: args.rows / median(ts) for n, ts in times.items()}
-            tiny_ms = {n: 1000 * median(ts) for n, ts in tiny_times.items()}
-            # Machine CPU-seconds per timed run (every process, the broker included).
-            cpu_s = {n: median(cpu[k]) for n in CONTENDERS
-                     if (k := f"{n}/big/{size}") in cpu and cpu[k]}
-            jit_ms = {n: median(jit[k]) for n in CONTENDERS
-                      if (k := f"{n}/big/{size}") in jit and jit[k]}
-            results["sizes"][str(size)] = {"msgs_per_s": rates, "seconds": times,
-                                           "tiny_batch_ms": tiny_ms, "cpu_seconds": cpu_s,
-                                           "jit_ms": jit_ms}
-            rows_out = [
-                [n, f"{rates[n]:,.0f}", f"{rates[n] * size / 1e6:,.1f}",
-                 f"{rates[n] / rates['spark-kafka']:.2f}x",
-                 f"{cpu_s[n]:.2f}" if n in cpu_s else "-",
-                 f"{jit_ms[n]:.0f}" if n in jit_ms else "-",
-                 f"{tiny_ms[n]:.0f}" if n in tiny_ms else "-"]
-                for n in CONTENDERS
-            ]
-            print(f"\n## value {size} B, {args.rows:,} records, {args.partitions} partitions, "
-                  f"median of {args.runs}")
-            print(format_table(["contender", "msgs/s", "MB/s (values)", "vs spark-kafka",
-                                "machine CPU-s per run", "JIT ms per run",
-                                f"{args.tiny_rows}-record batch ms"], rows_out))
-            ratio = rates["kafka-sink"] / rates["spark-kafka"]
-            # Per round (the contenders ran back to back): Spark's writer's time / the sink's.
-            paired = sorted(a / b for a, b in zip(times["spark-kafka"], times["kafka-sink"],
-                                                  strict=True))
-            results["sizes"][str(size)]["paired_ratios"] = paired
-            # Bootstrap over the rounds: how far the machine's noise moves the ratio.
-            low, high = ratio_interval(times["spark-kafka"], times["kafka-sink"])
-            results["sizes"][str(size)]["ratio_interval_95"] = [low, high]
-            overhead = tiny_ms["kafka-sink"] - tiny_ms["spark-kafka"]
-            overhead_b = tiny_ms["kafka-sink-barrier"] - tiny_ms["spark-kafka"]
-            verdict = "met" if ratio >= TARGET_VS_SPARK else "NOT met"
-            print(f"KafkaSink (default, barrier=False) / Spark's writer: {ratio:.2f}x (target "
-                  f">= {TARGET_VS_SPARK}x: {verdict}); barrier=True: "
-                  f"{rates['kafka-sink-barrier'] / rates['spark-kafka']:.2f}x; "
-                  f"reuse_producers=False: {rates['kafka-sink-fresh'] / rates['spark-kafka']:.2f}x"
-                  f" (reuse: {rates['kafka-sink'] / rates['kafka-sink-fresh']:.2f}x); per-batch "
-                  f"overhead over Spark's writer: {overhead:.0f} ms (default), "
-                  f"{overhead_b:.0f} ms (barrier=True); paired per round: median "
-                  f"{median(paired):.2f}x, {paired[0]:.2f}x-{paired[-1]:.2f}x; total time "
-                  f"over the rounds {sum(times['spark-kafka']) / sum(times['kafka-sink']):.2f}x, "
-                  f"95 % bootstrap interval {low:.2f}x-{high:.2f}x")
-            if "spark-kafka" in cpu_s and "kafka-sink" in cpu_s:
-                mine, theirs = cpu_s["kafka-sink"], cpu_s["spark-kafka"]
-                print(f"Machine CPU per {args.rows:,}-record run (JVM, Python workers, broker): "
-                      f"KafkaSink {mine:.2f} s, Spark's writer {theirs:.2f} s "
-                      f"({mine / theirs:.2f}x)")
-        tiny_metrics = [m for m in results.get("metrics", []) if m["phase"] == "tiny"]
-        if tiny_metrics:
-            for name in ("kafka-sink", "kafka-sink-fresh", "kafka-sink-barrier"):
-                ms = [m for m in tiny_metrics if m["contender"] == name]
-                if ms:
-                    txn = median([m["txn_ms"] for m in ms])
-                    wait = median([m["barrier_wait_ms"] for m in ms])
-                    total = median([m["sink_ms"] for m in ms])
-                    print(f"{name}: {args.tiny_rows}-record batch: slot transaction {txn:.0f} ms"
-                          f" (barrier wait {wait:.0f} ms), sink total {total:.0f} ms")
+            results["sizes"][str(size)] = entry
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(results, fh, indent=1, default=str)
