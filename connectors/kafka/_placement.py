@@ -42,6 +42,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 __all__ = ["MURMUR2_PARTITIONERS", "PARTITION_UA", "Placed", "Placer", "murmur2"]
 
+#: How long a topic unknown to the metadata is asked for again (a topic just created).
+UNKNOWN_TOPIC_WAIT_S = 3.0
+
 #: ``RD_KAFKA_PARTITION_UA``: librdkafka's partitioner chooses.
 PARTITION_UA = -1
 #: librdkafka partitioners that place a keyed record at Kafka's murmur2 of its key (as Kafka's
@@ -96,12 +99,19 @@ class Placer:
         or again with ``refresh``)."""
         if topic in self._partitions and not refresh:
             return self._partitions[topic]
-        meta = self.producer.list_topics(topic, timeout=self._timeout)
-        found = meta.topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            raise KafkaException(found.error if found is not None and found.error else
-                                 KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                            f"topic {topic!r} does not exist"))
+        # A topic created a moment ago may be unknown to the broker this client asks (its
+        # metadata propagates): asked again for up to UNKNOWN_TOPIC_WAIT_S.
+        deadline = time.monotonic() + min(self._timeout, UNKNOWN_TOPIC_WAIT_S)
+        while True:
+            meta = self.producer.list_topics(topic, timeout=self._timeout)
+            found = meta.topics.get(topic)
+            if found is not None and found.error is None and found.partitions:
+                break
+            if time.monotonic() >= deadline:
+                raise KafkaException(found.error if found is not None and found.error else
+                                     KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                f"topic {topic!r} does not exist"))
+            time.sleep(0.1)
         self._partitions[topic] = len(found.partitions)
         self._fetched[topic] = time.monotonic()
         return self._partitions[topic]
