@@ -38,7 +38,10 @@ PostgreSQL and Kafka come from ``$EOS_POSTGRES_CONNINFO`` / ``$EOS_KAFKA_BOOTSTR
 ``.services.env`` (``scripts/services``). A sink whose service does not answer is skipped
 with a note, unless ``CI=true`` or the sink is named in ``--sinks``: then it is an error.
 The conninfo reaches the runner through its environment, never its command line, and is
-never printed (its password is masked in any output shown).
+never printed (its password is masked in any output shown). A local Connect server always
+listens on port 15002: a Connect run waits while another process's server holds it. Each
+runner runs in a process group of its own, killed (with whatever it left) when the run
+ends or the bench is interrupted (SIGTERM too), and the run's tables and topics dropped.
 
 ``python -m benchmarks.connect_overhead`` (40 batches, 5 warm-up, 3 runs per mode and sink:
 ~20 min on 2 cores); ``--runs 2`` ~13 min; ``--quick`` (15 batches, 3 warm-up, 1 run: a
@@ -48,10 +51,12 @@ smoke test, ~4 min for the four sinks).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
@@ -67,6 +72,7 @@ from benchmarks._common import format_table, load_service_env
 REPO = Path(__file__).resolve().parents[1]
 SINKS = ("files", "postgres", "kafka", "delta")
 ENV_CONNINFO, ENV_BOOTSTRAP = "EOS_POSTGRES_CONNINFO", "EOS_KAFKA_BOOTSTRAP"
+CONNECT_PORT = 15002  # where a local Spark Connect server listens
 
 
 @dataclass
@@ -248,6 +254,43 @@ def plan(sink: str, root: Path, connect: bool, services: Services, want: int) ->
                lambda: drop_topics(bootstrap, token))
 
 
+def wait_connect_port(timeout: float = 300.0) -> None:
+    """A local Connect server always listens on port 15002 (PySpark's client of a
+    ``local[...]`` server goes to ``sc://localhost``): wait while another process's server
+    holds it (a test suite running at the same time), or exit saying so."""
+    import socket
+
+    deadline, noted = time.monotonic() + timeout, False
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(0.5)
+            if sock.connect_ex(("127.0.0.1", CONNECT_PORT)) != 0:
+                return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"port {CONNECT_PORT} stayed taken for {timeout:.0f} s by another "
+                             "process's Spark Connect server: a local server cannot start")
+        if not noted:
+            print(f"(waiting: another process's Connect server holds port {CONNECT_PORT})",
+                  flush=True)
+            noted = True
+        time.sleep(2)
+
+
+def run_alone(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run ``cmd`` in a process group of its own (its JVM, a local Connect server and their
+    Python workers); whatever of the group is left when it ends, fails or is interrupted
+    is killed. Its exit code and output (stdout, then stderr)."""
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode, out + err
+
+
 def one_run(sink: str, connect: bool, args: argparse.Namespace,
             services: Services) -> tuple[float, float]:
     """ms per batch of one driver run (from the checkpoint's commit log), and the run's
@@ -269,13 +312,14 @@ def one_run(sink: str, connect: bool, args: argparse.Namespace,
         if services.bootstrap:
             env[ENV_BOOTSTRAP] = services.bootstrap
         try:
+            if connect:
+                wait_connect_port()
             t0 = time.monotonic()
-            done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                                  timeout=900, check=False)
+            code, output = run_alone(cmd, env)
             wall = time.monotonic() - t0
-            if done.returncode != 0:
-                raise SystemExit(f"the {label} run failed (exit {done.returncode}):\n"
-                                 + services.mask(done.stdout[-3000:] + done.stderr[-3000:]))
+            if code != 0:
+                raise SystemExit(f"the {label} run failed (exit {code}):\n"
+                                 + services.mask(output[-6000:]))
             want = args.batches * args.rows
             ids = run.ids()
             if len(ids) != want or set(ids) != set(range(want)):
@@ -328,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="15 batches, 3 warm-up, 1 run: a smoke test")
     args = parser.parse_args(argv)
+    # A SIGTERM (CI's timeout) unwinds like an error: the running runner's process group is
+    # killed and its tables and topics dropped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     quick = {"batches": 15, "warmup": 3, "runs": 1}
     full = {"batches": 40, "warmup": 5, "runs": 3}
     for key, value in (quick if args.quick else full).items():

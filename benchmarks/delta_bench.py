@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python -m benchmarks.delta_bench            # 6 batches x 500,000 rows, 13 rounds (~5 min)
-    python -m benchmarks.delta_bench --quick    # 3 batches x 100,000 rows, 3 rounds (~1.5 min)
+    python -m benchmarks.delta_bench            # 6 batches x 500,000 rows, 13 rounds (~5-8 min)
+    python -m benchmarks.delta_bench --quick    # 3 batches x 100,000 rows, 3 rounds (~2 min)
 
 One run prints every contender side by side. Each writes the same cached micro-batches
 (``--rows`` rows each of ``id bigint, name string, amount double, ts timestamp``,

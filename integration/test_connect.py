@@ -217,6 +217,30 @@ def test_worker_killed_at_driver_side_crash_points_then_restart_is_exact(
         assert "QueryBindingError" in third.output and "is bound to query" in third.output
 
 
+def test_kafka_small_batch_slots_die_with_the_worker_then_restart_is_exact(
+    tmp_path: Path, kafka: KafkaTarget  # noqa: F811
+) -> None:
+    """KafkaSink's default ``small_batch_rows``: under Connect a small batch's slots run in
+    the foreachBatch worker (the sink's driver there). The worker SIGKILLs itself while
+    slot 1 has produced and not committed, slot 0 perhaps committed; the restart finishes
+    the batch through the shuffle (the first batch of a run) and the rest in the worker:
+    every record once, nothing left open."""
+    job = ConnectKafkaJob(tmp_path, kafka, source="rate", small_batch_rows=1000)
+    # A stall of 0 s at batch 1's decision records the pid of the process running the
+    # sink's driver side; the slot's crash point in batch 2 must fire in that process.
+    first = job.run(crash="before_decision:batch=1:action=stall:seconds=0;"
+                          "before_precommit:batch=2:partition=1")
+    _failed_in_the_worker(first)
+    assert job.reached(CrashPoint.BEFORE_PRECOMMIT, 2, partition=1)
+    pids = {line.split()[0]: line.split("pid=")[1].strip()
+            for line in Path(job.crash_log).read_text().splitlines()}
+    assert pids["before_precommit"] == pids["before_decision"], pids  # not a Spark task
+    final = job.run()
+    assert final.returncode == 0, final.tail()
+    job.assert_exact()
+    assert not wait_no_open_transactions(kafka.bootstrap, [kafka.topic, kafka.marker_topic])
+
+
 def test_a_sink_without_query_name_is_refused_with_the_fix(tmp_path: Path) -> None:
     job = ConnectDeltaJob(tmp_path, source="rate", batches=2, rows=50)
     job.query_name = None
