@@ -144,7 +144,8 @@ def verdict(ratio: float, low: float, high: float, rounds: int) -> str:
     need = math.ceil(rounds * (half / margin) ** 2) if margin > 0 else None
     return (f"{'met' if ratio <= TARGET_RATIO else 'NOT met'} by the ratio, undecided by the "
             "interval (it holds the target)"
-            + (f": about {need} rounds would decide it" if need else ""))
+            + (f": about {need} rounds would decide it" if need and need <= 10 * rounds
+               else ": the ratio sits too near the target for more rounds to decide it"))
 
 
 def main(argv: list[str] | None = None) -> int:
