@@ -187,3 +187,26 @@ def test_driver_killed_inside_its_slots_then_restarts_are_exact(
     for slot, ms in job.markers().items():
         batches = [m["batch_id"] for m in ms]
         assert len(batches) == len(set(batches)), (slot, batches)
+
+
+def test_the_placement_check_runs_once_per_spark_not_once_per_stream_batch(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Classic ``foreachBatch`` hands every batch a new Python ``SparkSession``: the check
+    (one job with three shuffles) must still be keyed by the one Spark behind them."""
+    import time
+
+    from connectors.spark._local import placement_key
+
+    keys: list[object] = []
+    stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5).load()
+              .writeStream.option("checkpointLocation", str(tmp_path / "ckpt"))
+              .foreachBatch(lambda df, _b: keys.append(placement_key(df.sparkSession)))
+              .start())
+    try:
+        deadline = time.monotonic() + 120
+        while len(keys) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stream.stop()
+    assert len(keys) >= 3 and set(keys) == {placement_key(spark)}, keys

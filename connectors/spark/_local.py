@@ -39,22 +39,33 @@ from connectors.core.batch import TaskFunction, TaskInfo, TaskOutcome
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["SLOT_COLUMN", "DriverSlots", "placement_matches"]
+__all__ = ["SLOT_COLUMN", "DriverSlots", "placement_key", "placement_matches"]
 
 logger = logging.getLogger(__name__)
 
 #: The column that carries each row's slot to the driver (dropped before the task sees it).
 SLOT_COLUMN = "__connectors_slot"
 
-_checked: dict[int, bool] = {}
+_checked: dict[object, bool] = {}
 _checked_lock = threading.Lock()
+
+
+def placement_key(spark: SparkSession) -> object:
+    """What :func:`placement_matches` keeps its answer by: the SparkContext in classic
+    PySpark (``foreachBatch`` hands every batch a new Python ``SparkSession`` over the same
+    JVM), the session id under Spark Connect."""
+    session_id = getattr(spark, "session_id", None)
+    if isinstance(session_id, str):  # Spark Connect
+        return ("connect", session_id)
+    return ("classic", id(spark.sparkContext))
 
 
 def placement_matches(spark: SparkSession) -> bool:
     """Whether ``pmod(hash(cols), n)`` is the partition ``repartition(n, cols)`` puts a row
-    in, on this Spark: one job over 600 rows and three partition counts, once per session
-    (its answer kept). ``False`` (logged once as a WARNING) when it differs or fails."""
-    key = id(spark)
+    in, on this Spark: one job over 600 rows and three partition counts, once per Spark
+    (:func:`placement_key`; its answer kept). ``False`` (logged once as a WARNING) when it
+    differs or fails."""
+    key = placement_key(spark)
     with _checked_lock:
         if key in _checked:
             return _checked[key]
