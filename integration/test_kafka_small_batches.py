@@ -93,6 +93,15 @@ def test_both_routes_put_every_row_in_the_same_slot(spark: Any, rule: str, slots
     bigger = SparkBatch(df).slotted(slots, columns, key=key, local_rows=299)
     assert _slots(bigger.run_tasks(_capture)).keys() == by_shuffle.keys()
     assert bigger.run_figures()["driver_slots"] == 0.0
+    assert bigger.run_figures()["driver_rows"] == 300.0  # 100 per partition: all collected
+    # Far more rows than allowed: at most local_rows + 1 of each input partition reach the
+    # driver (3 partitions of 100 rows, 21 each), then the batch takes the shuffle, whole.
+    bounded = SparkBatch(df).slotted(slots, columns, key=key, local_rows=20)
+    found = _slots(bounded.run_tasks(_capture))
+    assert bounded.run_figures()["driver_slots"] == 0.0
+    assert bounded.run_figures()["driver_rows"] == 63.0, bounded.run_figures()
+    assert {s: sorted(ids) for s, (ids, _) in found.items()} == \
+        {s: sorted(ids) for s, (ids, _) in by_shuffle.items()}
 
 
 def _records(spark: Any, batch: int, rows: int = 100) -> Any:
@@ -160,6 +169,34 @@ def test_small_batches_are_exact_in_order_and_finish_across_routes(
     again.close()
     kafka.assert_exact(700)
     _assert_per_key_order(kafka)
+
+
+def test_a_burst_after_small_batches_reaches_the_driver_bounded_then_takes_the_shuffle(
+    spark: Any, kafka: KafkaTarget
+) -> None:
+    """After small batches a large one is offered the driver route: at most
+    ``small_batch_rows + 1`` records of each input partition reach the driver (a burst of
+    500,000 records of 1 KB once ran a 3 GB driver out of memory), then the whole batch
+    takes the shuffle, exactly (each key's records span input partitions here, so no order
+    across them is asserted: Spark's writer keeps none either)."""
+    from pyspark.sql import functions as sf
+
+    def records(start: int, end: int, partitions: int) -> Any:
+        return spark.range(start, end, 1, partitions).select(
+            (sf.col("id") % 10).cast("string").alias("key"),
+            sf.to_json(sf.struct("id")).alias("value"))
+
+    sink = _sink(kafka, small_batch_rows=50)
+    sink(records(0, 40, 1), 0)
+    sink(records(40, 80, 1), 1)
+    m = sink.last_metrics
+    assert m is not None and m.extra["driver_slots"] == 1.0, m
+    sink(records(80, 6080, 3), 2)
+    m = sink.last_metrics
+    assert m is not None and m.outcome == "committed" and m.rows == 6000, m
+    assert m.extra["driver_slots"] == 0.0 and m.extra["driver_rows"] == 3 * 51, m.extra
+    sink.close()
+    kafka.assert_exact(6080)
 
 
 @pytest.mark.slow

@@ -126,8 +126,9 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
             ``produce_native_rows``, ``produce_batch_rows`` and ``produce_record_rows``.
             See docs/kafka.md, "Batch produce".
         small_batch_rows: a batch of at most this many records (default 1,000) skips the
-            slotting shuffle: one Spark job collects its rows to the driver (a batch found
-            larger then takes the shuffle), each with the slot the shuffle would have given
+            slotting shuffle: one Spark job collects its rows to the driver (at most
+            ``small_batch_rows + 1`` of each input partition: a batch found larger then
+            takes the shuffle), each with the slot the shuffle would have given
             it, and the driver runs the slots' transactions, a thread per slot. A
             100-record batch then takes one Spark job instead of two stages and a Python
             stage. Placement, markers, replays and

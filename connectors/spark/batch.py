@@ -267,7 +267,7 @@ class SparkBatch(BatchInput):
 
     def run_figures(self) -> dict[str, float]:
         """``driver_slots`` (1: the last :meth:`run_tasks` ran the slots in the driver),
-        ``driver_rows``, ``driver_collect_ms``, ``driver_tasks_ms``; or nothing."""
+        ``driver_rows`` (collected), ``driver_collect_ms``, ``driver_tasks_ms``; or {}."""
         return dict(self._driver_slots.figures) if self._driver_slots is not None else {}
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
