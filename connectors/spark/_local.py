@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.core.batch import TaskFunction, TaskInfo, TaskOutcome
+from connectors.spark._rows import cached_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -109,9 +110,12 @@ class DriverSlots:
     the tasks expect it; ``placement`` is the expression the shuffle partitions by."""
 
     def __init__(self, frame: Callable[[], DataFrame], placement: list[Column], slots: int,
-                 limit: int) -> None:
+                 limit: int, placement_id: tuple[object, ...] | None = None) -> None:
         self._frame = frame
         self._placement = placement
+        #: What identifies ``placement`` (:func:`~connectors.spark._rows.placement_id`):
+        #: the slot and bound columns are then built once per Spark, not per batch.
+        self._placement_id = placement_id
         self.slots = slots
         self.limit = limit
         #: What the last :meth:`run` did, for the batch's metrics.
@@ -135,12 +139,17 @@ class DriverSlots:
         df = self._frame()
         if not placement_matches(df.sparkSession):
             return None
-        slot = F.pmod(F.hash(*self._placement), F.lit(self.slots)).cast("int")
-        within = F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_NUMBER_MASK))
+        def build() -> tuple[Column, Column]:
+            slot = F.pmod(F.hash(*self._placement), F.lit(self.slots)).cast("int")
+            within = F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_NUMBER_MASK))
+            return slot, within <= F.lit(self.limit)
+
+        slot, bound = build() if self._placement_id is None else cached_columns(
+            df.sparkSession, ("driver_slots", self._placement_id, self.slots, self.limit),
+            build)
         started = time.monotonic()
         try:
-            table: pa.Table = (df.where(within <= F.lit(self.limit))
-                               .withColumn(SLOT_COLUMN, slot).toArrow())
+            table: pa.Table = df.where(bound).withColumn(SLOT_COLUMN, slot).toArrow()
         except Exception as exc:
             logger.info("collecting a small batch to the driver failed (%s): it takes the "
                         "slotting shuffle", type(exc).__name__)

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -39,10 +40,13 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["arrow_schema", "check_columns", "combine_fingerprint", "fingerprint_aggregates",
-           "flat_schema", "has_map", "row_hash", "spark_fingerprint", "with_row_hash"]
+__all__ = ["arrow_schema", "cached_columns", "check_columns", "combine_fingerprint",
+           "fingerprint_aggregates", "flat_schema", "has_map", "placement_columns",
+           "placement_id", "row_hash", "spark_fingerprint", "with_row_hash"]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _MASK = (1 << 64) - 1
 
@@ -129,22 +133,69 @@ def row_hash(df: DataFrame) -> Column:
     return F.xxhash64(F.lit(len(cols)), *cols)
 
 
-#: Built row-hash columns by schema (unresolved expressions, valid for any DataFrame with
-#: that schema): building one takes some 15 py4j calls, ~13 ms per micro-batch.
-_ROW_HASHES: dict[tuple[int, str], Column] = {}
-_ROW_HASHES_MAX = 64
+#: Built Spark Columns (unresolved expressions, valid for any DataFrame whose columns they
+#: name) by the Spark they were built for and what they are: building one takes a py4j call
+#: per function and literal in classic PySpark (a row hash some 15, ~13 ms per micro-batch;
+#: the slot placement of a 100-record Kafka batch ~140, ~20 ms).
+_COLUMNS: dict[tuple[object, ...], tuple[object, Any]] = {}
+_COLUMNS_MAX = 256
+
+
+def cached_columns(spark: Any, key: tuple[object, ...], build: Callable[[], T]) -> T:
+    """``build()``, kept by ``key`` for the Spark behind ``spark``: its SparkContext in
+    classic PySpark (``foreachBatch`` hands every batch a new Python ``SparkSession`` over
+    the same JVM; the entry keeps the context alive, so a later context never finds it),
+    the session id under Spark Connect (where Columns are built in Python)."""
+    session_id = getattr(spark, "session_id", None)
+    if isinstance(session_id, str):  # Spark Connect
+        owner: object = None
+        full: tuple[object, ...] = ("connect", session_id, *key)
+    else:
+        owner = spark.sparkContext
+        full = ("classic", id(owner), *key)
+    hit = _COLUMNS.get(full)
+    if hit is not None and hit[0] is owner:
+        return cast("T", hit[1])
+    value = build()
+    if len(_COLUMNS) >= _COLUMNS_MAX:
+        _COLUMNS.clear()
+    _COLUMNS[full] = (owner, value)
+    return value
 
 
 def with_row_hash(df: DataFrame) -> DataFrame:
     """``df`` with :func:`row_hash` as its last column, named ``ROW_HASH_COLUMN``."""
-    key = (id(df.sparkSession), df.schema.json())
-    column = _ROW_HASHES.get(key)
-    if column is None:
-        column = row_hash(df)
-        if len(_ROW_HASHES) >= _ROW_HASHES_MAX:
-            _ROW_HASHES.clear()
-        _ROW_HASHES[key] = column
+    column = cached_columns(df.sparkSession, ("row_hash", df.schema.json()),
+                            lambda: row_hash(df))
     return df.withColumn(ROW_HASH_COLUMN, column)
+
+
+def placement_columns(spark: Any, content: list[str] | None,
+                      key: str | None) -> list[Column]:
+    """What places rows into slots (``repartition(slots, *these)``): ``content`` names the
+    columns whose hash places a row (``None``: the row hash :data:`ROW_HASH_COLUMN`,
+    itself the placement); with a ``key`` column, rows whose key is not null are placed by
+    the key's ``xxhash64`` instead. Built once per Spark (:func:`cached_columns`): the
+    same list for the same arguments, which callers must not change."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    def build() -> list[Column]:
+        if key is None:
+            if content is None:
+                return [F.col(ROW_HASH_COLUMN)]
+            return [F.col(f"`{c}`") for c in content]
+        by_content = (F.col(ROW_HASH_COLUMN) if content is None
+                      else F.hash(*[F.col(f"`{c}`") for c in content]))
+        k = F.col(f"`{key}`")
+        return [F.when(k.isNull(), by_content).otherwise(F.xxhash64(k))]
+
+    return cached_columns(spark, placement_id(content, key), build)
+
+
+def placement_id(content: list[str] | None, key: str | None) -> tuple[object, ...]:
+    """What identifies :func:`placement_columns`' placement, for caches of columns built
+    on it."""
+    return ("placement", None if content is None else tuple(content), key)
 
 
 def fingerprint_aggregates(df: DataFrame) -> list[Column]:

@@ -61,6 +61,8 @@ from connectors.spark._rows import (
     fingerprint_aggregates,
     flat_schema,
     has_map,
+    placement_columns,
+    placement_id,
     row_hash,
     spark_fingerprint,
     with_row_hash,
@@ -337,30 +339,23 @@ class SparkBatch(BatchInput):
         ``local_rows`` (> 0): a batch of at most that many rows may run its slots in the
         driver without the shuffle (:mod:`connectors.spark._local`); not when tasks hash.
         """
-        from pyspark.sql import functions as F  # noqa: N812
-
         hashed = columns is None and not self.hashes_in_tasks and not self._hashed
         # The schema the sink already read, if any: ``df.columns`` is a py4j round trip.
         names = self._schema.names if self._schema is not None else self._df.columns
         by_key = key is not None and key in names
 
+        def content(df: DataFrame) -> list[str] | None:
+            """The columns whose hash places a row (``None``: the row hash); kept exactly as
+            before per-key order and the column cache, for replays."""
+            if columns is not None:
+                return columns
+            return None if hashed or (by_key and self._hashed) else df.columns
+
         def placement(df: DataFrame) -> tuple[DataFrame, list[Column]]:
             """The rows (the row hash added where it places them) and what places them."""
-            if not by_key:  # the placement before per-key order: kept exactly, for replays
-                if hashed:
-                    return with_row_hash(df), [F.col(ROW_HASH_COLUMN)]
-                return df, [F.col(f"`{c}`")
-                            for c in (columns if columns is not None else df.columns)]
-            if hashed:
-                df = with_row_hash(df)
-            if columns is not None:
-                content: Column = F.hash(*[F.col(f"`{c}`") for c in columns])
-            elif hashed or self._hashed:
-                content = F.col(ROW_HASH_COLUMN)
-            else:
-                content = F.hash(*[F.col(f"`{c}`") for c in df.columns])
-            k = F.col(f"`{key}`")
-            return df, [F.when(k.isNull(), content).otherwise(F.xxhash64(k))]
+            rows = with_row_hash(df) if hashed else df
+            return rows, placement_columns(df.sparkSession, content(rows),
+                                           key if by_key else None)
 
         def place(df: DataFrame) -> DataFrame:
             rows, exprs = placement(df)
@@ -377,7 +372,8 @@ class SparkBatch(BatchInput):
             # batch then takes the shuffle, which handles it.
             driver = DriverSlots(
                 lambda: rows if hashed or self._hashed else with_row_hash(rows),
-                exprs, slots, local_rows)
+                exprs, slots, local_rows,
+                placement_id(content(rows), key if by_key else None))
         source = self._df
         return SparkBatch(lambda: rows.repartition(slots, *exprs),
                           hash_in_tasks=self._hash_in_tasks, handover=handover,
