@@ -230,16 +230,23 @@ def test_the_placement_check_runs_once_per_spark_not_once_per_stream_batch(
     spark: Any, tmp_path: Path
 ) -> None:
     """Classic ``foreachBatch`` hands every batch a new Python ``SparkSession``: the check
-    (one job with three shuffles) must still be keyed by the one Spark behind them."""
+    (one job with three shuffles) and the built Columns (~140 py4j calls a batch) must
+    still be keyed by the one Spark behind them."""
     import time
 
     from connectors.spark._local import placement_key
+    from connectors.spark._rows import placement_columns
 
     keys: list[object] = []
+    built: set[int] = set()  # the placement's Columns: built once too, not per batch
+
+    def record(df: Any, _batch: int) -> None:
+        keys.append(placement_key(df.sparkSession))
+        built.add(id(placement_columns(df.sparkSession, ["value"], "key")))
+
     stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5).load()
               .writeStream.option("checkpointLocation", str(tmp_path / "ckpt"))
-              .foreachBatch(lambda df, _b: keys.append(placement_key(df.sparkSession)))
-              .start())
+              .foreachBatch(record).start())
     try:
         deadline = time.monotonic() + 120
         while len(keys) < 3 and time.monotonic() < deadline:
@@ -247,3 +254,4 @@ def test_the_placement_check_runs_once_per_spark_not_once_per_stream_batch(
     finally:
         stream.stop()
     assert len(keys) >= 3 and set(keys) == {placement_key(spark)}, keys
+    assert built == {id(placement_columns(spark, ["value"], "key"))}, built
