@@ -24,6 +24,7 @@ import pytest
 
 from connectors.core.batch import TaskInfo, TaskOutcome
 from connectors.core.crash import SimulatedCrash, armed
+from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import split_row_hash
 from connectors.core.ledger import TaskCommit
 from connectors.core.metrics import BatchMetrics
@@ -168,6 +169,48 @@ def test_small_batches_are_exact_in_order_and_finish_across_routes(
     again(_records(spark, 6), 6)
     again.close()
     kafka.assert_exact(700)
+    _assert_per_key_order(kafka)
+
+
+@pytest.mark.parametrize("bad", ["size", "partition"])
+def test_a_bad_record_in_a_driver_route_batch_commits_nothing_then_fixed(
+    spark: Any, kafka: KafkaTarget, bad: str
+) -> None:
+    """On the driver route the record checks run in Python on the collected rows, before
+    any slot starts (not in the collect's plan): one record too large, or naming partition
+    5 of a 2-partition topic, fails the batch with the fix in the message; no slot wrote
+    anything, no transaction stays open; the fixed batch is then exact."""
+    from pyspark.sql import functions as sf
+
+    kafka.create(partitions=2, config={"max.message.bytes": "20000"})
+
+    def records(batch: int, broken: bool) -> Any:
+        ids = spark.range(batch * 100, batch * 100 + 100, 1, 1)
+        value = sf.to_json(sf.struct("id"))
+        partition = (sf.col("id") % 2).cast("int")
+        if broken and bad == "size":
+            value = sf.when(sf.col("id") == 150, sf.concat(value, sf.repeat(sf.lit(" "), 30_000))
+                            ).otherwise(value)
+        if broken and bad == "partition":
+            partition = sf.when(sf.col("id") == 150, sf.lit(5)).otherwise(partition)
+        return ids.select((sf.col("id") % 10).cast("string").alias("key"),
+                          value.alias("value"), partition.alias("partition"))
+
+    sink = _sink(kafka)
+    sink(records(0, False), 0)
+    fix = "max.message.bytes" if bad == "size" else "has 2 partitions"
+    with pytest.raises(BadInputError, match=fix) as info:
+        sink(records(1, True), 1)
+    if bad == "size":  # the Python check's words ("a record is about" from Spark's plan)
+        assert "record 50 of a batch is about" in str(info.value), info.value
+    m = sink.last_metrics
+    assert m is not None and m.outcome == "failed", m
+    # Collected to the driver, checked there, and no slot started.
+    assert m.extra["driver_rows"] == 100.0 and m.extra["driver_slots"] == 0.0, m.extra
+    kafka.assert_exact(100)
+    sink(records(1, False), 1)
+    sink.close()
+    kafka.assert_exact(200)
     _assert_per_key_order(kafka)
 
 

@@ -160,12 +160,17 @@ class BatchInput(ABC):
         return None
 
     def with_frame(self, frame: Any, *, handover: Any = None,
-                   schema: pa.Schema | None = None) -> BatchInput:
+                   schema: pa.Schema | None = None,
+                   rows_check: Callable[[pa.Table], None] | None = None) -> BatchInput:
         """An input of the same front end over ``frame``: a DataFrame derived from
         :attr:`spark_df` with the same rows (a check that raises on bad rows added, for
         example). ``handover``: how the rows reach the tasks when the sink bounds them
         (:class:`connectors.spark.batch.Handover`); ``schema``: the rows' schema when the
-        caller knows it already. Offered by every input with a :attr:`spark_df`."""
+        caller knows it already. ``rows_check``: the check ``frame`` adds, over rows of
+        :attr:`spark_df` the engine collected (the engine's row hash possibly their last
+        column); it raises for a bad row. An engine that runs a small batch's slots locally
+        (``local_rows``) may then collect :attr:`spark_df` instead of ``frame`` and run it
+        before any slot. Offered by every input with a :attr:`spark_df`."""
         raise NotImplementedError(f"{type(self).__name__} has no DataFrame to derive from")
 
     @property

@@ -232,9 +232,10 @@ class Executor:
                 partial(prepare_task, sink_p, self.state.run_id, batch_id, batch.schema))
         sink_s = cast("SlotParticipant[Any]", self.sink)
         task = partial(slot_task, sink_s, self._context(batch_id), batch.schema)
-        outcomes = batch.run_tasks(task, barrier=sink_s.barrier)
-        self.metrics.extra.update(batch.run_figures())  # where the slots ran, for one
-        return outcomes
+        try:
+            return batch.run_tasks(task, barrier=sink_s.barrier)
+        finally:  # where the slots ran, for the batch's metrics (a failed one's too)
+            self.metrics.extra.update(batch.run_figures())
 
     def _decide(self, entry: LedgerEntry) -> LedgerEntry:
         """Record the decision; after an ambiguous failure re-read, never guess."""

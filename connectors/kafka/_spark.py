@@ -17,8 +17,8 @@ import pyarrow as pa
 
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
 from connectors.core.errors import BadInputError
-from connectors.core.fingerprint import Fingerprint
-from connectors.kafka._records import RecordLimits
+from connectors.core.fingerprint import Fingerprint, without_row_hash
+from connectors.kafka._records import RecordLimits, scan_batch
 from connectors.kafka._scan import check_condition, scan_dataframe
 from connectors.spark.batch import Handover, handover_budget, handover_rows
 
@@ -51,8 +51,10 @@ class WrappedBatch(BatchInput):
         return self._inner.handover
 
     def with_frame(self, frame: Any, *, handover: Any = None,
-                   schema: pa.Schema | None = None) -> BatchInput:
-        return self._wrap(self._inner.with_frame(frame, handover=handover, schema=schema))
+                   schema: pa.Schema | None = None,
+                   rows_check: Callable[[pa.Table], None] | None = None) -> BatchInput:
+        return self._wrap(self._inner.with_frame(frame, handover=handover, schema=schema,
+                                                 rows_check=rows_check))
 
     def task_slots(self) -> int | None:
         return self._inner.task_slots()
@@ -136,6 +138,26 @@ class FrameChecks:
                 list(columns), *key[1:], values_in_errors=self.values_in_errors)
         return check
 
+    def rows_check(self, batch_id: int, limits: RecordLimits, topic: str,
+                   partitions: int | None) -> Callable[[pa.Table], None]:
+        """:meth:`condition`'s checks (without the row bound's guard) as a function of rows
+        collected to the driver (a small batch whose slots run there: see
+        :mod:`connectors.spark._local`): the same sizes and partitions, in Arrow
+        (:func:`~connectors.kafka._records.scan_batch`, which every slot runs too)."""
+        def error(message: str) -> BadInputError:
+            return BadInputError(message, sink_id=self.sink_id, batch_id=batch_id)
+
+        def check(table: pa.Table) -> None:
+            for part in table.to_batches():
+                scan = scan_batch(without_row_hash(part), limits, topic, error,
+                                  values_in_errors=self.values_in_errors)
+                top = scan.topics.get(topic, -1)
+                if partitions is not None and top >= partitions:
+                    raise error(f"the 'partition' column holds {top}, but topic {topic!r} "
+                                f"has {partitions} partitions")
+
+        return check
+
     def raise_row_bound(self) -> None:
         """A row of a batch exceeded the assumed bound: assume 8x larger rows from now on
         (:func:`~connectors.spark.batch.handover_rows` turns the bound off once it would
@@ -172,15 +194,18 @@ class FrameChecks:
                 self.row_bound = budget[0] // (budget[1] or 10_000) if budget else 0
             rows = handover_rows(spark, self.row_bound) if self.row_bound else None
             columns = df.columns
+            in_rows = self.rows_check(batch_id, limits, topic, partitions)
             if rows is None:
                 check = self.condition(columns, limits, topic, partitions)
-                return batch.with_frame(df.where(check), schema=schema), {}
+                return batch.with_frame(df.where(check), schema=schema,
+                                        rows_check=in_rows), {}
             guarded = df.where(self.condition(columns, limits, topic, partitions,
                                               self.row_bound))
             handover = Handover(
                 rows, lambda: df.where(self.condition(columns, limits, topic, partitions)),
                 self.raise_row_bound)
-            return batch.with_frame(guarded, handover=handover, schema=schema), {}
+            return batch.with_frame(guarded, handover=handover, schema=schema,
+                                    rows_check=in_rows), {}
         scan = scan_dataframe(  # one JVM aggregation, no Python workers
             df, limits, topic,
             lambda message: BadInputError(message, sink_id=self.sink_id, batch_id=batch_id),

@@ -10,9 +10,13 @@ sink allows it (``local_rows``) and expects a small batch, :class:`DriverSlots` 
    in one Spark job of one stage without Python workers, and at most ``local_rows + 1``
    rows of each input partition (a filter on the row's number within its partition, the
    low 33 bits of ``monotonically_increasing_id``), so a burst after small batches costs
-   the driver a bounded collect, not the burst;
+   the driver a bounded collect, not the burst; where the sink gave its record check as a
+   function of rows too (``rows_check`` of
+   :meth:`~connectors.core.batch.BatchInput.with_frame`), without that check in the plan
+   (its expression cost the collect ~10 ms of Spark's analysis, optimizer and codegen);
 2. if that gives more than ``local_rows`` rows, gives up (the caller runs the shuffle as
-   usual); otherwise
+   usual); otherwise runs the sink's check function on the rows, so a bad record fails
+   the batch before any slot starts, as the check in the shuffle's map stage does;
 3. runs the sink's task function once per slot, in a thread each, on a pickled copy of it
    (what a Spark task would receive), with the slot's rows in input order.
 
@@ -110,8 +114,12 @@ class DriverSlots:
     the tasks expect it; ``placement`` is the expression the shuffle partitions by."""
 
     def __init__(self, frame: Callable[[], DataFrame], placement: list[Column], slots: int,
-                 limit: int, placement_id: tuple[object, ...] | None = None) -> None:
+                 limit: int, placement_id: tuple[object, ...] | None = None,
+                 check: Callable[[pa.Table], None] | None = None) -> None:
         self._frame = frame
+        #: The rows' check, when ``frame`` is without the one the shuffle's rows carry: it
+        #: runs on the collected rows before any slot (and raises for a bad row).
+        self._check = check
         self._placement = placement
         #: What identifies ``placement`` (:func:`~connectors.spark._rows.placement_id`):
         #: the slot and bound columns are then built once per Spark, not per batch.
@@ -175,6 +183,8 @@ class DriverSlots:
 
         slots_of = table.column(SLOT_COLUMN).to_numpy(zero_copy_only=False)
         rows = table.drop_columns([SLOT_COLUMN])
+        if self._check is not None:  # before any slot: a bad row fails the batch here
+            self._check(rows)
         shipped = cloudpickle.dumps(fn)  # type: ignore[no-untyped-call]  # a task's copy
 
         def task(slot: int) -> TaskOutcome:

@@ -3,20 +3,19 @@
 :class:`SparkBatch` is a Spark DataFrame as the input of one batch: it runs the protocol's
 tasks (as one barrier stage when asked), places rows into slots with one shuffle and
 fingerprints them; :func:`front_end` makes one of a DataFrame for the engine, classic or
-Spark Connect, with the streaming query's id (:mod:`connectors.spark._binding`). Its parts
-live by role:
+Spark Connect, with the streaming query's id. Its parts (their public names importable
+from here too):
 
 - :mod:`connectors.spark._tasks`: what runs in a task (the ``mapInArrow`` wrapper, the
   task's :class:`~connectors.core.batch.TaskInfo`, ``gc.freeze`` and ``TCP_QUICKACK``);
 - :mod:`connectors.spark._rows`: the tasks' Arrow schema, row hashes and fingerprints, and
-  where rows are hashed (the JVM or the tasks);
+  where rows are hashed (the JVM or the tasks); Columns built once per Spark;
 - :mod:`connectors.spark._handover`: handing rows to the tasks in Arrow batches sized by
   the sink's row bound (:class:`Handover`), and settings set on the session for one job;
 - :mod:`connectors.spark._plan`: whether a slot job may run without adaptive execution;
+- :mod:`connectors.spark._local`: a small batch's slots run in the driver;
 - :mod:`connectors.spark._binding`: which query called the sink, and what a Connect
   session offers instead of a ``SparkContext``.
-
-Their public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -120,8 +119,7 @@ class SparkBatch(BatchInput):
     ``hash_in_tasks``: the sink prefers tasks to hash rows themselves (see
     :mod:`connectors.spark._rows`); honoured for flat schemas only, and then by
     :meth:`fingerprint` too. ``handover``: see :mod:`connectors.spark._handover`.
-    ``hashed`` (internal, :meth:`slotted`): ``df`` already ends with
-    :data:`ROW_HASH_COLUMN`, computed before the slotting shuffle.
+    ``hashed`` (internal, :meth:`slotted`): ``df`` ends with :data:`ROW_HASH_COLUMN`.
     ``schema``: :attr:`schema`, when the caller knows it already (a filter of a batch whose
     schema it read: reading it again costs a py4j round trip, Spark's analysis and the
     conversion, ~4 ms).
@@ -131,8 +129,9 @@ class SparkBatch(BatchInput):
                  hash_in_tasks: bool = False, handover: Handover | None = None,
                  hashed: bool = False, schema: pa.Schema | None = None,
                  static_plan: bool | Callable[[], bool] = False,
-                 driver_slots: DriverSlots | None = None,
-                 base: DataFrame | None = None) -> None:
+                 driver_slots: DriverSlots | None = None, base: DataFrame | None = None,
+                 local_check: tuple[DataFrame, Callable[[pa.Table], None]] | None = None
+                 ) -> None:
         if callable(df):  # built on first use (a slotted batch whose slots may run here)
             assert base is not None, "a DataFrame built later needs a base DataFrame"
             self._frame: DataFrame | None = None
@@ -141,8 +140,9 @@ class SparkBatch(BatchInput):
             self._frame, self._build = df, None
         #: A DataFrame of the same session (for the session and the engine kind).
         self._base: DataFrame = base if base is not None else cast("DataFrame", df)
-        #: Small batches in the driver (:mod:`connectors.spark._local`), when offered.
-        self._driver_slots = driver_slots
+        #: Small batches in the driver (:mod:`connectors.spark._local`), when offered; the
+        #: rows they may collect instead, with the check ``df`` adds (:meth:`with_frame`).
+        self._driver_slots, self._local_check = driver_slots, local_check
         self._static_plan = static_plan
         self._schema: pa.Schema | None = schema
         self._hash_in_tasks = hash_in_tasks
@@ -223,9 +223,11 @@ class SparkBatch(BatchInput):
             return None
 
     def with_frame(self, frame: Any, *, handover: Any = None,
-                   schema: pa.Schema | None = None) -> SparkBatch:
+                   schema: pa.Schema | None = None,
+                   rows_check: Callable[[pa.Table], None] | None = None) -> SparkBatch:
         return SparkBatch(frame, hash_in_tasks=self._hash_in_tasks, handover=handover,
-                          schema=schema)
+                          schema=schema, local_check=None if rows_check is None
+                          else (self.spark_df, rows_check))
 
     def task_slots(self) -> int | None:
         if is_connect(self._base):
@@ -366,14 +368,16 @@ class SparkBatch(BatchInput):
         fallback = handover.fallback if handover is not None else None
         if handover is not None and fallback is not None:
             handover = Handover(handover.rows, lambda: place(fallback()), handover.tripped)
-        driver = None
+        driver, local = None, self._local_check
         if local_rows > 0 and not self.hashes_in_tasks:
-            # The guarded rows: a row above the handover's bound fails the collect, and the
-            # batch then takes the shuffle, which handles it.
-            driver = DriverSlots(
-                lambda: rows if hashed or self._hashed else with_row_hash(rows),
-                exprs, slots, local_rows,
-                placement_id(content(rows), key if by_key else None))
+            def collected() -> DataFrame:  # the rows without the check, where it is offered
+                found = rows if local is None else placement(local[0])[0]
+                return found if hashed or (self._hashed and local is None) \
+                    else with_row_hash(found)
+
+            driver = DriverSlots(collected, exprs, slots, local_rows,
+                                 placement_id(content(rows), key if by_key else None),
+                                 None if local is None else local[1])
         source = self._df
         return SparkBatch(lambda: rows.repartition(slots, *exprs),
                           hash_in_tasks=self._hash_in_tasks, handover=handover,
