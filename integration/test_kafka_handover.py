@@ -53,8 +53,10 @@ def _settings(spark: Any) -> tuple[Any, Any]:
 def test_a_row_over_the_assumed_bound_reruns_the_batch_then_the_bound_grows(
     spark: Any, kafka: KafkaTarget
 ) -> None:
+    # The slotting shuffle's hand-over (small batches in the driver hand nothing over:
+    # the next test).
     sink = KafkaSink(kafka.topic, {"bootstrap.servers": kafka.bootstrap},
-                     sink_id=kafka.sink_id, slots=2)
+                     sink_id=kafka.sink_id, slots=2, small_batch_rows=0)
     before = _settings(spark)
 
     def batch(n: int, pad: int = 0) -> float:
@@ -75,6 +77,26 @@ def test_a_row_over_the_assumed_bound_reruns_the_batch_then_the_bound_grows(
     padded = {m.json()["id"]: len(m.json()["pad"]) for m in kafka.messages()
               if m.json()["pad"]}
     assert padded == {ROWS: 20_000, 2 * ROWS: 30_000, 3 * ROWS: 100_000}
+
+
+def test_small_batches_in_the_driver_take_rows_over_the_assumed_bound_as_they_are(
+    spark: Any, kafka: KafkaTarget
+) -> None:
+    """A small batch whose slots run in the driver hands no Arrow batches to Python
+    workers: a row over the assumed bound needs no rerun there, and the bound stays."""
+    sink = KafkaSink(kafka.topic, {"bootstrap.servers": kafka.bootstrap},
+                     sink_id=kafka.sink_id, slots=2)
+    sink(_frame(spark, 0), 0)  # a driver run's first batch: the shuffle
+    first = sink._frames.row_bound
+    sink(_frame(spark, 1, pad=20_000), 1)
+    m = sink.last_metrics
+    assert m is not None and m.outcome == "committed" and m.extra["driver_slots"] == 1.0, m
+    assert sink._frames.row_bound == first
+    sink.close()
+    kafka.assert_exact(2 * ROWS)
+    padded = {m.json()["id"]: len(m.json()["pad"]) for m in kafka.messages()
+              if m.json()["pad"]}
+    assert padded == {ROWS: 20_000}
 
 
 def test_the_user_s_arrow_settings_size_the_batches_and_are_restored(
