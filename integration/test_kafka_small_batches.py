@@ -277,14 +277,13 @@ def test_the_placement_check_runs_once_per_spark_not_once_per_stream_batch(
     still be keyed by the one Spark behind them."""
     import time
 
-    from connectors.spark._local import placement_key
-    from connectors.spark._rows import placement_columns
+    from connectors.spark._rows import placement_columns, spark_key
 
     keys: list[object] = []
     built: set[int] = set()  # the placement's Columns: built once too, not per batch
 
     def record(df: Any, _batch: int) -> None:
-        keys.append(placement_key(df.sparkSession))
+        keys.append(spark_key(df.sparkSession)[0])
         built.add(id(placement_columns(df.sparkSession, ["value"], "key")))
 
     stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5).load()
@@ -296,5 +295,5 @@ def test_the_placement_check_runs_once_per_spark_not_once_per_stream_batch(
             time.sleep(0.2)
     finally:
         stream.stop()
-    assert len(keys) >= 3 and set(keys) == {placement_key(spark)}, keys
+    assert len(keys) >= 3 and set(keys) == {spark_key(spark)[0]}, keys
     assert built == {id(placement_columns(spark, ["value"], "key"))}, built

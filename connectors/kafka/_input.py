@@ -24,6 +24,7 @@ from connectors.kafka._records import (
     RecordLimits,
     check_schema,
     merge_topics,
+    partition_beyond,
     scan_batch,
 )
 from connectors.kafka._slot import (
@@ -94,9 +95,8 @@ class InputChecks(KafkaSinkBase):
                         sink_id=self.sink_id, batch_id=batch_id)
                 partitions = self.known_topics[topic] = info.partitions
             if top >= partitions:
-                raise BadInputError(
-                    f"the 'partition' column holds {top}, but topic {topic!r} has "
-                    f"{partitions} partitions", sink_id=self.sink_id, batch_id=batch_id)
+                raise BadInputError(partition_beyond(top, topic, partitions),
+                                    sink_id=self.sink_id, batch_id=batch_id)
         return batch
 
 

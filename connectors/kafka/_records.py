@@ -19,8 +19,8 @@ from connectors.kafka._batch import BatchProducer, has_public_batch
 from connectors.kafka._native_produce import NativeProducer, attach
 from connectors.kafka._placement import MURMUR2_PARTITIONERS
 
-__all__ = ["PRODUCE_PATHS", "RecordLimits", "check_schema", "fast_producer", "produce_batch",
-           "record_sizes", "scan_batch"]
+__all__ = ["PRODUCE_PATHS", "RecordLimits", "check_schema", "fast_producer",
+           "partition_beyond", "produce_batch", "record_sizes", "scan_batch"]
 
 #: The paths a record can take into librdkafka (the ``produce_path`` of a slot's outcome;
 #: rows per path are the ``produce_<path>_rows`` batch metrics).
@@ -122,6 +122,13 @@ class BatchScan:
     rows: int
     max_size: int
     topics: dict[str, int]  # topic -> largest explicit partition (-1: none given)
+
+
+def partition_beyond(top: int, topic: str, partitions: int, what: str = "") -> str:
+    """The message for a ``partition`` value ``top`` that ``topic`` (of ``partitions``
+    partitions) does not have; ``what`` names the record (``values_in_errors`` only)."""
+    return (f"the 'partition' column holds {top}{what}, but topic {topic!r} has "
+            f"{partitions} partitions")
 
 
 def quote(value: Any) -> str:

@@ -18,8 +18,9 @@ import pyarrow as pa
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
 from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import Fingerprint, without_row_hash
-from connectors.kafka._records import RecordLimits, scan_batch
+from connectors.kafka._records import RecordLimits, partition_beyond, scan_batch
 from connectors.kafka._scan import check_condition, scan_dataframe
+from connectors.kafka._slot import _partition_record
 from connectors.spark.batch import Handover, handover_budget, handover_rows
 
 logger = logging.getLogger(__name__)
@@ -153,8 +154,9 @@ class FrameChecks:
                                   values_in_errors=self.values_in_errors)
                 top = scan.topics.get(topic, -1)
                 if partitions is not None and top >= partitions:
-                    raise error(f"the 'partition' column holds {top}, but topic {topic!r} "
-                                f"has {partitions} partitions")
+                    what = (_partition_record(without_row_hash(part), partitions)
+                            if self.values_in_errors else "")
+                    raise error(partition_beyond(top, topic, partitions, what))
 
         return check
 

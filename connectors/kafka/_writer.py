@@ -23,6 +23,7 @@ from connectors.kafka._io import auth_failure, init_transactions
 from connectors.kafka._pool import SLOT_OWNERS, PooledProducer, SlotProducers, config_key
 from connectors.kafka._records import (
     fast_producer,
+    partition_beyond,
     produce_batch,
     scan_batch,
 )
@@ -203,8 +204,7 @@ class SlotWriter(KafkaSinkBase):
             if top >= partitions:
                 what = (_partition_record(batch, partitions) if self.values_in_errors
                         else "")
-                raise error(f"the 'partition' column holds {top}{what}, but topic {topic!r} "
-                            f"has {partitions} partitions")
+                raise error(partition_beyond(top, topic, partitions, what))
 
     def write(self, handle: _Slot, batch: pa.RecordBatch) -> None:
         """Task: check the records of ``batch``, then produce them into the transaction."""

@@ -23,7 +23,7 @@ sink allows it (``local_rows``) and expects a small batch, :class:`DriverSlots` 
 Every row lands in the slot the shuffle would have chosen, so which route a batch took
 changes nothing a replay sees: a replay by either route finds the same rows in the same
 slots and compares them with the slots' committed markers. The equality of the two
-placements is checked once per Spark session (:func:`placement_matches`, one small job);
+placements is checked once per Spark (:func:`placement_matches`, one small job);
 where it does not hold, every batch takes the shuffle. A slot task that raises (a broker
 error, not bad input: that is returned) sends the whole batch to the shuffle route, where
 Spark retries tasks as usual; slots that committed meanwhile find their markers there.
@@ -32,7 +32,6 @@ Spark retries tasks as usual; slots that committed meanwhile find their markers 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,12 +41,12 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.core.batch import TaskFunction, TaskInfo, TaskOutcome
-from connectors.spark._rows import cached_columns
+from connectors.spark._rows import per_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["ROW_NUMBER_MASK", "SLOT_COLUMN", "DriverSlots", "placement_key", "placement_matches"]
+__all__ = ["ROW_NUMBER_MASK", "SLOT_COLUMN", "DriverSlots", "placement_matches"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,29 +56,15 @@ SLOT_COLUMN = "__connectors_slot"
 #: (Spark's documentation: the partition id in the upper 31 bits, the row in the lower 33).
 ROW_NUMBER_MASK = (1 << 33) - 1
 
-_checked: dict[object, bool] = {}
-_checked_lock = threading.Lock()
-
-
-def placement_key(spark: SparkSession) -> object:
-    """What :func:`placement_matches` keeps its answer by: the SparkContext in classic
-    PySpark (``foreachBatch`` hands every batch a new Python ``SparkSession`` over the same
-    JVM), the session id under Spark Connect."""
-    session_id = getattr(spark, "session_id", None)
-    if isinstance(session_id, str):  # Spark Connect
-        return ("connect", session_id)
-    return ("classic", id(spark.sparkContext))
-
-
 def placement_matches(spark: SparkSession) -> bool:
     """Whether ``pmod(hash(cols), n)`` is the partition ``repartition(n, cols)`` puts a row
     in, on this Spark: one job over 600 rows and three partition counts, once per Spark
-    (:func:`placement_key`; its answer kept). ``False`` (logged once as a WARNING) when it
-    differs or fails."""
-    key = placement_key(spark)
-    with _checked_lock:
-        if key in _checked:
-            return _checked[key]
+    (:func:`~connectors.spark._rows.per_spark`: its answer kept). ``False`` (logged once as
+    a WARNING) when it differs or fails."""
+    return per_spark(spark, ("placement_matches",), lambda: _check_placement(spark))
+
+
+def _check_placement(spark: SparkSession) -> bool:
     from pyspark.sql import functions as F  # noqa: N812
 
     ok = True
@@ -101,10 +86,6 @@ def placement_matches(spark: SparkSession) -> bool:
         ok = False
         logger.warning("checking Spark's hash placement failed (%s): small batches take the "
                        "slotting shuffle like every other batch", type(exc).__name__)
-    with _checked_lock:
-        if len(_checked) > 64:
-            _checked.clear()
-        _checked[key] = ok
     return ok
 
 
@@ -152,7 +133,7 @@ class DriverSlots:
             within = F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_NUMBER_MASK))
             return slot, within <= F.lit(self.limit)
 
-        slot, bound = build() if self._placement_id is None else cached_columns(
+        slot, bound = build() if self._placement_id is None else per_spark(
             df.sparkSession, ("driver_slots", self._placement_id, self.slots, self.limit),
             build)
         started = time.monotonic()

@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["arrow_schema", "cached_columns", "check_columns", "combine_fingerprint",
-           "fingerprint_aggregates", "flat_schema", "has_map", "placement_columns",
-           "placement_id", "row_hash", "spark_fingerprint", "with_row_hash"]
+__all__ = ["arrow_schema", "check_columns", "combine_fingerprint", "fingerprint_aggregates",
+           "flat_schema", "has_map", "per_spark", "placement_columns", "placement_id",
+           "row_hash", "spark_fingerprint", "spark_key", "with_row_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,39 +133,44 @@ def row_hash(df: DataFrame) -> Column:
     return F.xxhash64(F.lit(len(cols)), *cols)
 
 
-#: Built Spark Columns (unresolved expressions, valid for any DataFrame whose columns they
-#: name) by the Spark they were built for and what they are: building one takes a py4j call
-#: per function and literal in classic PySpark (a row hash some 15, ~13 ms per micro-batch;
-#: the slot placement of a 100-record Kafka batch ~140, ~20 ms).
-_COLUMNS: dict[tuple[object, ...], tuple[object, Any]] = {}
-_COLUMNS_MAX = 256
+#: What is built once per Spark (:func:`per_spark`), chiefly Spark Columns (unresolved
+#: expressions, valid for any DataFrame whose columns they name): building one takes a py4j
+#: call per function and literal in classic PySpark (a row hash some 15, ~13 ms per
+#: micro-batch; the slot placement of a 100-record Kafka batch ~140, ~20 ms).
+_PER_SPARK: dict[tuple[object, ...], tuple[object, Any]] = {}
+_PER_SPARK_MAX = 256
 
 
-def cached_columns(spark: Any, key: tuple[object, ...], build: Callable[[], T]) -> T:
-    """``build()``, kept by ``key`` for the Spark behind ``spark``: its SparkContext in
-    classic PySpark (``foreachBatch`` hands every batch a new Python ``SparkSession`` over
-    the same JVM; the entry keeps the context alive, so a later context never finds it),
-    the session id under Spark Connect (where Columns are built in Python)."""
+def spark_key(spark: Any) -> tuple[tuple[object, ...], object]:
+    """Which Spark is behind ``spark``, and the object that identifies it: its SparkContext
+    in classic PySpark (``foreachBatch`` hands every batch a new Python ``SparkSession``
+    over the same JVM), the session id under Spark Connect (no object: ``None``)."""
     session_id = getattr(spark, "session_id", None)
     if isinstance(session_id, str):  # Spark Connect
-        owner: object = None
-        full: tuple[object, ...] = ("connect", session_id, *key)
-    else:
-        owner = spark.sparkContext
-        full = ("classic", id(owner), *key)
-    hit = _COLUMNS.get(full)
+        return ("connect", session_id), None
+    owner = spark.sparkContext
+    return ("classic", id(owner)), owner
+
+
+def per_spark(spark: Any, key: tuple[object, ...], build: Callable[[], T]) -> T:
+    """``build()``, kept by ``key`` for the Spark behind ``spark`` (:func:`spark_key`); the
+    entry keeps a classic SparkContext alive, so a later context never takes its id's
+    entries."""
+    which, owner = spark_key(spark)
+    full = (*which, *key)
+    hit = _PER_SPARK.get(full)
     if hit is not None and hit[0] is owner:
         return cast("T", hit[1])
     value = build()
-    if len(_COLUMNS) >= _COLUMNS_MAX:
-        _COLUMNS.clear()
-    _COLUMNS[full] = (owner, value)
+    if len(_PER_SPARK) >= _PER_SPARK_MAX:
+        _PER_SPARK.clear()
+    _PER_SPARK[full] = (owner, value)
     return value
 
 
 def with_row_hash(df: DataFrame) -> DataFrame:
     """``df`` with :func:`row_hash` as its last column, named ``ROW_HASH_COLUMN``."""
-    column = cached_columns(df.sparkSession, ("row_hash", df.schema.json()),
+    column = per_spark(df.sparkSession, ("row_hash", df.schema.json()),
                             lambda: row_hash(df))
     return df.withColumn(ROW_HASH_COLUMN, column)
 
@@ -175,7 +180,7 @@ def placement_columns(spark: Any, content: list[str] | None,
     """What places rows into slots (``repartition(slots, *these)``): ``content`` names the
     columns whose hash places a row (``None``: the row hash :data:`ROW_HASH_COLUMN`,
     itself the placement); with a ``key`` column, rows whose key is not null are placed by
-    the key's ``xxhash64`` instead. Built once per Spark (:func:`cached_columns`): the
+    the key's ``xxhash64`` instead. Built once per Spark (:func:`per_spark`): the
     same list for the same arguments, which callers must not change."""
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -189,7 +194,7 @@ def placement_columns(spark: Any, content: list[str] | None,
         k = F.col(f"`{key}`")
         return [F.when(k.isNull(), by_content).otherwise(F.xxhash64(k))]
 
-    return cached_columns(spark, placement_id(content, key), build)
+    return per_spark(spark, placement_id(content, key), build)
 
 
 def placement_id(content: list[str] | None, key: str | None) -> tuple[object, ...]:
