@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from connectors.delta._ledger import DeltaLedger
+    from connectors.delta._object_ledger import DeltaObjectLedger
 
 __all__ = ["DeltaCommitter", "DeltaPath"]
 
@@ -72,7 +73,7 @@ class DeltaCommitter:
         self.sink_id = sink_id
         self.delta_txn_id = delta_txn_id
         self.txn_seed = txn_seed
-        self.ledger: DeltaLedger | None = None
+        self.ledger: DeltaLedger | DeltaObjectLedger | None = None
         self.log: LogState | None = None  # read once per driver run
         self.versions: dict[str, int] = {}  # app id -> last committed batch, kept locally
         self.history: dict[str, Tags] | None = None
@@ -102,7 +103,7 @@ class DeltaCommitter:
         self.versions = {}
         self.ledger = None
 
-    def _ledger(self) -> DeltaLedger:
+    def _ledger(self) -> DeltaLedger | DeltaObjectLedger:
         assert self.ledger is not None  # created by the sink's create_ledger
         return self.ledger
 

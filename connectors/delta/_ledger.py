@@ -46,7 +46,14 @@ from connectors.core.errors import ConfigurationError, FencedError
 from connectors.core.file_ledger import FileLedger, write_atomic
 from connectors.delta._table import local_path
 
-__all__ = ["LEASE_WAIT_S", "DeltaLedger", "ledger_root"]
+__all__ = [
+    "LEASE_WAIT_S",
+    "DeltaLedger",
+    "intent_record",
+    "ledger_root",
+    "parse_intent",
+    "refuse_lost_ledger",
+]
 
 #: How long a driver waits for the sink's lease before it fails: long enough for a previous
 #: driver of the same sink that is still shutting down (its lease goes with its process).
@@ -57,6 +64,37 @@ _LEASE_POLL_S = 0.2
 # objects of one sink id in one process (a notebook re-creating its query) share it.
 _LEASES: dict[str, list[int]] = {}
 _LEASES_LOCK = threading.Lock()
+
+
+def refuse_lost_ledger(where: str, sink_id: str, version: int | None) -> None:
+    """A ledger found empty while the table records batch ``version`` of the sink's first
+    app id was lost: refuse rather than guess which batches the sink wrote."""
+    if version is not None:
+        raise ConfigurationError(
+            f"the sink's ledger at {where} is empty, but the Delta table already "
+            f"records batch {version} of app id {sink_id!r}: the ledger was "
+            "deleted or ledger_path changed, so the sink can no longer tell which "
+            "batches it wrote. Restore the ledger directory (or the old ledger_path), "
+            "or write with a new sink_id",
+            sink_id=sink_id,
+        )
+
+
+def intent_record(batch_id: int, app_id: str, run_id: str) -> bytes:
+    """An intent's bytes: ``run_id`` is about to attempt ``batch_id`` under ``app_id``."""
+    return json.dumps({"batch_id": batch_id, "app": app_id, "run_id": run_id,
+                       "at": round(time.time(), 3)}).encode()
+
+
+def parse_intent(data: bytes | None, batch_id: int, app_id: str) -> dict[str, Any] | None:
+    """The intent in ``data`` if it is one of ``app_id`` (see :meth:`DeltaLedger.intent`)."""
+    if data is None:
+        return None
+    try:
+        found = dict(json.loads(data))
+    except ValueError:  # torn by an operating-system crash: an attempt, time unknown
+        return {"batch_id": batch_id, "app": app_id, "run_id": "?", "at": 0.0}
+    return found if found.get("app") == app_id else None
 
 
 def ledger_root(ledger_path: str | None, location: Callable[[], str], sink_id: str) -> Path:
@@ -111,16 +149,7 @@ class DeltaLedger(FileLedger):
 
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:
         if self.bound_query() is None and self._probe is not None:
-            version = self._probe(self.sink_id)
-            if version is not None:
-                raise ConfigurationError(
-                    f"the sink's ledger at {self.root} is empty, but the Delta table already "
-                    f"records batch {version} of app id {self.sink_id!r}: the ledger was "
-                    "deleted or ledger_path changed, so the sink can no longer tell which "
-                    "batches it wrote. Restore the ledger directory (or the old ledger_path), "
-                    "or write with a new sink_id",
-                    sink_id=self.sink_id,
-                )
+            refuse_lost_ledger(str(self.root), self.sink_id, self._probe(self.sink_id))
         return super().bind_query(query_id, reset=reset)
 
     # ---- the lease: one driver process per sink at a time ----
@@ -196,9 +225,8 @@ class DeltaLedger(FileLedger):
         if self.intent(batch_id, app_id) is not None:
             return
         self._intents.mkdir(parents=True, exist_ok=True)
-        payload = {"batch_id": batch_id, "app": app_id, "run_id": run_id,
-                   "at": round(time.time(), 3)}
-        write_atomic(self._intents / f"{batch_id:020d}.json", json.dumps(payload).encode())
+        write_atomic(self._intents / f"{batch_id:020d}.json",
+                     intent_record(batch_id, app_id, run_id))
 
     def intent(self, batch_id: int, app_id: str) -> dict[str, Any] | None:
         """The intent recorded for ``batch_id`` of ``app_id`` (keys ``batch_id``, ``app``,
@@ -206,12 +234,14 @@ class DeltaLedger(FileLedger):
         earlier binding generation, before a ``reset_binding``) is not this batch's."""
         path = self._intents / f"{batch_id:020d}.json"
         try:
-            found = dict(json.loads(path.read_text()))
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
-        except ValueError:  # torn by an operating-system crash: an attempt, time unknown
-            return {"batch_id": batch_id, "app": app_id, "run_id": "?", "at": 0.0}
-        return found if found.get("app") == app_id else None
+        return parse_intent(data, batch_id, app_id)
+
+    def check_lease(self) -> None:
+        """Before a commit: the ``flock`` is the kernel's until the process dies (nothing to
+        check; the object-store ledger's lease can expire)."""
 
     def prune(self, keep: int) -> None:
         super().prune(keep)

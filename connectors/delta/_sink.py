@@ -43,8 +43,10 @@ from connectors.delta._fingerprint import fingerprint_now, observe
 from connectors.delta._history import Commit
 from connectors.delta._ledger import DeltaLedger, ledger_root
 from connectors.delta._meta import CommitTag
+from connectors.delta._object_ledger import DeltaObjectLedger
 from connectors.delta._options import Mode, check_batch, check_options
 from connectors.delta._replay import ReplayCheck
+from connectors.delta._store import ObstoreStore, options_for, spark_conf, store_url
 from connectors.delta._table import local_path, read_schema, resolve_table, snapshot_schema
 from connectors.delta._txn_seed import seed_txn_lookup
 from connectors.delta._writer import DeltaWriter
@@ -80,9 +82,19 @@ class DeltaSink(DriverCommitSink):
         create_table: create the table from the first batch's schema if it is missing;
             without it a missing table is an error.
         partition_by: partition columns used when the sink creates the table.
-        ledger_path: directory of the sink's ledger (binding, recorded batches and their
-            fingerprints). Default ``<table location>/_connectors/<sink_id>``; required
-            when the table is not on a local (POSIX) file system.
+        ledger_path: a POSIX directory for the sink's ledger (binding, recorded batches and
+            their fingerprints, the tag path's intents and lease). Default: beside the
+            table, ``<table location>/_connectors/<sink_id>``, as files on a local file
+            system, or as objects written with the store's conditional writes on S3
+            (``s3a://``, ``s3://``), GCS (``gs://``) and Azure (``abfss://``): nothing else
+            to provide (``docs/delta.md``, "Object stores"). Required on other file systems
+            (``hdfs://``, ...).
+        storage_options: for a table on an object store: settings of the client that
+            writes the ledger beside it, by delta-rs's names (``AWS_ENDPOINT_URL``,
+            ``AWS_ACCESS_KEY_ID``, ``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_KEY``,
+            ...). Default: on S3 the ``spark.hadoop.fs.s3a.*`` confs Spark was given
+            (endpoint, keys, region, path style), else the store's environment variables
+            and instance credentials. Never logged nor shown in the repr.
         verify_replay: compare a replayed batch with what its commit wrote (default true):
             an append's replay with the rows of the files its commit added (read back only
             on a replay, so nothing is hashed while writing), a MERGE's with the fingerprint
@@ -135,6 +147,7 @@ class DeltaSink(DriverCommitSink):
         create_table: bool = False,
         partition_by: Iterable[str] | None = None,
         ledger_path: str | None = None,
+        storage_options: dict[str, str] | None = None,
         verify_replay: bool = True,
         delta_txn_id: bool = False,
         txn_seed: bool | None = None,
@@ -153,6 +166,7 @@ class DeltaSink(DriverCommitSink):
         self.create_table = bool(create_table)
         self.partition_by = tuple(partition_by or ())
         self.ledger_path = ledger_path
+        self.storage_options = dict(storage_options or {})
         self.verify_replay = bool(verify_replay)
         self.delta_txn_id = bool(delta_txn_id)
         self.txn_seed = txn_seed
@@ -241,9 +255,19 @@ class DeltaSink(DriverCommitSink):
 
     # ---- the ledger ----
     def create_ledger(self) -> Ledger:
-        """Driver, once per driver run: a :class:`DeltaLedger` next to the table."""
-        root = ledger_root(self.ledger_path, self.location, self.sink_id)
-        ledger = DeltaLedger(root, sink_id=self.sink_id, probe=self._probe)
+        """Driver, once per driver run: a :class:`DeltaLedger` in ``ledger_path`` or next to
+        a local table, a :class:`DeltaObjectLedger` next to a table on an object store."""
+        ledger: DeltaLedger | DeltaObjectLedger
+        url = None if self.ledger_path is not None else store_url(self.location(),
+                                                                  self.sink_id)
+        if url is not None:
+            options = options_for(self.location(), spark_conf(self._session),
+                                  self.storage_options)
+            ledger = DeltaObjectLedger(ObstoreStore(url, options), sink_id=self.sink_id,
+                                       probe=self._probe)
+        else:
+            root = ledger_root(self.ledger_path, self.location, self.sink_id)
+            ledger = DeltaLedger(root, sink_id=self.sink_id, probe=self._probe)
         self._committer.ledger = ledger
         return ledger
 
@@ -365,7 +389,8 @@ class DeltaSink(DriverCommitSink):
             if self.verify_replay and self.merge_on else None
         )
         source = observed.df if observed is not None else df
-        # Step 3
+        # Step 3 (an object-store ledger's lease may have lapsed: never commit without it)
+        self._committer.ledger.check_lease()
         self._write_ms = writer.write(source, ctx, tag, new_table=self._schema is None)
         # Step 4
         self._committer.committed(ctx)  # read the history again if a replay must find it
