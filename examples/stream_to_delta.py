@@ -48,9 +48,12 @@ __all__ = ["INPUT_SCHEMA", "build_session", "main", "make_input_files", "run"]
 logger = logging.getLogger("examples.stream_to_delta")  # not __name__ ("__main__" under -m)
 
 
-def build_session(master: str, conf: list[str], *, connect: bool = False) -> SparkSession:
+def build_session(master: str, conf: list[str], *, connect: bool = False,
+                  s3: bool = False) -> SparkSession:
     """A small-machine session with the Delta jars (``connectors.spark``); ``connect``: a
-    Spark Connect client (of a local server that gets the jars, or of ``sc://...``)."""
+    Spark Connect client (of a local server that gets the jars, or of ``sc://...``); ``s3``:
+    also S3A's jars (``s3a://`` tables; the endpoint and keys are the user's
+    ``spark.hadoop.fs.s3a.*`` confs, or S3A's default credential chain)."""
     from connectors.spark import session_builder
 
     settings = {
@@ -63,7 +66,8 @@ def build_session(master: str, conf: list[str], *, connect: bool = False) -> Spa
         key, _, value = item.partition("=")
         settings[key] = value
     builder = session_builder("connectors-stream-to-delta", master=master,
-                              components=["delta"], conf=settings, connect=connect)
+                              components=["delta", "s3"] if s3 else ["delta"], conf=settings,
+                              connect=connect)
     return builder.getOrCreate()
 
 
@@ -82,7 +86,8 @@ def make_sinks(args: argparse.Namespace) -> DeltaSink | DeltaSinks:
 def run(args: argparse.Namespace) -> int:
     sink = make_sinks(args)  # validates the options before Spark starts
     logger.info("writing %s", sink)
-    spark = build_session(args.master, args.conf, connect=args.connect)
+    s3 = any(p.startswith(("s3a://", "s3://")) for p in (args.path, args.merge_path))
+    spark = build_session(args.master, args.conf, connect=args.connect, s3=s3)
 
     def with_key(df: DataFrame) -> DataFrame:
         """``--key-mod N``: a column ``key = id % N`` for ``--merge-on key``."""

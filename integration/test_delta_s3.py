@@ -1,0 +1,196 @@
+"""DeltaSink on ``s3a://`` (the test services' S3 API, moto's server) with nothing else to
+provide: no ``ledger_path``, the ledger as objects beside the table written with S3's
+conditional writes, the lease an object renewed by compare-and-swap.
+
+Drivers (``integration._delta``: ``examples/stream_to_delta.py`` with two sinks, an append
+and a MERGE) are SIGKILLed at the crash points of the COMMIT_ON_DRIVER family and at random
+moments, restarted from the same checkpoint; the tables are then read back row by row with
+delta-rs (an independent reader) and compared with the input, the history shows one
+tagged commit per batch and sink, the ledger objects every batch recorded and no intent
+left. A second driver of the same sink started while the first runs is kept out by the
+lease. In-process: a replay holding other rows and a checkpoint reset are refused, a
+graceful ``close`` releases the lease at once.
+
+Credentials reach the drivers as a user's would: the endpoint and path style as
+``spark.hadoop.fs.s3a.*`` confs, the keys as ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``
+in the environment (S3A's default credential chain; the sink's ledger client reads the
+same variables); in-process, everything as s3a confs of the session.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from connectors import CrashPoint
+from connectors.core.engine import EngineCall, batch_input_for
+from connectors.core.errors import NonDeterministicReplayError, QueryBindingError
+from connectors.delta import DeltaSink
+from integration._delta_s3 import S3Tables
+from integration._driver import REPO, SEED, DriverRun, kill_at_each, kill_at_random, reached
+from integration.test_delta_kill import APPEND, COLUMNS, MERGE, PLAN, DeltaJob
+
+pytestmark = [pytest.mark.integration]
+
+WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
+
+
+def _prefix(s3: Any, name: str) -> str:
+    return f"s3a://{s3.bucket}/{name}-{uuid.uuid4().hex[:10]}"
+
+
+class S3DeltaJob(DeltaJob):
+    """The DeltaJob of test_delta_kill with both tables on S3."""
+
+    def __init__(self, root: Path, s3: Any, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
+        self.s3 = s3
+        self.tables = S3Tables(s3)
+        prefix = _prefix(s3, root.name)
+        self.a, self.b = f"{prefix}/a", f"{prefix}/b"  # type: ignore[assignment]
+
+    def args(self) -> list[str]:
+        confs = [f"{k}={v}" for k, v in self.s3.hadoop_confs().items()
+                 if not k.endswith((".access.key", ".secret.key"))]
+        return [*super().args(), *[x for c in confs for x in ("--conf", c)]]
+
+    def run(self, *extra: str, **kwargs: Any) -> DriverRun:
+        env = {"AWS_ACCESS_KEY_ID": self.s3.access_key,
+               "AWS_SECRET_ACCESS_KEY": self.s3.secret_key, "AWS_REGION": "us-east-1"}
+        kwargs["env"] = {**env, **kwargs.get("env", {})}
+        return super().run(*extra, **kwargs)
+
+    def assert_exact(self, spark: SparkSession | None = None) -> None:
+        rows, latest = self.expected()
+        cols = ["id", "name", "amount", "ts"] if self.source == "files" else COLUMNS[:3]
+        got_a = self.tables.rows(self.a, cols)
+        assert len(got_a) == len(rows), (len(got_a), len(rows))
+        assert got_a == rows, "table a differs from the input row by row"
+        got_b = self.tables.rows(self.b, [*cols, "key"])
+        assert got_b == latest, "table b differs from the latest row per key"
+        for uri, app in ((self.a, APPEND), (self.b, MERGE)):
+            commits = self.tables.tagged_commits(uri, app)
+            assert sorted(commits) == list(range(self.batches)), (app, commits)
+            assert all(len(v) == 1 for v in commits.values()), (app, commits)
+            assert self.tables.txn_version(uri, app) is None, "the tag path wrote a txn id"
+            ledger = self.tables.ledger_batches(uri, app)
+            assert sorted(ledger) == list(range(self.batches)) and all(ledger.values())
+            assert self.tables.intent_batches(uri, app) == [], "spent intents are pruned"
+            lease = self.tables.lease(uri, app)
+            assert lease is not None and lease["released"], lease
+        assert self.tables.operations(self.a) == ["WRITE"] * self.batches
+        assert self.tables.operations(self.b) == ["WRITE"] + ["MERGE"] * self.batches
+
+
+def test_s3_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
+    tmp_path: Path, s3_service: Any
+) -> None:
+    # CI: each crash point of the family once (both sinks between them); wide: all six.
+    plan = PLAN if WIDE else PLAN[:3]
+    job = S3DeltaJob(tmp_path, s3_service)
+    t = job.tables
+
+    def after_kill(point: CrashPoint, sink: str, batch: int, run: DriverRun) -> None:
+        uri = job.a if sink == APPEND else job.b
+        ledger, tags = t.ledger_batches(uri, sink), t.tagged_commits(uri, sink)
+        assert all(ledger.get(b) for b in range(batch)), ledger
+        if point is CrashPoint.BEFORE_DECISION:
+            assert batch not in tags and batch not in ledger
+            assert batch not in t.intent_batches(uri, sink)
+        elif point is CrashPoint.AFTER_DECISION:
+            assert len(tags[batch]) == 1 and batch not in ledger
+            assert batch in t.intent_batches(uri, sink)
+        else:
+            assert len(tags[batch]) == 1 and ledger.get(batch) is True
+        lease = t.lease(uri, sink)
+        assert lease is not None and not lease["released"], "a SIGKILL releases nothing"
+
+    runs = kill_at_each(job, plan, after_kill=after_kill)
+    assert len(reached(job.crash_log)) == len(plan)
+    # The restarts took the lease of the killed driver at once (same machine, pid gone).
+    assert not any("taking over the lease" in r.output for r in runs), runs[-1].tail()
+    job.assert_exact()
+
+
+def test_s3_sigkill_at_random_moments_then_restart_is_exact(
+    tmp_path: Path, s3_service: Any
+) -> None:
+    job = S3DeltaJob(tmp_path, s3_service, source="rate", batches=4, rows=150)
+    kill_at_random(job, progress=lambda: len(job.tables.ledger_batches(job.a, APPEND)),
+                   max_delay=4.0, runs=2 if WIDE else 1, seed=SEED)
+    job.assert_exact()
+
+
+def test_s3_second_driver_of_the_sink_is_kept_out_while_the_first_runs(
+    tmp_path: Path, s3_service: Any
+) -> None:
+    """Driver 1 runs a long rate stream; driver 2, the same sinks and checkpoint, starts
+    once driver 1 recorded a batch: it fails naming the lease's holder, having written
+    nothing; driver 1 ends exact."""
+    job = S3DeltaJob(tmp_path, s3_service, source="rate", batches=8, rows=150)
+    env = {"AWS_ACCESS_KEY_ID": s3_service.access_key,
+           "AWS_SECRET_ACCESS_KEY": s3_service.secret_key, "AWS_REGION": "us-east-1",
+           "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
+    cmd = [sys.executable, "-m", job.module, *job.args()]
+    first = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env}, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while not _recorded(job):
+            assert first.poll() is None, first.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "driver 1 recorded no batch in 240 s"
+            time.sleep(0.5)
+        second = job.run()
+        assert second.returncode != 0, second.tail()
+        assert "FencedError" in second.output and "another driver holds the lease" in \
+            second.output, second.tail()
+        out, _ = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, out[-3000:]
+    job.assert_exact()
+
+
+def _recorded(job: S3DeltaJob) -> bool:
+    """Driver 1 recorded a batch of the append sink (nothing there yet reads as no)."""
+    try:
+        return bool(job.tables.ledger_batches(job.a, APPEND))
+    except Exception:
+        return False
+
+
+# ---- in-process, the shared session (its s3a confs are the test services') ----
+def _events(spark: SparkSession, n: int, start: int = 0) -> Any:
+    return spark.range(start, start + n).selectExpr("id", "concat('e-', id) AS name")
+
+
+def test_s3_replay_holding_other_rows_is_refused_and_reset_is_refused(
+    spark: SparkSession, s3_service: Any
+) -> None:
+    uri = _prefix(s3_service, "replay") + "/t"
+    sink = DeltaSink(uri, sink_id="s3-replay", create_table=True)
+    sink(_events(spark, 20), 0)
+    sink(_events(spark, 20, 20), 1)
+    with pytest.raises(NonDeterministicReplayError, match="replayed batch differs"):
+        sink(_events(spark, 20, 100), 1)  # batch 1 again, other rows
+    sink(_events(spark, 20, 20), 1)  # the same rows: a replay, nothing written
+    sink.close()
+    tables = S3Tables(s3_service)
+    assert tables.rows(uri, ["id"]) == [(i,) for i in range(40)]
+    assert tables.lease(uri, "s3-replay")["released"] is True  # type: ignore[index]
+    # A new query (a new checkpoint) is refused: batch ids would restart at 0.
+    other = DeltaSink(uri, sink_id="s3-replay")
+    batch, _ = batch_input_for(_events(spark, 5), EngineCall("s3-replay", False, None, False))
+    with pytest.raises(QueryBindingError, match="is bound to query"):
+        other.write_batch(batch, 0, query_id="another-query")
+    other.close()
+    assert tables.rows(uri, ["id"]) == [(i,) for i in range(40)]
