@@ -131,7 +131,8 @@ class ObstoreStore(ObjectStore):
 
         try:
             return fn()
-        except (oe.AlreadyExistsError, oe.PreconditionError, oe.NotFoundError):
+        except (oe.AlreadyExistsError, oe.PreconditionError, oe.NotFoundError,
+                FileNotFoundError):
             raise
         except (oe.PermissionDeniedError, oe.UnauthenticatedError,
                 oe.UnknownConfigurationKeyError, oe.InvalidPathError) as exc:
@@ -151,7 +152,7 @@ class ObstoreStore(ObjectStore):
         def get() -> Versioned | None:
             try:
                 result = obstore.get(self._store, key)
-            except oe.NotFoundError:
+            except (oe.NotFoundError, FileNotFoundError):  # obstore raises the latter
                 return None
             return bytes(result.bytes()), str(result.meta["e_tag"] or "")
 
@@ -177,7 +178,8 @@ class ObstoreStore(ObjectStore):
             try:
                 return str(obstore.put(self._store, key, data,
                                        mode={"e_tag": version})["e_tag"])
-            except (oe.PreconditionError, oe.NotFoundError, oe.AlreadyExistsError):
+            except (oe.PreconditionError, oe.NotFoundError, oe.AlreadyExistsError,
+                    FileNotFoundError):
                 return None
 
         return self._call("replacing", key, put)  # type: ignore[no-any-return]
@@ -201,7 +203,7 @@ class ObstoreStore(ObjectStore):
         import obstore.exceptions as oe
 
         def delete() -> None:
-            with contextlib.suppress(oe.NotFoundError):
+            with contextlib.suppress(oe.NotFoundError, FileNotFoundError):
                 obstore.delete(self._store, key)
 
         self._call("deleting", key, delete)
