@@ -1160,6 +1160,45 @@ def _meta_cluster_id(data_dir: Path) -> str | None:
     return None
 
 
+#: A KRaft cluster id as ``kafka-storage random-uuid`` prints it: 16 random bytes in
+#: URL-safe base64 without padding (22 characters), never beginning with ``-``.
+_CLUSTER_ID: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}")
+
+
+def _new_cluster_id() -> str:
+    """A new KRaft cluster id that no command line can take for an option.
+
+    One random UUID in 64 encodes to a string beginning with ``-``, which
+    ``kafka-storage format --cluster-id <id>`` (argparse4j) reads as an option; Kafka's own
+    ``Uuid.randomUuid()`` draws again in that case, and so does this.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if _CLUSTER_ID.fullmatch(cluster_id):
+            return cluster_id
+
+
+def _cluster_id_for_start(section: dict[str, Any], data_dir: Path) -> str:
+    """The cluster id to format the storage with: the kept one (``state.json``, else the
+    formatted storage's), or a new one kept in ``section``.
+
+    A kept id beginning with ``-`` (made before ids were drawn again, it failed the format
+    and so every later start of that checkout) is replaced while the storage is not yet
+    formatted; formatted storage keeps its own id (the format reads no id then).
+    """
+    cluster_id = section.get("cluster_id") or _meta_cluster_id(data_dir)
+    if isinstance(cluster_id, str) and _CLUSTER_ID.fullmatch(cluster_id):
+        return cluster_id
+    if isinstance(cluster_id, str) and (data_dir / "meta.properties").exists():
+        return cluster_id
+    if cluster_id:
+        log.warning("replacing the kept Kafka cluster id %r (not a valid id to format with)",
+                    cluster_id)
+    cluster_id = _new_cluster_id()
+    section["cluster_id"] = cluster_id
+    return cluster_id
+
+
 def _configured_port(path: Path, pattern: str) -> int | None:
     with contextlib.suppress(OSError):
         match = re.search(pattern, path.read_text(), re.MULTILINE)
@@ -1213,10 +1252,7 @@ def start_kafka() -> KafkaInfo:
             directory.mkdir(parents=True, exist_ok=True)
         port = _stable_port(section, "port", False, set())
         controller_port = _stable_port(section, "controller_port", False, {port})
-        cluster_id = section.get("cluster_id") or _meta_cluster_id(data_dir)
-        if not isinstance(cluster_id, str) or not cluster_id:
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            section["cluster_id"] = cluster_id
+        cluster_id = _cluster_id_for_start(section, data_dir)
         section["version"] = version
         _save_state(state)
 
@@ -1246,8 +1282,7 @@ def start_kafka() -> KafkaInfo:
                     *jvm,
                     "kafka.tools.StorageTool",
                     "format",
-                    "--cluster-id",
-                    cluster_id,
+                    f"--cluster-id={cluster_id}",  # one argument, whatever the id looks like
                     "--config",
                     str(properties),
                 ],
