@@ -1,20 +1,26 @@
-"""Session fixtures that hand the integration tests a real PostgreSQL and Kafka.
+"""Session fixtures that hand the integration tests a real PostgreSQL, Kafka and S3 API.
 
-``postgres_conninfo`` / ``kafka_bootstrap`` resolve each service once per session:
+``postgres_conninfo`` / ``kafka_bootstrap`` / ``s3_service`` resolve each service once per
+session:
 
-1. ``$EOS_POSTGRES_CONNINFO`` / ``$EOS_KAFKA_BOOTSTRAP`` when set (must answer), else the
-   same keys from ``<repo>/.services.env`` (written by ``scripts/services start``; used only
-   when the service answers, a stale file is ignored);
+1. ``$EOS_POSTGRES_CONNINFO`` / ``$EOS_KAFKA_BOOTSTRAP`` / ``$EOS_S3_ENDPOINT`` when set
+   (must answer), else the same keys from ``<repo>/.services.env`` (written by
+   ``scripts/services start``; used only when the service answers, a stale file is
+   ignored). S3's bucket and keys come from the same place (``EOS_S3_BUCKET``,
+   ``EOS_S3_ACCESS_KEY``, ``EOS_S3_SECRET_KEY``; unset ones default to the native
+   service's);
 2. a Docker engine that answers ``docker info``: pytest-docker's ``docker_services`` with
-   ``docker/docker-compose.yml`` (pytest-docker is only touched on this path);
+   ``docker/docker-compose.yml`` (pytest-docker is only touched on this path; the compose
+   file has no S3, which always comes from 1 or 3);
 3. otherwise the native services of :mod:`integration._services`, started here and stopped
    at session end only when this session started them.
 
 ``$EOS_SERVICES_BACKEND`` = ``auto`` (default), ``docker`` or ``native`` forces 2 or 3.
 A service that cannot be had fails the test under ``CI=true`` and skips it elsewhere.
 
-``native_postgres`` / ``native_kafka`` give restart hooks (crash/restart tests); they skip
-when the service is not the native one managed by :mod:`integration._services`.
+``native_postgres`` / ``native_kafka`` / ``native_s3`` give restart hooks (crash/restart
+tests); they skip when the service is not the native one managed by
+:mod:`integration._services`.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -36,14 +43,18 @@ from integration import _services
 __all__ = [
     "NativeKafka",
     "NativePostgres",
+    "NativeS3",
+    "S3Service",
     "ServiceResolver",
     "docker_compose_file",
     "eos_services",
     "kafka_bootstrap",
     "native_kafka",
     "native_postgres",
+    "native_s3",
     "postgres_conninfo",
     "register_markers",
+    "s3_service",
 ]
 
 ServiceName = _services.ServiceName
@@ -51,18 +62,19 @@ COMPOSE_FILE = _services.REPO_ROOT / "docker" / "docker-compose.yml"
 _ENV_VARS: dict[ServiceName, str] = {
     "postgres": _services.ENV_POSTGRES,
     "kafka": _services.ENV_KAFKA,
+    "s3": _services.ENV_S3_ENDPOINT,
 }
 _PROBE_TIMEOUT = 15.0
 
 
 def register_markers(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "integration: needs real services (PostgreSQL, Kafka, Spark JVM)"
+        "markers", "integration: needs real services (PostgreSQL, Kafka, S3, Spark JVM)"
     )
 
 
 #: Fixtures that restart a service every other test uses.
-RESTARTING_FIXTURES = frozenset({"native_postgres", "native_kafka"})
+RESTARTING_FIXTURES = frozenset({"native_postgres", "native_kafka", "native_s3"})
 
 
 def mark_serial(items: list[pytest.Item]) -> None:
@@ -122,11 +134,30 @@ def _probe_kafka(bootstrap: str) -> str | None:
     return f"no Kafka broker answers a Metadata request at {first}"
 
 
+def _probe_s3(endpoint: str) -> str | None:
+    """None when an S3 API answers ``GET /`` at the ``http://host:port`` endpoint."""
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        return f"cannot parse S3 endpoint {endpoint!r} (expected http://host:port)"
+    if parts.scheme == "https":
+        return None  # the services' probe speaks plain HTTP; a TLS endpoint is taken on trust
+    if _services.s3_answers(parts.hostname, port):
+        return None
+    return f"no S3 API answers GET / at {endpoint}"
+
+
+_PROBES = {"postgres": _probe_postgres, "kafka": _probe_kafka, "s3": _probe_s3}
+
+
 def _probe(service: ServiceName, value: str, timeout: float) -> str | None:
     """Retry the probe until it succeeds or ``timeout`` passes; None on success."""
     deadline = time.monotonic() + timeout
     while True:
-        error = _probe_postgres(value) if service == "postgres" else _probe_kafka(value)
+        error = _PROBES[service](value)
         if error is None or time.monotonic() >= deadline:
             return None if error is None else " ".join(error.split())
         time.sleep(1.0)
@@ -207,9 +238,29 @@ class ServiceResolver:
             self._source[service] = "env-file"
             return from_file
 
+        if service == "s3":  # not in docker/docker-compose.yml
+            return self._from_native(service)
         if self._backend == "docker" or (self._backend == "auto" and _docker_engine_answers()):
             return self._from_docker(service)
         return self._from_native(service)
+
+    def s3(self) -> S3Service:
+        """The S3 service: its endpoint resolved like the others, bucket and keys beside it."""
+        endpoint = self.get("s3")
+        source = self._source.get("s3")
+        values: Mapping[str, str] = (
+            os.environ if source == "env" else self._env_file if source == "env-file" else {}
+        )
+
+        def value(var: str, default: str) -> str:
+            return values.get(var, "").strip() or default
+
+        return S3Service(
+            endpoint=endpoint,
+            bucket=value(_services.ENV_S3_BUCKET, _services.S3_BUCKET),
+            access_key=value(_services.ENV_S3_ACCESS_KEY, _services.S3_ACCESS_KEY),
+            secret_key=value(_services.ENV_S3_SECRET_KEY, _services.S3_SECRET_KEY),
+        )
 
     def _from_docker(self, service: ServiceName) -> str:
         if self._docker is None and self._docker_failure is None:
@@ -243,12 +294,15 @@ class ServiceResolver:
 
     def _from_native(self, service: ServiceName) -> str:
         current = _services.status()
-        was_running = (current.postgres if service == "postgres" else current.kafka) is not None
+        running = {"postgres": current.postgres, "kafka": current.kafka, "s3": current.s3}
+        was_running = running[service] is not None
         try:
             if service == "postgres":
                 value = _services.start_postgres().conninfo
-            else:
+            elif service == "kafka":
                 value = _services.start_kafka().bootstrap
+            else:
+                value = _services.start_s3().endpoint
         except _services.ServiceError as exc:
             self._fail(
                 service,
@@ -269,6 +323,8 @@ class ServiceResolver:
         current = _services.status()
         if service == "postgres":
             return current.postgres is not None and current.postgres.conninfo == value
+        if service == "s3":
+            return current.s3 is not None and current.s3.endpoint == value
         return current.kafka is not None and current.kafka.bootstrap == value
 
     def close(self) -> None:
@@ -276,6 +332,8 @@ class ServiceResolver:
             try:
                 if service == "postgres":
                     _services.stop_postgres()
+                elif service == "s3":
+                    _services.stop_s3()
                 else:
                     _services.stop_kafka()
             except _services.ServiceError as exc:  # teardown must not hide test results
@@ -288,7 +346,7 @@ class ServiceResolver:
 
 @pytest.fixture(scope="session")
 def docker_compose_file() -> str:
-    """pytest-docker: the compose file with PostgreSQL and Kafka."""
+    """pytest-docker: the compose file with PostgreSQL and Kafka (S3 is always native)."""
     return str(COMPOSE_FILE)
 
 
@@ -311,6 +369,51 @@ def postgres_conninfo(eos_services: ServiceResolver) -> str:
 def kafka_bootstrap(eos_services: ServiceResolver) -> str:
     """``host:port`` of a Kafka 4.x broker with transactions (auto topic creation off)."""
     return eos_services.get("kafka")
+
+
+@dataclass(frozen=True)
+class S3Service:
+    """An S3 API and a bucket in it, with what Spark (s3a) and delta-rs need to reach it."""
+
+    endpoint: str
+    bucket: str
+    access_key: str
+    secret_key: str
+    region: str = _services.S3_REGION
+
+    def prefix(self, name: str) -> str:
+        """A fresh, unique ``s3a://<bucket>/<name>-<uuid>`` for one test's objects.
+
+        ``name`` is typically ``request.node.name``; characters that are awkward in an S3
+        key (anything but letters, digits, ``.``, ``_`` and ``-``) become ``-``.
+        """
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "test"
+        return f"s3a://{self.bucket}/{safe[:100]}-{uuid.uuid4().hex}"
+
+    def hadoop_confs(self) -> dict[str, str]:
+        """The Spark confs a user passes for Hadoop's s3a file system to use this server."""
+        return {
+            "spark.hadoop.fs.s3a.endpoint": self.endpoint,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.access.key": self.access_key,
+            "spark.hadoop.fs.s3a.secret.key": self.secret_key,
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": str(
+                self.endpoint.startswith("https://")
+            ).lower(),
+            "spark.hadoop.fs.s3a.endpoint.region": self.region,
+        }
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs' ``storage_options`` for this server (plain HTTP, unsafe rename: the
+        tests have one writer per table and no locking provider)."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+        }
 
 
 @dataclass(frozen=True)
@@ -347,6 +450,31 @@ class NativeKafka:
         return _services.start_kafka()
 
 
+@pytest.fixture(scope="session")
+def s3_service(eos_services: ServiceResolver) -> S3Service:
+    """An S3 API (moto's server, natively) with a bucket; ``prefix(request.node.name)``
+    gives a test its own ``s3a://`` prefix, ``hadoop_confs()`` / ``storage_options()`` the
+    settings Spark and delta-rs need."""
+    return eos_services.s3()
+
+
+@dataclass(frozen=True)
+class NativeS3:
+    """Control over the native moto server; the endpoint stays valid across restarts, the
+    objects do not (moto keeps them in memory: the bucket comes back empty)."""
+
+    service: S3Service
+
+    def restart(self, kill: bool = False, downtime: float = 0.0) -> _services.S3Info:
+        return _services.restart_s3(kill=kill, downtime=downtime)
+
+    def stop(self, kill: bool = False) -> None:
+        _services.stop_s3(kill=kill)
+
+    def start(self) -> _services.S3Info:
+        return _services.start_s3()
+
+
 @pytest.fixture
 def native_postgres(
     postgres_conninfo: str, eos_services: ServiceResolver
@@ -373,3 +501,17 @@ def native_kafka(kafka_bootstrap: str, eos_services: ServiceResolver) -> Iterato
     yield NativeKafka(kafka_bootstrap)
     if _services.status().kafka is None:
         _services.start_kafka()
+
+
+@pytest.fixture
+def native_s3(s3_service: S3Service, eos_services: ServiceResolver) -> Iterator[NativeS3]:
+    """Restart hooks for S3; skips unless it is the native (scripts/services) moto.
+
+    After the test the server is started again (with its bucket) if the test left it
+    stopped.
+    """
+    if not eos_services.is_native("s3"):
+        pytest.skip("needs the native S3 (moto) of scripts/services (restartable by the tests)")
+    yield NativeS3(s3_service)
+    if _services.status().s3 is None:
+        _services.start_s3()

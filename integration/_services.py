@@ -1,6 +1,7 @@
-"""Real PostgreSQL and Apache Kafka for the integration tests, without Docker.
+"""Real PostgreSQL, Apache Kafka and an S3 API for the integration tests, without Docker.
 
-Standard library only, so ``scripts/services`` works before any pip install.
+Standard library only, so ``scripts/services`` works before any pip install (the S3 part
+needs ``moto[server]`` and its ``boto3``, of the ``[dev]`` extra, when it starts).
 
 * PostgreSQL: a private cluster (``initdb``) under ``<state>/postgres``, run by a
   non-root user (``eos``, created with ``useradd`` when running as root), listening
@@ -15,6 +16,15 @@ Standard library only, so ``scripts/services`` works before any pip install.
   combined mode (broker + controller) under ``<state>/kafka``, run as
   ``java -cp 'libs/*' kafka.Kafka server.properties``. ``auto.create.topics.enable``
   is **false**: tests create their topics explicitly.
+* S3: moto's server mode (``python -m moto.server``, the interpreter running this module)
+  on 127.0.0.1 on a port chosen once and kept, run from ``<state>/s3`` (its log in
+  ``<state>/s3/logs/moto.log``), with one bucket, :data:`S3_BUCKET`, created after it
+  answers (idempotently, with boto3, region :data:`S3_REGION`). Any access key is accepted;
+  the fixed test ones are :data:`S3_ACCESS_KEY` / :data:`S3_SECRET_KEY`. moto keeps its
+  state in memory only, so **a restart (or stop) of s3 empties it**: the start re-creates
+  the bucket, empty. (moto's request recorder, ``MOTO_ENABLE_RECORDING``, is no
+  persistence: it logs every request, bodies included, and replays them; a replayed
+  multipart upload gets a new upload id, so its later parts and its completion fail.)
 
 ``<state>`` is ``<repo>/.services`` (``$EOS_SERVICES_DIR`` overrides). When the
 service user cannot reach that directory (for example a repository under ``/root``),
@@ -22,16 +32,18 @@ the PostgreSQL part falls back to ``/tmp/eos-services-<uid>-<hash>/postgres``.
 
 Command line (``scripts/services`` wraps this)::
 
-    python3 -m integration._services start [--only postgres|kafka]
-    python3 -m integration._services stop [--only postgres|kafka]
+    python3 -m integration._services start [--only postgres|kafka|s3]
+    python3 -m integration._services stop [--only postgres|kafka|s3]
     python3 -m integration._services restart [--only ...] [--mode fast|immediate] [--kill]
-    python3 -m integration._services status
+    python3 -m integration._services status [--only ...]
 
 ``start`` writes ``<repo>/.services.env`` (``EOS_POSTGRES_CONNINFO``,
-``EOS_KAFKA_BOOTSTRAP``); ``stop`` removes it once nothing runs any more.
+``EOS_KAFKA_BOOTSTRAP``, ``EOS_S3_ENDPOINT``, ``EOS_S3_BUCKET``, ``EOS_S3_ACCESS_KEY``,
+``EOS_S3_SECRET_KEY``); ``stop`` removes it once nothing runs any more.
 
 From tests: :func:`start_postgres`, :func:`stop_postgres`, :func:`restart_postgres`,
-:func:`start_kafka`, :func:`stop_kafka`, :func:`restart_kafka`, :func:`status`.
+:func:`start_kafka`, :func:`stop_kafka`, :func:`restart_kafka`, :func:`start_s3`,
+:func:`stop_s3`, :func:`restart_s3`, :func:`status`.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -57,6 +70,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -65,10 +80,19 @@ from typing import Any, Final, Literal
 __all__ = [
     "ENV_KAFKA",
     "ENV_POSTGRES",
+    "ENV_S3_ACCESS_KEY",
+    "ENV_S3_BUCKET",
+    "ENV_S3_ENDPOINT",
+    "ENV_S3_SECRET_KEY",
     "REPO_ROOT",
+    "S3_ACCESS_KEY",
+    "S3_BUCKET",
+    "S3_REGION",
+    "S3_SECRET_KEY",
     "KafkaInfo",
     "PgStopMode",
     "PostgresInfo",
+    "S3Info",
     "ServiceError",
     "Status",
     "cache_dir",
@@ -80,15 +104,19 @@ __all__ = [
     "read_env_file",
     "restart_kafka",
     "restart_postgres",
+    "restart_s3",
+    "s3_answers",
     "service_timeout",
     "start",
     "start_kafka",
     "start_postgres",
+    "start_s3",
     "state_dir",
     "status",
     "stop",
     "stop_kafka",
     "stop_postgres",
+    "stop_s3",
 ]
 
 log = logging.getLogger("connectors.services")
@@ -115,9 +143,22 @@ HOST: Final = "127.0.0.1"
 
 ENV_POSTGRES: Final = "EOS_POSTGRES_CONNINFO"
 ENV_KAFKA: Final = "EOS_KAFKA_BOOTSTRAP"
+ENV_S3_ENDPOINT: Final = "EOS_S3_ENDPOINT"
+ENV_S3_BUCKET: Final = "EOS_S3_BUCKET"
+ENV_S3_ACCESS_KEY: Final = "EOS_S3_ACCESS_KEY"
+ENV_S3_SECRET_KEY: Final = "EOS_S3_SECRET_KEY"
 
-ServiceName = Literal["postgres", "kafka"]
-SERVICES: Final[tuple[ServiceName, ...]] = ("postgres", "kafka")
+#: The bucket the S3 service creates (a valid S3 name) and the fixed test credentials (moto
+#: accepts any).
+S3_BUCKET: Final = "eos-test"
+S3_ACCESS_KEY: Final = "eos-test-access-key"
+S3_SECRET_KEY: Final = "eos-test-secret-key"
+S3_REGION: Final = "us-east-1"
+#: moto's request log is rotated (one old copy kept) at a start that finds it this large.
+S3_LOG_ROTATE_BYTES: Final = 20 * 1024 * 1024
+
+ServiceName = Literal["postgres", "kafka", "s3"]
+SERVICES: Final[tuple[ServiceName, ...]] = ("postgres", "kafka", "s3")
 PgStopMode = Literal["smart", "fast", "immediate"]
 
 
@@ -158,12 +199,29 @@ class KafkaInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class S3Info:
+    host: str
+    port: int
+    bucket: str = S3_BUCKET
+    access_key: str = S3_ACCESS_KEY
+    secret_key: str = S3_SECRET_KEY
+    region: str = S3_REGION
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclasses.dataclass(frozen=True)
 class Status:
     postgres: PostgresInfo | None
     kafka: KafkaInfo | None
     postgres_dir: Path | None
     kafka_dir: Path
     kafka_pid: int | None
+    s3: S3Info | None = None
+    s3_dir: Path | None = None
+    s3_pid: int | None = None
 
 
 # ------------------------------------------------------------------- configuration
@@ -210,6 +268,10 @@ def kafka_version() -> str:
 
 def _kafka_dir() -> Path:
     return state_dir() / "kafka"
+
+
+def _s3_dir() -> Path:
+    return state_dir() / "s3"
 
 
 def _fallback_pg_root() -> Path:
@@ -1334,7 +1396,7 @@ def start_kafka() -> KafkaInfo:
         return info
 
 
-def _terminate(pid: int, timeout: float, kill: bool = False) -> None:
+def _terminate(pid: int, timeout: float, kill: bool = False, name: str = "Kafka") -> None:
     """SIGTERM (or SIGKILL) one process, escalating to SIGKILL after ``timeout`` s."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
@@ -1342,7 +1404,7 @@ def _terminate(pid: int, timeout: float, kill: bool = False) -> None:
     while _proc_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     if _proc_alive(pid):
-        log.warning("Kafka (pid %d) still alive after %.0fs; sending SIGKILL", pid, timeout)
+        log.warning("%s (pid %d) still alive after %.0fs; sending SIGKILL", name, pid, timeout)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 15
@@ -1389,6 +1451,200 @@ def _kafka_status() -> tuple[KafkaInfo | None, int | None]:
         return None, pid
     return KafkaInfo(HOST, int(section["port"]), str(section.get("version", "?"))), pid
 
+# ------------------------------------------------------------------------------- S3
+
+
+def s3_answers(host: str, port: int, timeout: float = 3.0) -> bool:
+    """True when an S3 API answers ``GET /`` (ListBuckets) at ``http://host:port``.
+
+    Plain HTTP, no signature: moto lists its buckets; a server that wants signed requests
+    answers with an S3 ``<Error>`` document, which counts as answering too.
+    """
+    url = f"http://{host}:{port}/"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            body = response.read(64 * 1024)
+    except urllib.error.HTTPError as exc:
+        body = exc.read(64 * 1024)
+    except (OSError, ValueError):
+        return False
+    return b"<ListAllMyBucketsResult" in body or b"<Error>" in body
+
+
+def _s3_pid() -> int | None:
+    """The pid of this state directory's moto server (its working directory), else None."""
+    sdir = _s3_dir()
+    try:
+        pid = int((sdir / "s3.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+    if b"moto.server" not in cmdline or Path(cwd) != sdir:
+        return None  # pid reused by something else
+    return pid if _proc_alive(pid) else None
+
+
+def _s3_bucket(info: S3Info) -> bool:
+    """Create the test bucket unless it exists (boto3); True when it was created."""
+    try:
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError as exc:
+        raise ServiceError(
+            f"boto3 is missing ({exc}); it comes with moto: run scripts/bootstrap, or "
+            "`pip install 'moto[server]'` into the interpreter that runs scripts/services"
+        ) from exc
+    client = boto3.client(
+        "s3",
+        endpoint_url=info.endpoint,
+        region_name=info.region,
+        aws_access_key_id=info.access_key,
+        aws_secret_access_key=info.secret_key,
+        config=Config(retries={"max_attempts": 3}, connect_timeout=5, read_timeout=30),
+    )
+    try:
+        names = {bucket["Name"] for bucket in client.list_buckets().get("Buckets", [])}
+        if info.bucket in names:
+            return False
+        try:
+            client.create_bucket(Bucket=info.bucket)
+        except ClientError as exc:  # created meanwhile by another client
+            if exc.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
+                raise
+            return False
+    except (BotoCoreError, ClientError) as exc:
+        raise ServiceError(f"cannot create the S3 bucket {info.bucket!r}: {exc}") from exc
+    return True
+
+
+def _rotate(path: Path, limit: int) -> None:
+    """Keep ``path`` below ``limit`` bytes across starts: move a larger one to ``.1``."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_size > limit:
+            path.replace(path.with_name(path.name + ".1"))
+
+
+def start_s3() -> S3Info:
+    """Start (or re-verify) moto's S3 server and create the test bucket; returns its address.
+
+    moto keeps everything in memory: after a stop or restart the bucket is created again,
+    empty.
+    """
+    with _locked():
+        sdir = _s3_dir()
+        state = _load_state()
+        section = _section(state, "s3")
+        pid = _s3_pid()
+        timeout = service_timeout()
+        started = time.monotonic()
+        logs_dir = sdir / "logs"
+        out_file = logs_dir / "moto.log"
+        if pid is not None:
+            port = section.get("port")
+            if not isinstance(port, int):
+                raise ServiceError(
+                    f"moto runs (pid {pid}) but its port is unknown; run `scripts/services stop`"
+                )
+            log.info("S3 (moto) already running (pid %d, port %d); verifying", pid, port)
+            server_pid, new = pid, False
+        else:
+            if importlib.util.find_spec("moto") is None:
+                raise ServiceError(
+                    f"moto is not installed in {sys.executable}; run scripts/bootstrap (the "
+                    "[dev] extra), or `pip install 'moto[server]'`"
+                )
+            logs_dir.mkdir(parents=True, exist_ok=True)
+            others = {  # the other services' kept ports, even while they are stopped
+                value
+                for name in SERVICES
+                if name != "s3" and isinstance(state.get(name), dict)
+                for key, value in state[name].items()
+                if key.endswith("port") and isinstance(value, int)
+            }
+            port = _stable_port(section, "port", False, others)
+            _save_state(state)
+            _rotate(out_file, S3_LOG_ROTATE_BYTES)
+            log.info("starting S3 (moto, port %d, up to %.0fs)", port, timeout)
+            with open(out_file, "ab") as out:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(port)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=sdir,
+                    start_new_session=True,
+                )
+            _children[child.pid] = child
+            (sdir / "s3.pid").write_text(f"{child.pid}\n")
+            server_pid, new = child.pid, True
+        info = S3Info(HOST, port)
+        try:
+            _wait(
+                "S3 (moto)",
+                lambda: s3_answers(HOST, port),
+                timeout=timeout,
+                alive=lambda: _proc_alive(server_pid),
+                interval=0.1,
+            )
+            created = _s3_bucket(info)
+        except ServiceError as exc:
+            if new:
+                _terminate(server_pid, 10.0, name="moto")
+                (sdir / "s3.pid").unlink(missing_ok=True)
+            raise ServiceError(f"{exc}\n{_log_excerpt(out_file, 20)}") from exc
+        log.info(
+            "S3 (moto) ready in %.1fs: %s, bucket %s (%s)",
+            time.monotonic() - started,
+            info.endpoint,
+            info.bucket,
+            "created" if created else "kept",
+        )
+        _refresh_env_file()
+        return info
+
+
+def stop_s3(kill: bool = False, timeout: float = 30.0) -> bool:
+    """Stop moto (SIGTERM, SIGKILL after ``timeout``); its objects and buckets are lost."""
+    with _locked():
+        pid = _s3_pid()
+        if pid is None:
+            (_s3_dir() / "s3.pid").unlink(missing_ok=True)
+            return False
+        log.info("stopping S3 (moto, pid %d, %s)", pid, "SIGKILL" if kill else "SIGTERM")
+        started = time.monotonic()
+        _terminate(pid, timeout, kill=kill, name="moto")
+        (_s3_dir() / "s3.pid").unlink(missing_ok=True)
+        log.info("S3 (moto) stopped in %.1fs", time.monotonic() - started)
+        _refresh_env_file()
+        return True
+
+
+def restart_s3(kill: bool = False, downtime: float = 0.0) -> S3Info:
+    """Stop moto, wait ``downtime`` s, start it again.
+
+    The port (so the endpoint) and the bucket's name are kept; the objects are not (moto
+    keeps them in memory): the bucket comes back empty.
+    """
+    with _locked():
+        stop_s3(kill=kill)
+        if downtime > 0:
+            time.sleep(downtime)
+        return start_s3()
+
+
+def _s3_status() -> tuple[S3Info | None, int | None]:
+    pid = _s3_pid()
+    section = _load_state().get("s3", {})
+    if pid is None or not isinstance(section.get("port"), int):
+        return None, pid
+    return S3Info(HOST, int(section["port"])), pid
+
 
 # ---------------------------------------------------------------------- whole set-up
 
@@ -1396,8 +1652,16 @@ def _kafka_status() -> tuple[KafkaInfo | None, int | None]:
 def status() -> Status:
     postgres, pg_root = _postgres_status()
     kafka, pid = _kafka_status()
+    s3, s3_pid = _s3_status()
     return Status(
-        postgres=postgres, kafka=kafka, postgres_dir=pg_root, kafka_dir=_kafka_dir(), kafka_pid=pid
+        postgres=postgres,
+        kafka=kafka,
+        postgres_dir=pg_root,
+        kafka_dir=_kafka_dir(),
+        kafka_pid=pid,
+        s3=s3,
+        s3_dir=_s3_dir(),
+        s3_pid=s3_pid,
     )
 
 
@@ -1430,6 +1694,11 @@ def _refresh_env_file() -> None:
         lines.append(f"{ENV_POSTGRES}={current.postgres.conninfo}")
     if current.kafka is not None:
         lines.append(f"{ENV_KAFKA}={current.kafka.bootstrap}")
+    if current.s3 is not None:
+        lines.append(f"{ENV_S3_ENDPOINT}={current.s3.endpoint}")
+        lines.append(f"{ENV_S3_BUCKET}={current.s3.bucket}")
+        lines.append(f"{ENV_S3_ACCESS_KEY}={current.s3.access_key}")
+        lines.append(f"{ENV_S3_SECRET_KEY}={current.s3.secret_key}")
     path = env_file()
     if not lines:
         path.unlink(missing_ok=True)
@@ -1446,17 +1715,22 @@ def _selected(only: Sequence[str] | None) -> tuple[ServiceName, ...]:
     return tuple(name for name in SERVICES if name in only)
 
 
-def start(only: Sequence[str] | None = None) -> tuple[PostgresInfo | None, KafkaInfo | None]:
-    """Start the selected services (default both); idempotent."""
+def start(
+    only: Sequence[str] | None = None,
+) -> tuple[PostgresInfo | None, KafkaInfo | None, S3Info | None]:
+    """Start the selected services (default all); idempotent."""
     names = _selected(only)
     postgres = start_postgres() if "postgres" in names else None
     kafka = start_kafka() if "kafka" in names else None
-    return postgres, kafka
+    s3 = start_s3() if "s3" in names else None
+    return postgres, kafka, s3
 
 
 def stop(only: Sequence[str] | None = None) -> None:
-    """Stop the selected services (default both)."""
+    """Stop the selected services (default all)."""
     names = _selected(only)
+    if "s3" in names and not stop_s3():
+        log.info("S3 (moto) was not running")
     if "kafka" in names and not stop_kafka():
         log.info("Kafka was not running")
     if "postgres" in names and not stop_postgres():
@@ -1481,6 +1755,13 @@ def _print_status(current: Status) -> None:
         )
     else:
         print(f"kafka:    stopped  ({current.kafka_dir})")
+    if current.s3 is not None:
+        print(
+            f"s3:       running  {current.s3.endpoint}  (moto, bucket {current.s3.bucket}, "
+            f"pid {current.s3_pid}, log {current.s3_dir}/logs/moto.log)"
+        )
+    else:
+        print(f"s3:       stopped  ({current.s3_dir})")
     path = env_file()
     print(f"env file: {path if path.exists() else '(none)'}")
 
@@ -1488,7 +1769,8 @@ def _print_status(current: Status) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="scripts/services",
-        description="Real PostgreSQL and Kafka for the integration tests, without Docker.",
+        description="Real PostgreSQL, Kafka and S3 (moto) for the integration tests, "
+        "without Docker.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (
@@ -1509,7 +1791,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 help="pg_ctl stop mode",
             )
             cmd.add_argument(
-                "--kill", action="store_true", help="SIGKILL the Kafka broker instead of SIGTERM"
+                "--kill",
+                action="store_true",
+                help="SIGKILL the Kafka broker and moto instead of SIGTERM",
             )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="services: %(message)s", stream=sys.stderr)
@@ -1530,12 +1814,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 restart_postgres(mode)
             if "kafka" in names:
                 restart_kafka(kill=args.kill)
+            if "s3" in names:
+                restart_s3(kill=args.kill)
             _print_status(status())
         else:
             current = status()
             _print_status(current)
             wanted = _selected(only)
-            up = {"postgres": current.postgres is not None, "kafka": current.kafka is not None}
+            up = {
+                "postgres": current.postgres is not None,
+                "kafka": current.kafka is not None,
+                "s3": current.s3 is not None,
+            }
             return 0 if all(up[name] for name in wanted) else 3
     except ServiceError as exc:
         log.error("error: %s", exc)

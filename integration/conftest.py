@@ -1,8 +1,9 @@
 """pytest configuration for the integration tests (real PostgreSQL, Kafka and Spark).
 
 Service fixtures live in ``integration/_fixtures_services.py`` and are re-exported here:
-``postgres_conninfo``, ``kafka_bootstrap`` (session-scoped), ``native_postgres`` and
-``native_kafka`` (restart hooks). See that module for how services are found or started.
+``postgres_conninfo``, ``kafka_bootstrap``, ``s3_service`` (session-scoped),
+``native_postgres``, ``native_kafka`` and ``native_s3`` (restart hooks). See that module
+for how services are found or started.
 
 Add further fixtures (e.g. Spark) below the re-export block; extend ``pytest_configure``
 instead of defining a second one.
@@ -47,8 +48,10 @@ from integration._fixtures_services import (  # noqa: E402
     mark_serial,
     native_kafka,
     native_postgres,
+    native_s3,
     postgres_conninfo,
     register_markers,
+    s3_service,
 )
 
 __all__ = [
@@ -58,7 +61,9 @@ __all__ = [
     "kafka_bootstrap",
     "native_kafka",
     "native_postgres",
+    "native_s3",
     "postgres_conninfo",
+    "s3_service",
     "spark",
 ]
 

@@ -3,15 +3,21 @@
 PostgreSQL: two-phase commit (prepared transactions that another connection finishes,
 that stay invisible until committed and survive a crash). Kafka: transactions with
 read_committed isolation, enforced by the broker, and a last stable offset that trails
-the high watermark while a transaction is open.
+the high watermark while a transaction is open. S3 (moto), through obstore as the Delta
+ledger uses it: create-only puts, puts conditional on the current ETag, a list that sees
+a write at once, multipart uploads; and a restart keeps the endpoint and the bucket.
 """
 
 from __future__ import annotations
 
+import random
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 
+import obstore
 import psycopg
 import pytest
 from confluent_kafka import (
@@ -25,9 +31,12 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
+from obstore.exceptions import AlreadyExistsError, PreconditionError
+from obstore.store import S3Store
 from psycopg import sql
 
-from integration._fixtures_services import NativeKafka, NativePostgres
+from integration import _services
+from integration._fixtures_services import NativeKafka, NativePostgres, NativeS3, S3Service
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -382,3 +391,155 @@ def test_kafka_keeps_committed_data_and_fences_across_broker_restart(
         producer.produce(topic, value=b"zombie")
         producer.commit_transaction(KAFKA_TIMEOUT)
     assert _consume_all(bootstrap, topic, "read_committed") == ["before-restart", "after-restart"]
+
+
+# =================================================================================== S3
+
+
+def _s3_store(service: S3Service) -> S3Store:
+    return S3Store(
+        service.bucket,
+        endpoint=service.endpoint,
+        access_key_id=service.access_key,
+        secret_access_key=service.secret_key,
+        region=service.region,
+        client_options={"allow_http": True},
+        virtual_hosted_style_request=False,
+    )
+
+
+@pytest.fixture
+def s3_store(s3_service: S3Service) -> S3Store:
+    return _s3_store(s3_service)
+
+
+@pytest.fixture
+def s3_prefix(s3_service: S3Service, request: pytest.FixtureRequest) -> str:
+    """This test's own key prefix in the bucket (the path part of ``s3_service.prefix``)."""
+    url = s3_service.prefix(request.node.name)
+    assert url.startswith(f"s3a://{s3_service.bucket}/{request.node.name[:20]}")
+    return url.removeprefix(f"s3a://{s3_service.bucket}/")
+
+
+def _s3_read(store: S3Store, key: str) -> bytes:
+    return bytes(obstore.get(store, key).bytes())
+
+
+def test_s3_put_create_succeeds_once(s3_store: S3Store, s3_prefix: str) -> None:
+    key = f"{s3_prefix}/_ledger/00000000000000000001.json"
+    first = obstore.put(s3_store, key, b"first writer", mode="create")
+    assert first["e_tag"]
+    with pytest.raises(AlreadyExistsError):
+        obstore.put(s3_store, key, b"second writer", mode="create")
+    assert _s3_read(s3_store, key) == b"first writer"
+
+
+def test_s3_put_conditional_on_the_current_etag(s3_store: S3Store, s3_prefix: str) -> None:
+    key = f"{s3_prefix}/_ledger/state.json"
+    stale = obstore.put(s3_store, key, b"v1", mode="create")["e_tag"]
+    assert stale is not None
+    current = obstore.put(s3_store, key, b"v2", mode={"e_tag": stale})["e_tag"]
+    assert current is not None
+    assert current != stale
+    with pytest.raises(PreconditionError):
+        obstore.put(s3_store, key, b"lost update", mode={"e_tag": stale})
+    assert _s3_read(s3_store, key) == b"v2"
+    obstore.put(s3_store, key, b"v3", mode={"e_tag": current})
+    assert _s3_read(s3_store, key) == b"v3"
+
+
+def test_s3_list_right_after_a_write_sees_it(s3_store: S3Store, s3_prefix: str) -> None:
+    written: list[str] = []
+    for index in range(5):
+        key = f"{s3_prefix}/_delta_log/{index:020d}.json"
+        obstore.put(s3_store, key, f"commit {index}".encode(), mode="create")
+        written.append(key)
+        listed = sorted(m["path"] for m in obstore.list(s3_store, prefix=s3_prefix).collect())
+        assert listed == written
+
+
+def test_s3_multipart_upload_reads_back_whole(s3_store: S3Store, s3_prefix: str) -> None:
+    data = random.Random(42).randbytes(12 * 1024 * 1024)
+    key = f"{s3_prefix}/part-00000.parquet"
+    result = obstore.put(
+        s3_store, key, data, use_multipart=True, chunk_size=5 * 1024 * 1024
+    )
+    # An S3 multipart ETag is "<md5 of the parts' md5s>-<parts>": 5 + 5 + 2 MiB.
+    assert str(result["e_tag"]).strip('"').endswith("-3"), result
+    assert obstore.head(s3_store, key)["size"] == len(data)
+    assert _s3_read(s3_store, key) == data
+
+
+def test_s3_settings_for_spark_and_delta_rs(s3_service: S3Service) -> None:
+    confs = s3_service.hadoop_confs()
+    assert confs == {
+        "spark.hadoop.fs.s3a.endpoint": s3_service.endpoint,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.access.key": s3_service.access_key,
+        "spark.hadoop.fs.s3a.secret.key": s3_service.secret_key,
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+    }
+    options = s3_service.storage_options()
+    assert options["AWS_ENDPOINT_URL"] == s3_service.endpoint
+    assert options["AWS_ALLOW_HTTP"] == "true"
+    assert options["AWS_S3_ALLOW_UNSAFE_RENAME"] == "true"
+    assert options["AWS_REGION"] == "us-east-1"
+    first, second = s3_service.prefix("test_x[a/b c]"), s3_service.prefix("test_x[a/b c]")
+    assert first != second
+    assert first.startswith(f"s3a://{s3_service.bucket}/test_x-a-b-c-")
+
+
+def test_s3_storage_options_reach_delta_rs(s3_service: S3Service, s3_prefix: str) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    pyarrow = pytest.importorskip("pyarrow")
+    uri = f"s3://{s3_service.bucket}/{s3_prefix}/table"
+    options = s3_service.storage_options()
+    deltalake.write_deltalake(uri, pyarrow.table({"id": [1, 2]}), storage_options=options)
+    deltalake.write_deltalake(
+        uri, pyarrow.table({"id": [3]}), mode="append", storage_options=options
+    )
+    table = deltalake.DeltaTable(uri, storage_options=options)
+    assert table.version() == 1
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
+
+
+def _services_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "integration._services", *args],
+        cwd=_services.REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_s3_restart_only_s3_brings_it_back_with_the_bucket(native_s3: NativeS3) -> None:
+    service = native_s3.service
+    store = _s3_store(service)
+    key = f"restart-{uuid.uuid4().hex}/object"
+    obstore.put(store, key, b"before the restart", mode="create")
+    before = _services.status()
+    assert before.s3 is not None
+    assert before.s3.endpoint == service.endpoint
+    kafka_pid, postgres = before.kafka_pid, before.postgres
+
+    restarted = _services_cli("restart", "--only", "s3")
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert "s3:       running" in restarted.stdout
+    assert _services_cli("status", "--only", "s3").returncode == 0
+
+    after = _services.status()
+    assert after.s3 == before.s3  # same endpoint (kept port) and bucket
+    assert after.s3_pid is not None
+    assert after.s3_pid != before.s3_pid  # a new moto process
+    assert (after.kafka_pid, after.postgres) == (kafka_pid, postgres)  # the others untouched
+    env = _services.read_env_file()
+    assert env[_services.ENV_S3_ENDPOINT] == service.endpoint
+    assert env[_services.ENV_S3_BUCKET] == service.bucket
+    # moto keeps objects in memory: the bucket is back, empty, and usable at once.
+    assert obstore.list(store, prefix=key).collect() == []
+    obstore.put(store, key, b"after the restart", mode="create")
+    assert _s3_read(store, key) == b"after the restart"
