@@ -76,6 +76,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     mark_serial(items)
 
 
+def s3_hadoop_confs() -> dict[str, str]:
+    """The S3 service's ``spark.hadoop.fs.s3a.*`` confs from ``.services.env``'s variables
+    (none when it does not run: the tests that need it fail or skip by its fixture)."""
+    endpoint = os.environ.get("EOS_S3_ENDPOINT")
+    if not endpoint:
+        return {}
+    return {
+        "spark.hadoop.fs.s3a.endpoint": endpoint,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+        "spark.hadoop.fs.s3a.access.key": os.environ.get("EOS_S3_ACCESS_KEY", ""),
+        "spark.hadoop.fs.s3a.secret.key": os.environ.get("EOS_S3_SECRET_KEY", ""),
+    }
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """The one in-process SparkSession of the integration tests, with the Delta and Kafka
@@ -85,15 +101,19 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     from connectors.spark import get_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = {
+        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.executorEnv.PYTHONPATH": _REPO_ROOT,
+    }
+    # The S3 service's confs, as a user passes them (the s3 jars come with "s3").
+    conf.update(s3_hadoop_confs())
     session = get_session(
         "connectors-integration",
         master="local[2]",
-        conf={
-            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
-            "spark.sql.session.timeZone": "UTC",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.executorEnv.PYTHONPATH": _REPO_ROOT,
-        },
+        components=["delta", "kafka", "s3"],
+        conf=conf,
     )
     try:
         yield session
