@@ -75,7 +75,9 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
              "session_builder": "_session", "last_metrics": "_binding"}
     for name, home in homes.items():
         assert getattr(cs, name).__module__ == f"connectors.spark.{home}"
-    assert cs.COMPONENTS == ("delta", "kafka")  # not in __all__; connectors doctor uses it
+    # not in __all__; connectors doctor uses them
+    assert cs.COMPONENTS == ("delta", "kafka", "s3")
+    assert cs.DEFAULT_COMPONENTS == ("delta", "kafka")  # "s3" (650 MB and more) by name only
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         cs.nothing_here  # noqa: B018
 
@@ -156,6 +158,73 @@ def test_local_cluster_sizes_executors_to_the_worker(fake_jars: list[Any]) -> No
         cs.session_builder(master="local-cluster[2,1,1024]", conf={"spark.executor.memory": "512m"})
     )
     assert opts["spark.executor.memory"] == "512m"
+
+
+def test_s3a_settings_pass_through_and_secrets_are_not_logged(
+    fake_jars: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    conf = {
+        "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+        "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        "spark.hadoop.fs.s3a.access.key": "AKIA-ACCESS-1",
+        "spark.hadoop.fs.s3a.secret.key": "SECRET-2",
+        "spark.hadoop.fs.s3a.session.token": "TOKEN-3",
+        "spark.ssl.keyPassword": "PASSWORD-4",
+        "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net": "AZURE-5",
+        "spark.executorEnv.AWS_SECRET_ACCESS_KEY": "ENV-6",
+        "spark.authenticate.secret": "SECRET-7",
+        "spark.hadoop.fs.s3a.apikey": "APIKEY-8",
+        "spark.ssl.keyStoreType": "JKS",
+        "spark.ssl.keystore.type": "PKCS12",
+    }
+    with caplog.at_level("DEBUG", logger="connectors.spark._session"):
+        opts = options(cs.session_builder(components=["delta", "s3"], conf=conf))
+    assert fake_jars == [("delta", "s3")]
+    for key, value in conf.items():
+        assert opts[key] == value  # every setting reaches Spark as given
+    (record,) = [r for r in caplog.records if "Spark session settings" in r.getMessage()]
+    logged = record.getMessage()
+    for secret in ("AKIA-ACCESS-1", "SECRET-2", "TOKEN-3", "PASSWORD-4", "AZURE-5", "ENV-6",
+                   "SECRET-7", "APIKEY-8"):
+        assert secret not in caplog.text
+    assert "'spark.hadoop.fs.s3a.secret.key': '***'" in logged
+    assert "'spark.hadoop.fs.s3a.access.key': '***'" in logged
+    for shown in ("'spark.hadoop.fs.s3a.endpoint': 'http://127.0.0.1:9000'",
+                  "'spark.ssl.keyStoreType': 'JKS'", "'spark.ssl.keystore.type': 'PKCS12'",
+                  "'spark.sql.shuffle.partitions': '2'", "'spark.jars': '/jars/a.jar,/jars/b.jar'"):
+        assert shown in logged
+
+
+def test_connect_server_settings_are_masked_too(
+    fake_jars: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("DEBUG", logger="connectors.spark._session"):
+        cs.session_builder(master="sc://localhost:15002", connect=True,
+                           conf={"spark.hadoop.fs.s3a.secret.key": "SECRET-9"})
+    assert "Spark session settings" in caplog.text
+    assert "SECRET-9" not in caplog.text
+
+
+def test_check_components_knows_the_s3a_file_system() -> None:
+    loadable = {"io.delta.sql.DeltaSparkSessionExtension"}
+    asked: list[str] = []
+
+    def class_is_loadable(name: str) -> bool:
+        asked.append(name)
+        return name in loadable
+
+    utils = type("Utils", (), {"classIsLoadable": staticmethod(class_is_loadable)})
+    jvm = type("Jvm", (), {})()
+    jvm.org = type("P", (), {"apache": type("P", (), {"spark": type("P", (), {
+        "util": type("P", (), {"Utils": utils})})})})
+    spark: Any = type("Spark", (), {"_jvm": jvm})()
+    with pytest.raises(ConfigurationError, match="no s3 classes"):
+        cs.check_components(spark, ["delta", "s3"])
+    assert asked[-1] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    loadable.add("org.apache.hadoop.fs.s3a.S3AFileSystem")
+    cs.check_components(spark, ["delta", "s3"])
 
 
 def test_python_exec_defaults_to_this_interpreter(
@@ -615,3 +684,150 @@ def test_delta_artifact_names_follow_delta_pip_utils() -> None:
     assert _components._delta_artifact_id("4.4.1", "4.2.0", "2.13") == "delta-spark_4.2_2.13"
     assert _components._delta_artifact_id("4.0.0", "4.0.1", "2.13") == "delta-spark_2.13"
     assert _components._delta_artifact_id("3.3.2", "3.5.4", "2.12") == "delta-spark_2.12"
+
+
+# ------------------------------------------------------------------ "s3"
+
+#: The Hadoop version the installed pyspark ships, read here independently of the helper.
+(HADOOP,) = {
+    n[len("hadoop-client-api-"):-len(".jar")]
+    for n in os.listdir(Path(pyspark.__file__).parent / "jars")
+    if n.startswith("hadoop-client-api-")
+}
+S3_DIR = f"s3-{HADOOP}-spark{SPARK}"
+
+
+def _spark_home_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jars: list[str]) -> Path:
+    """A SPARK_HOME whose ``jars/`` holds (empty) files of these names."""
+    home = tmp_path / "spark-home"
+    (home / "jars").mkdir(parents=True)
+    for name in jars:
+        (home / "jars" / name).write_bytes(b"jar")
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    return home
+
+
+def test_s3_plan_is_hadoop_aws_of_pysparks_own_hadoop_version() -> None:
+    plan = _components._plan("s3", _components._spark_home())
+    if SPARK == "4.2.0":
+        assert HADOOP == "3.5.0"
+    assert tuple(map(str, plan.roots)) == (f"org.apache.hadoop:hadoop-aws:{HADOOP}",)
+    assert plan.dirname == S3_DIR
+    assert plan.pinned_group == "org.apache.hadoop" and plan.pinned_exact
+    assert plan.excluded == (("org.apache.hadoop", "*"),)  # pyspark's hadoop-client-* serve
+
+
+def test_s3_plan_follows_the_hadoop_jar_of_spark_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pyspark 4.0.1 ships Hadoop 3.4.1 (spark-parent_2.13 4.0.1's hadoop.version)
+    home = _spark_home_with(tmp_path, monkeypatch, [
+        "hadoop-client-api-3.4.1.jar", "hadoop-client-runtime-3.4.1.jar",
+        "scala-library-2.13.16.jar"])
+    monkeypatch.setattr(_components, "_spark_version", lambda: "4.0.1")
+    plan = _components._plan("s3", home)
+    assert tuple(map(str, plan.roots)) == ("org.apache.hadoop:hadoop-aws:3.4.1",)
+    assert plan.dirname == "s3-3.4.1-spark4.0.1"
+
+
+@pytest.mark.parametrize(
+    ("jars", "says"),
+    [
+        (["spark-core_2.13-4.2.0.jar"], "has no hadoop-client-api-<version>.jar"),
+        (["hadoop-client-api-3.4.1.jar", "hadoop-client-api-3.5.0.jar"],
+         "has several (hadoop-client-api-3.4.1.jar, hadoop-client-api-3.5.0.jar)"),
+    ],
+)
+def test_an_unknown_hadoop_version_is_a_configuration_error_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jars: list[str], says: str
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no Maven is needed to refuse
+    home = _spark_home_with(tmp_path, monkeypatch, jars)
+    for call in (cs.resolve_jars, cs.jar_report):
+        with pytest.raises(ConfigurationError) as info:
+            call(["s3"], cache_dir=str(tmp_path / "c"))
+        message = str(info.value)
+        assert f"{home / 'jars'} {says}, so that version is unknown" in message
+        assert "must be exactly the Hadoop version Spark ships" in message
+        assert "unset SPARK_HOME" in message and "leave 's3' out of components" in message
+
+
+def test_s3_fetch_takes_hadoop_aws_and_the_sdk_but_no_hadoop_jar_again(
+    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("FAKE_MVN_JARS", f"hadoop-aws-{HADOOP}.jar bundle-2.35.4.jar "
+                       f"hadoop-client-runtime-{HADOOP}.jar wildfly-openssl-2.2.5.Final.jar")
+    jars = cs.resolve_jars("s3", cache_dir=str(tmp_path / "c"))
+    target = tmp_path / "c" / "jars" / S3_DIR
+    assert jars == [str(target / n) for n in (
+        "bundle-2.35.4.jar", f"hadoop-aws-{HADOOP}.jar", "wildfly-openssl-2.2.5.Final.jar")]
+    assert capsys.readouterr().err.splitlines() == [
+        f"connectors.spark: jars for s3: org.apache.hadoop:hadoop-aws:{HADOOP} "
+        f"(3 jars in {target})"]
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    (dep,) = ET.parse(f"{fake_mvn}.pom").getroot().findall("m:dependencies/m:dependency", ns)
+    assert [dep.findtext(f"m:{t}", namespaces=ns) for t in ("groupId", "artifactId", "version")] \
+        == ["org.apache.hadoop", "hadoop-aws", HADOOP]
+    excluded = {(e.findtext("m:groupId", namespaces=ns), e.findtext("m:artifactId", namespaces=ns))
+                for e in dep.iterfind(".//m:exclusion", ns)}
+    # every other Hadoop artifact (hadoop-common & co), and what pyspark ships, by id
+    assert {("org.apache.hadoop", "*"), ("*", "hadoop-client-api"),
+            ("*", "hadoop-client-runtime")} <= excluded
+
+
+def test_an_unpublished_hadoop_aws_is_refused_not_substituted(
+    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_MVN_MISSING", f"org.apache.hadoop:hadoop-aws@{HADOOP}")
+    asked: list[str] = []
+    _serve_metadata(monkeypatch, asked, ["3.4.1", "3.4.2", HADOOP])
+    with pytest.raises(ConfigurationError) as info:
+        cs.resolve_jars(["s3"], cache_dir=str(tmp_path / "c"))
+    message = str(info.value)
+    assert (f"org.apache.hadoop:hadoop-aws:{HADOOP} is not in https://repo1.maven.org/maven2; "
+            f"org.apache.hadoop artifacts must be exactly the version pyspark ships ({HADOOP}"
+            in message)
+    assert "another release is refused" in message
+    assert f"EOS_MAVEN_REPO to a repository that has org.apache.hadoop:hadoop-aws:{HADOOP}" in (
+        message)
+    assert f"Could not find artifact org.apache.hadoop:hadoop-aws:jar:{HADOOP}" in message
+    assert asked == []  # no older release was even looked for
+    assert fake_mvn.read_text().count("call") == 1
+    assert not (tmp_path / "c" / "jars" / S3_DIR).exists()
+
+
+def test_a_transitive_hadoop_jar_is_pinned_exactly_too(
+    fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_MVN_MISSING", f"org.apache.hadoop:hadoop-annotations@{HADOOP}")
+    _serve_metadata(monkeypatch, [], ["3.4.1", HADOOP])
+    with pytest.raises(ConfigurationError, match="another release is refused"):
+        cs.resolve_jars(["s3"], cache_dir=str(tmp_path / "c"))
+
+
+def test_a_cached_hadoop_substitution_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    target = _write_cache(tmp_path, S3_DIR, ["hadoop-aws-3.4.1.jar", "bundle-2.35.4.jar"])
+    stamp = json.loads((target / ".complete.json").read_text())
+    stamp["substituted"] = {"org.apache.hadoop:hadoop-aws": "3.4.1"}
+    (target / ".complete.json").write_text(json.dumps(stamp))
+    for call in (cs.resolve_jars, cs.jar_report):
+        with pytest.raises(ConfigurationError) as info:
+            call(["s3"], cache_dir=str(tmp_path))
+        assert f"use org.apache.hadoop:hadoop-aws:3.4.1 for org.apache.hadoop:hadoop-aws:{HADOOP}"\
+            in str(info.value)
+        assert f"Delete {target} to resolve again" in str(info.value)
+
+
+def test_jar_report_says_s3_is_fetched_only_when_asked_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    assert [c.component for c in cs.jar_report(cache_dir=str(tmp_path))] == ["delta", "kafka"]
+    (s3,) = cs.jar_report(["s3"], cache_dir=str(tmp_path))
+    assert s3.line() == (
+        f"s3: org.apache.hadoop:hadoop-aws:{HADOOP} (not resolved yet: the first session with "
+        f"'s3' in components fetches it with Maven into {tmp_path / 'jars' / S3_DIR})")

@@ -129,15 +129,20 @@ def check(ckpt: Checkpoint, entries: list[LedgerEntry], bound_query: str | None)
 
 
 def jar_findings() -> list[Finding]:
-    """One finding per Spark component: the jars a session would get, from the cache alone."""
-    from connectors.spark import COMPONENTS, jar_report
+    """One finding per Spark component: the jars a session would get, from the cache alone.
+
+    A component a session gets only by name (``"s3"``) that cannot be planned is a warning.
+    """
+    from connectors.spark import COMPONENTS, DEFAULT_COMPONENTS, jar_report
 
     out: list[Finding] = []
     for component in COMPONENTS:
         try:
             (choice,) = jar_report([component])
         except ConfigurationError as exc:
-            out.append(Finding(f"jars:{component}", False, str(exc)))
+            out.append(Finding(f"jars:{component}", False, str(exc),
+                               severity="error" if component in DEFAULT_COMPONENTS
+                               else "warning"))
             continue
         out.append(Finding(f"jars:{component}", True, choice.line().split(": ", 1)[1]))
     return out

@@ -1,14 +1,17 @@
-"""Spark session helper: the jars for Delta Lake and Kafka, and a session that uses them.
+"""Spark session helper: the jars for Delta Lake, Kafka and S3, and a session that uses them.
 
 The pip-installed ``pyspark`` ships Spark's own jars but neither Delta Lake nor the Kafka
-source/sink. :func:`resolve_jars` fetches those once with Maven into a local cache and
-returns explicit jar paths for ``spark.jars``; :func:`session_builder` and
-:func:`get_session` build a small-machine session with them::
+source/sink nor the ``s3a://`` file system. :func:`resolve_jars` fetches those once with
+Maven into a local cache and returns explicit jar paths for ``spark.jars``;
+:func:`session_builder` and :func:`get_session` build a small-machine session with them::
 
     from connectors.spark import get_session
 
     spark = get_session("my-app")                        # local[2], Delta + Kafka
     spark.range(3).write.format("delta").save("/tmp/t")
+
+``"s3"`` (hadoop-aws and the AWS SDK bundle, 650 MB and more) is only fetched when named:
+``get_session("my-app", components=["delta", "s3"], conf={"spark.hadoop.fs.s3a...": ...})``.
 
 Why not ``spark.jars.packages`` (Spark's Ivy resolver, which ``delta``'s own
 ``configure_spark_with_delta_pip`` uses)? It resolves on every JVM start, it puts the
@@ -59,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from connectors.spark._binding import last_metrics
     from connectors.spark._components import COMPONENTS as COMPONENTS
+    from connectors.spark._components import DEFAULT_COMPONENTS as DEFAULT_COMPONENTS
     from connectors.spark._jars import JarChoice, jar_report, resolve_jars
     from connectors.spark._session import check_components, get_session, session_builder
 
@@ -71,6 +75,7 @@ logger = logging.getLogger(__name__)
 # ``import connectors.spark`` (and ``connectors.spark.batch``) does not load the helper.
 _HOMES = {
     "COMPONENTS": "_components",
+    "DEFAULT_COMPONENTS": "_components",
     "JarChoice": "_jars",
     "jar_report": "_jars",
     "resolve_jars": "_jars",

@@ -1,8 +1,9 @@
 """What a component needs: the installed Spark and Delta versions, and the Maven roots.
 
 A :class:`_Plan` names a component's root coordinates and its cache directory; it is built
-from the installed pyspark (its version, Scala version and ``jars/`` directory) and, for
-Delta, from the installed delta-spark Python package (or ``$EOS_DELTA_VERSION``). Nothing
+from the installed pyspark (its version, Scala version and ``jars/`` directory), for Delta
+from the installed delta-spark Python package (or ``$EOS_DELTA_VERSION``), and for S3 from
+the Hadoop version pyspark ships (its ``jars/hadoop-client-api-<version>.jar``). Nothing
 here touches the network or the cache.
 """
 
@@ -23,7 +24,13 @@ from connectors.core.errors import ConfigurationError
 logger = logging.getLogger(__name__)
 
 #: Components :func:`connectors.spark.resolve_jars` knows.
-COMPONENTS: tuple[str, ...] = ("delta", "kafka")
+COMPONENTS: tuple[str, ...] = ("delta", "kafka", "s3")
+#: What a session gets when no ``components`` are named. ``"s3"`` is asked for by name: its
+#: AWS SDK bundle is 650 MB and more.
+DEFAULT_COMPONENTS: tuple[str, ...] = ("delta", "kafka")
+
+_HADOOP_CLIENT_API = re.compile(r"hadoop-client-api-(\d+\.\d+\.\d+[\w.\-]*)\.jar")
+_HADOOP_GROUP = "org.apache.hadoop"
 
 # Delta publishes one artifact per Spark minor (delta-spark_4.2_2.13) from 4.1 on; before
 # that one artifact per Scala version (delta-spark_2.13). See delta/pip_utils.py.
@@ -49,7 +56,10 @@ class _Plan:
     """What one component needs: Maven roots and the cache directory name.
 
     ``pinned_group``: artifacts of this group (the root's and its transitive ones) may be
-    substituted only by a release of the same minor version as the root's.
+    substituted only by a release of the same minor version as the root's; with
+    ``pinned_exact``, not at all.
+    ``excluded``: ``(group, artifact)`` pairs (``*`` allowed) pruned from the roots'
+    dependencies, beyond what pyspark ships.
     ``spark_version``: the pyspark version the plan was made for.
     """
 
@@ -57,6 +67,8 @@ class _Plan:
     dirname: str
     roots: tuple[_Artifact, ...]
     pinned_group: str | None = None
+    pinned_exact: bool = False
+    excluded: tuple[tuple[str, str], ...] = ()
     spark_version: str = ""
 
 
@@ -99,6 +111,26 @@ def _scala_binary_version(jars_dir: Path) -> str:
         if match:
             return f"{match.group(1)}.{match.group(2)}"
     return "2.13"  # every Spark 4 build
+
+
+def _hadoop_version(jars_dir: Path) -> str:
+    """The Hadoop version pyspark ships: ``jars/hadoop-client-api-<version>.jar``."""
+    try:
+        names = os.listdir(jars_dir)
+    except OSError:
+        names = []
+    found = sorted({m.group(1) for m in map(_HADOOP_CLIENT_API.fullmatch, names) if m})
+    if len(found) == 1:
+        return found[0]
+    what = (f"several ({', '.join(f'hadoop-client-api-{v}.jar' for v in found)})" if found
+            else "no hadoop-client-api-<version>.jar")
+    raise ConfigurationError(
+        f"The 's3' jars (org.apache.hadoop:hadoop-aws) must be exactly the Hadoop version "
+        f"Spark ships, and {jars_dir} has {what}, so that version is unknown. Use the "
+        "pip-installed pyspark (unset SPARK_HOME) or a Spark build with Hadoop, or leave 's3' "
+        "out of components and put the hadoop-aws jar of your Hadoop version and the AWS SDK "
+        "bundle its POM names in spark.jars."
+    )
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -156,6 +188,13 @@ def _plan(component: str, spark_home: Path) -> _Plan:
     if component == "kafka":
         artifact = _Artifact("org.apache.spark", f"spark-sql-kafka-0-10_{scala}", spark)
         return _Plan("kafka", f"kafka-{spark}_{scala}", (artifact,), spark_version=spark)
+    if component == "s3":
+        # hadoop-aws must match pyspark's hadoop-client-api/runtime to the patch version;
+        # those stand in for hadoop-common & co, so no Hadoop artifact but the root is taken.
+        hadoop = _hadoop_version(spark_home / "jars")
+        artifact = _Artifact(_HADOOP_GROUP, "hadoop-aws", hadoop)
+        return _Plan("s3", f"s3-{hadoop}-spark{spark}", (artifact,), pinned_group=_HADOOP_GROUP,
+                     pinned_exact=True, excluded=((_HADOOP_GROUP, "*"),), spark_version=spark)
     raise ConfigurationError(
         f"Unknown Spark component {component!r}: choose from {', '.join(COMPONENTS)}."
     )

@@ -16,7 +16,13 @@ from pathlib import Path
 
 from connectors.core.errors import ConfigurationError
 from connectors.spark._cache import _cache_root, _read_stamp, _resolve_plan
-from connectors.spark._components import COMPONENTS, _Artifact, _Plan, _plan, _spark_home
+from connectors.spark._components import (
+    DEFAULT_COMPONENTS,
+    _Artifact,
+    _Plan,
+    _plan,
+    _spark_home,
+)
 from connectors.spark._releases import _refuse_cross_minor, _str_map
 
 logger = logging.getLogger(__name__)
@@ -55,21 +61,25 @@ class JarChoice:
 
 
 def resolve_jars(
-    components: Iterable[str] = COMPONENTS, *, cache_dir: str | None = None
+    components: Iterable[str] = DEFAULT_COMPONENTS, *, cache_dir: str | None = None
 ) -> list[str]:
     """Return local paths of the jars that ``components`` need beyond pyspark's own.
 
     ``"delta"`` is ``io.delta:delta-spark_<spark minor>_<scala>`` at the installed
     delta-spark Python package's version; ``"kafka"`` is
-    ``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at pyspark's version. Both come with
-    their runtime dependencies less every artifact pyspark already ships. The first call
-    for a version runs Maven (a minute or less, once per machine); every later call only
-    reads the cache's stamp file. Safe to call from several processes at once. When an
+    ``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at pyspark's version; ``"s3"`` (the
+    ``s3a://`` file system; never a default) is ``org.apache.hadoop:hadoop-aws`` at exactly
+    the Hadoop version pyspark ships (``jars/hadoop-client-api-<version>.jar``), with the
+    AWS SDK v2 ``bundle`` its POM names (650 MB and more). Each comes with its runtime
+    dependencies less every artifact pyspark already ships (and, for ``"s3"``, less every
+    other ``org.apache.hadoop`` artifact). The first call for a version runs Maven (a
+    minute or less, once per machine; ``"s3"``: the bundle's download); every later call
+    only reads the cache's stamp file. Safe to call from several processes at once. When an
     exact version is not in the Maven repository, the newest older release of the same
     line is used and a warning logged (the stamp's ``substituted`` records it); delete the
     component's directory to resolve again. A Delta jar (any ``io.delta`` artifact) is
     only ever replaced by a release of the same minor version (4.4.1 by 4.4.0, never by
-    4.3.x): Delta's Python package and its jars must match.
+    4.3.x): Delta's Python package and its jars must match. A Hadoop jar is never replaced.
 
     Every call prints one line per component to stderr: the coordinates used, any
     substitution ("substituted io.delta:delta-spark_4.2_2.13:4.4.0 for 4.4.1") and the
@@ -77,7 +87,8 @@ def resolve_jars(
     resolving anything).
 
     Args:
-        components: any of ``"delta"`` and ``"kafka"``; a single string is one component.
+        components: any of ``"delta"``, ``"kafka"`` and ``"s3"`` (default: ``"delta"`` and
+            ``"kafka"``); a single string is one component.
         cache_dir: cache root instead of ``$EOS_CACHE_DIR`` or ``~/.cache/connectors``;
             jars go to ``<cache_dir>/jars/<component>-<version>/``.
 
@@ -85,9 +96,10 @@ def resolve_jars(
         Absolute jar paths, without duplicates, ready for ``spark.jars``.
 
     Raises:
-        ConfigurationError: unknown component, ``mvn`` missing, the download failed, or
-            a Delta jar of the wanted minor version is not published; the message names
-            the fix.
+        ConfigurationError: unknown component, ``mvn`` missing, the download failed, a
+            Delta jar of the wanted minor version is not published, or (``"s3"``) pyspark's
+            Hadoop version is unknown or its hadoop-aws is not published; the message
+            names the fix.
 
     .. example-needs: spark
 
@@ -117,7 +129,7 @@ def resolve_jars(
 
 
 def jar_report(
-    components: Iterable[str] = COMPONENTS, *, cache_dir: str | None = None
+    components: Iterable[str] = DEFAULT_COMPONENTS, *, cache_dir: str | None = None
 ) -> list[JarChoice]:
     """What :func:`resolve_jars` would put on the class path, from its cache alone.
 
@@ -148,10 +160,12 @@ def jar_report(
         target = jars_root / plan.dirname
         stamp = _read_stamp(target)
         if stamp is None:
+            session = ("first session" if name in DEFAULT_COMPONENTS
+                       else f"first session with {name!r} in components")
             out.append(JarChoice(
                 plan.component, tuple(map(str, plan.roots)), tuple(map(str, plan.roots)),
                 directory=str(target),
-                note=f"not resolved yet: the first session fetches it with Maven into {target}"))
+                note=f"not resolved yet: the {session} fetches it with Maven into {target}"))
         else:
             _refuse_cross_minor(plan, target, stamp[1])
             out.append(_choice(plan, target, stamp[1], len(stamp[0])))

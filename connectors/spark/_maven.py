@@ -19,7 +19,7 @@ from xml.sax.saxutils import escape
 
 from connectors.core.errors import ConfigurationError
 from connectors.spark._components import _Artifact, _Plan
-from connectors.spark._releases import _no_same_minor, _older_release
+from connectors.spark._releases import _no_exact, _no_same_minor, _older_release
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,8 @@ def _run_maven(
     repo = os.environ.get("EOS_MAVEN_REPO")
     pom = work / "pom.xml"
     for _ in range(_MAX_SUBSTITUTIONS + 1):
-        pom.write_text(_render_pom(plan.roots, substitutions, provided, repo), encoding="utf-8")
+        pom.write_text(_render_pom(plan.roots, substitutions, provided, repo, plan.excluded),
+                       encoding="utf-8")
         shutil.rmtree(out_dir, ignore_errors=True)
         cmd = [
             mvn,
@@ -120,6 +121,8 @@ def _run_maven(
         output = f"{proc.stdout}\n{proc.stderr}"
         missing = _missing_artifact(output)
         alternative = None
+        if missing is not None and plan.pinned_exact and missing.group == plan.pinned_group:
+            raise _no_exact(plan, missing, repo or _DEFAULT_REPO, _tail(output))
         if missing is not None:
             key = missing.key
             tried.setdefault(key, set()).add(missing.version)
@@ -167,16 +170,18 @@ def _render_pom(
     substitutions: Mapping[tuple[str, str], str],
     provided: frozenset[str],
     repo: str | None,
+    excluded: tuple[tuple[str, str], ...] = (),
 ) -> str:
     """A throwaway POM whose runtime dependencies are what a component needs.
 
     Everything pyspark ships is excluded by artifact id with a wildcard group, which also
-    prunes that artifact's own dependencies (pyspark brings those too). A substituted
-    transitive artifact is excluded where it was and added as a direct dependency.
+    prunes that artifact's own dependencies (pyspark brings those too); so is each of the
+    plan's ``excluded`` pairs. A substituted transitive artifact is excluded where it was
+    and added as a direct dependency.
     """
     root_keys = {r.key for r in roots}
     excluded_ids = sorted(provided)
-    extra_exclusions = sorted(k for k in substitutions if k not in root_keys)
+    extra_exclusions = sorted({*excluded, *(k for k in substitutions if k not in root_keys)})
 
     def exclusions() -> str:
         rows = [
@@ -198,7 +203,8 @@ def _render_pom(
         )
 
     deps = [dependency(r.group, r.artifact, substitutions.get(r.key, r.version)) for r in roots]
-    deps += [dependency(g, a, substitutions[(g, a)]) for g, a in extra_exclusions]
+    deps += [dependency(g, a, substitutions[(g, a)])
+             for g, a in extra_exclusions if (g, a) in substitutions]
     repositories = (
         "<repositories><repository><id>eos-maven-repo</id>"
         f"<url>{escape(repo)}</url></repository></repositories>"

@@ -4,7 +4,8 @@ When Maven cannot get an artifact, :func:`_older_release` picks the newest older
 from the repository's ``maven-metadata.xml``: same major version, and same minor version
 for the component's pinned group (Delta's jars must match delta-spark's minor version).
 :func:`_no_same_minor` and :func:`_refuse_cross_minor` build the errors that refuse a
-Delta jar of another minor version, each naming the fix (:func:`_delta_fix`).
+Delta jar of another minor version, each naming the fix (:func:`_delta_fix`). An exactly
+pinned group (Hadoop's, for ``"s3"``) takes no other release at all: :func:`_no_exact`.
 """
 
 from __future__ import annotations
@@ -119,18 +120,48 @@ def _no_same_minor(
                               f"Maven said:\n{maven_said}")
 
 
+def _exact_why(plan: _Plan) -> str:
+    root = next(r for r in plan.roots if r.group == plan.pinned_group)
+    return (
+        f"{plan.pinned_group} artifacts must be exactly the version pyspark ships "
+        f"({root.version}, its hadoop-client-api and hadoop-client-runtime jars): another "
+        "release is refused, as hadoop-aws of one version with hadoop-common of another "
+        "fails at run time"
+    )
+
+
+def _no_exact(plan: _Plan, missing: _Artifact, repo: str, maven_said: str) -> ConfigurationError:
+    """The refusal when an exactly pinned (Hadoop) artifact is not in the repository.
+
+    ``maven_said``: the tail of Maven's output, quoted at the end of the message.
+    """
+    return ConfigurationError(
+        f"Cannot use the {plan.component!r} jars: {missing} is not in {repo}; "
+        f"{_exact_why(plan)}. Set EOS_MAVEN_REPO to a repository that has {missing}, use a "
+        f"pyspark whose Hadoop version has a published {missing.artifact}, or leave "
+        f"{plan.component!r} out of components and pass the jars yourself in spark.jars. "
+        f"Maven said:\n{maven_said}"
+    )
+
+
 def _str_map(value: object) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def _refuse_cross_minor(plan: _Plan, target: Path, stamp: Mapping[str, object]) -> None:
-    """Raise if a cached stamp records a pinned artifact substituted by another minor."""
+    """Raise if a cached stamp records a pinned artifact substituted by another minor
+    (by any other release, for an exactly pinned group)."""
     if plan.pinned_group is None:
         return
     root = next(r for r in plan.roots if r.group == plan.pinned_group)
     for key, got in _str_map(stamp.get("substituted")).items():
         if key.partition(":")[0] != plan.pinned_group:
             continue
+        if plan.pinned_exact:
+            raise ConfigurationError(
+                f"The cached {plan.component!r} jars in {target} use {key}:{got} for "
+                f"{root}: {_exact_why(plan)}. Delete {target} to resolve again."
+            )
         if _version_tuple(got)[:2] != _version_tuple(root.version)[:2]:
             raise ConfigurationError(
                 f"The cached {plan.component!r} jars in {target} use {key}:{got} for "

@@ -3,7 +3,8 @@
 The builder's settings come from :func:`_session_conf`: the jars of
 :func:`connectors.spark.resolve_jars`, Delta's extension and catalog, small-machine
 defaults, the Python workers' interpreter and path, ``local-cluster`` executor memory, and
-the caller's ``conf`` last.
+the caller's ``conf`` last. They are logged (DEBUG) with the values of secret-looking keys
+masked (:func:`_masked`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from connectors.core.errors import ConfigurationError
-from connectors.spark._components import COMPONENTS
+from connectors.spark._components import DEFAULT_COMPONENTS
 from connectors.spark._jars import resolve_jars
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def session_builder(
     app_name: str = "connectors",
     *,
     master: str = "local[2]",
-    components: Iterable[str] = COMPONENTS,
+    components: Iterable[str] = DEFAULT_COMPONENTS,
     conf: Mapping[str, str] | None = None,
     connect: bool = False,
 ) -> SparkSession.Builder:
@@ -61,7 +62,12 @@ def session_builder(
       executor fits its worker;
     * ``conf``, last. ``spark.jars``, ``spark.sql.extensions`` and
       ``spark.executorEnv.PYTHONPATH`` given there are merged with the helper's values
-      instead of replacing them.
+      instead of replacing them. Anything else passes through as given, e.g. the
+      ``spark.hadoop.fs.s3a.*`` settings of ``"s3"`` (:func:`get_session` has an example).
+
+    The settings are logged at DEBUG level with the value of every key that names a
+    secret, password, token or key (``fs.s3a.secret.key``, ``spark.ssl.keyPassword``, not
+    ``spark.ssl.keyStoreType``) replaced by ``***``.
 
     ``local-cluster`` works with the pip-installed pyspark: the workers run inside the
     driver JVM, each executor in its own JVM launched from ``$SPARK_HOME/jars`` (pyspark's
@@ -87,7 +93,7 @@ def session_builder(
         settings = _session_conf(app_name, master, names, dict(conf or {}))
         if connect:  # a local Connect server: the settings are its own
             builder = builder.remote(settings.pop("spark.master"))
-    logger.debug("Spark session settings: %s", settings)
+    logger.debug("Spark session settings: %s", _masked(settings))
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder
@@ -97,12 +103,27 @@ def get_session(
     app_name: str = "connectors",
     *,
     master: str = "local[2]",
-    components: Iterable[str] = COMPONENTS,
+    components: Iterable[str] = DEFAULT_COMPONENTS,
     conf: Mapping[str, str] | None = None,
     connect: bool = False,
 ) -> SparkSession:
     """Return ``session_builder(...).getOrCreate()``; same arguments (``connect=True``: a
     Spark Connect session, see :func:`session_builder`).
+
+    ``conf`` is any Spark setting, applied last. With ``components=[..., "s3"]`` the
+    session reads and writes ``s3a://`` paths; where and as whom is Hadoop's S3A settings,
+    passed in ``conf`` (``spark.hadoop.`` + the Hadoop key). For an S3 API of your own
+    (MinIO, Ceph, moto; the access and secret keys are masked in the log)::
+
+        spark = get_session("app", components=["delta", "s3"], conf={
+            "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+            "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.access.key": access_key,
+            "spark.hadoop.fs.s3a.secret.key": secret_key,
+        })
+        spark.range(3).write.format("delta").save("s3a://my-bucket/tables/t")
 
     .. example-needs: spark
 
@@ -128,10 +149,13 @@ def get_session(
 _MARKER_CLASSES = {
     "delta": _DELTA_EXTENSION,
     "kafka": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+    "s3": "org.apache.hadoop.fs.s3a.S3AFileSystem",
 }
 
 
-def check_components(spark: SparkSession, components: Iterable[str] = COMPONENTS) -> None:
+def check_components(
+    spark: SparkSession, components: Iterable[str] = DEFAULT_COMPONENTS
+) -> None:
     """Raise :class:`ConfigurationError` if ``spark``'s JVM lacks a component's classes.
 
     PySpark keeps its JVM after ``SparkSession.stop()``: a later session in the same
@@ -191,6 +215,22 @@ def _session_conf(
         else:
             settings[key] = value
     return settings
+
+
+#: Words of a setting's key (split at ``.``, ``-``, ``_``) whose value is not logged.
+_SECRET_WORDS = ("secret", "password", "passwd", "token")
+
+
+def _secret_key(key: str) -> bool:
+    """Whether ``key`` names a secret: a word containing secret, password or token, or a
+    word that is or ends in ``key`` (``access.key``, ``apikey``; not ``keystore.type``)."""
+    words = re.split(r"[^a-z0-9]+", key.lower())
+    return any(w.endswith("key") or any(s in w for s in _SECRET_WORDS) for w in words)
+
+
+def _masked(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` with the value of every secret-looking key replaced by ``***``."""
+    return {k: "***" if _secret_key(k) else v for k, v in settings.items()}
 
 
 def _ensure_python_exec() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pyspark
@@ -133,6 +134,13 @@ def test_doctor_shows_the_jars_a_session_would_get_without_starting_spark(
         "ok", f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK} (not resolved yet: the "
         f"first session fetches it with Maven into {kafka})"]
     assert not kafka.exists()
+    (hadoop,) = {n[len("hadoop-client-api-"):-len(".jar")] for n in
+                 os.listdir(Path(pyspark.__file__).parent / "jars")
+                 if n.startswith("hadoop-client-api-")}
+    s3 = tmp_path / "cache" / "jars" / f"s3-{hadoop}-spark{SPARK}"
+    assert rows["jars:s3"] == [
+        "ok", f"org.apache.hadoop:hadoop-aws:{hadoop} (not resolved yet: the first session "
+        f"with 's3' in components fetches it with Maven into {s3})"]
 
     assert main([*doctor_args, "--json"]) == EXIT_OK
     found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
@@ -153,3 +161,19 @@ def test_doctor_flags_a_cached_delta_jar_of_another_minor_version(
     assert "install delta-spark 4.3.x" in found["jars:delta"]["detail"]
     assert "EOS_DELTA_VERSION=4.3.1" in found["jars:delta"]["detail"]
     assert found["jars:kafka"]["ok"] is True
+
+
+def test_doctor_only_warns_when_the_s3_jars_cannot_be_planned(
+    doctor_args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """"s3" is fetched only when a session names it: a Spark without a Hadoop jar to match
+    is worth a warning, not a failed doctor run."""
+    home = tmp_path / "spark-home"
+    (home / "jars").mkdir(parents=True)
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    assert main([*doctor_args, "--json"]) == EXIT_OK
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert found["jars:s3"]["ok"] is False
+    assert found["jars:s3"]["severity"] == "warning"
+    assert "has no hadoop-client-api-<version>.jar" in found["jars:s3"]["detail"]
