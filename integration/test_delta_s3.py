@@ -132,10 +132,12 @@ def test_s3_sigkill_at_random_moments_then_restart_is_exact(
 def test_s3_second_driver_of_the_sink_is_kept_out_while_the_first_runs(
     tmp_path: Path, s3_service: Any
 ) -> None:
-    """Driver 1 runs a long rate stream; driver 2, the same sinks and checkpoint, starts
-    once driver 1 recorded a batch: it fails naming the lease's holder, having written
-    nothing; driver 1 ends exact."""
-    job = S3DeltaJob(tmp_path, s3_service, source="rate", batches=8, rows=150)
+    """Driver 1 runs a long rate stream; driver 2, the same two sinks fed by a query of its
+    own, starts once driver 1 recorded a batch: it fails with FencedError naming the
+    lease's holder, having written nothing; driver 1 ends exact."""
+    job = S3DeltaJob(tmp_path / "first", s3_service, source="rate", batches=60, rows=50)
+    other = S3DeltaJob(tmp_path / "second", s3_service, source="rate", batches=60, rows=50)
+    other.a, other.b = job.a, job.b
     env = {"AWS_ACCESS_KEY_ID": s3_service.access_key,
            "AWS_SECRET_ACCESS_KEY": s3_service.secret_key, "AWS_REGION": "us-east-1",
            "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
@@ -148,10 +150,12 @@ def test_s3_second_driver_of_the_sink_is_kept_out_while_the_first_runs(
             assert first.poll() is None, first.communicate()[0][-3000:]
             assert time.monotonic() < deadline, "driver 1 recorded no batch in 240 s"
             time.sleep(0.5)
-        second = job.run()
+        second = other.run()
+        assert first.poll() is None, "driver 1 ended before driver 2 met the lease"
         assert second.returncode != 0, second.tail()
         assert "FencedError" in second.output and "another driver holds the lease" in \
             second.output, second.tail()
+        assert "outcome=committed" not in second.output, second.tail()
         out, _ = first.communicate(timeout=600)
     finally:
         if first.poll() is None:

@@ -106,12 +106,13 @@ class ObstoreStore(ObjectStore):
         scheme = {"s3a": "s3", "s3n": "s3"}.get(parsed.scheme.lower(), parsed.scheme.lower())
         self.url = url
         self._obstore_url = parsed._replace(scheme=scheme).geturl()
-        config = {k.lower(): v for k, v in dict(options or {}).items()}
+        config = {k.lower(): v for k, v in dict(options or {}).items()
+                  if not k.lower().startswith(_DELTA_RS_ONLY)}
         endpoint = str(config.get("endpoint") or config.get("aws_endpoint_url") or "")
         client: dict[str, Any] = {}
-        if endpoint.startswith("http://") or str(
-                config.pop("aws_allow_http", config.pop("allow_http", ""))).lower() == "true":
-            client["allow_http"] = True
+        allow_http = {str(config.pop(k, "")).lower() for k in ("aws_allow_http", "allow_http")}
+        if endpoint.startswith("http://") or "true" in allow_http:
+            client["allow_http"] = True  # a client option, not a store key
         try:
             self._store = from_url(self._obstore_url, config=config or None,  # type: ignore[arg-type]
                                    client_options=client or None)  # type: ignore[arg-type]
