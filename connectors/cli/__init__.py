@@ -6,6 +6,7 @@
     connectors status  --postgres CONNINFO [--sink-id ID]    # ledgers and lingering transactions
     connectors recover --postgres CONNINFO --commit-decided --abort-undecided
     connectors doctor  --checkpoint PATH --sink-id ID --postgres CONNINFO
+    connectors status  --delta s3a://bucket/table     # store settings from AWS_* variables
 
 Every command prints human-readable tables, or JSON with ``--json``. Exit codes: 0 all is
 well, 1 something needs an operator (lingering transactions, unfinished batches, a broken
@@ -58,7 +59,29 @@ def _kafka(args: argparse.Namespace) -> Target:
 def _delta(args: argparse.Namespace) -> Target:
     from connectors.cli._delta_target import DeltaTarget
 
-    return DeltaTarget(args.delta, ledger_root=args.delta_ledger_root)
+    return DeltaTarget(args.delta, ledger_root=args.delta_ledger_root,
+                       storage_options=storage_options(args.storage_option))
+
+
+def storage_options(pairs: Sequence[str]) -> dict[str, str]:
+    """``--storage-option KEY=VALUE`` pairs; a secret is refused (``ps`` shows every
+    process's arguments to every user): it belongs in the environment."""
+    from connectors.delta._store import is_secret_option
+
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError("--storage-option takes KEY=VALUE (an argument had no "
+                                     "'=' or no key)")
+        key = key.strip()
+        if is_secret_option(key):
+            raise ConfigurationError(
+                f"--storage-option {key}=... would put a secret on the command line, where "
+                f"`ps` shows it to every user of the machine: set the environment variable "
+                f"{key.upper()} instead (delta-rs and the ledger's store read it from there)")
+        options[key] = value
+    return options
 
 
 def _targets(args: argparse.Namespace) -> list[Target]:
@@ -67,7 +90,7 @@ def _targets(args: argparse.Namespace) -> list[Target]:
     chosen = [factory(args) for name, factory in factories if getattr(args, name, None)]
     if not chosen:
         raise ConfigurationError("name a target: --postgres CONNINFO, --kafka BOOTSTRAP or "
-                                 "--delta PATH")
+                                 "--delta PATH|URI")
     return chosen
 
 
@@ -81,10 +104,17 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
                    help="extra librdkafka setting (SASL, TLS), repeatable")
     g.add_argument("--kafka-topic", action="append", default=[], metavar="TOPIC",
                    help="also check this output topic for open transactions (repeatable)")
-    g.add_argument("--delta", metavar="PATH", help="Delta table path (local file system)")
-    g.add_argument("--delta-ledger-root", metavar="DIR",
+    g.add_argument("--delta", metavar="PATH|URI",
+                   help="Delta table: a local path, or an s3a://, s3://, gs:// or abfss:// URI "
+                   "(the store's settings and credentials from the environment: AWS_*, "
+                   "GOOGLE_*, AZURE_*)")
+    g.add_argument("--delta-ledger-root", metavar="DIR|URI",
                    help="where the sinks' ledgers are, if not <table>/_connectors (the "
                    "parent of DeltaSink's ledger_path)")
+    g.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a non-secret delta-rs storage option for --delta (AWS_REGION, "
+                   "AWS_ENDPOINT_URL, ...), repeatable; secrets (keys, tokens, passwords) "
+                   "are refused: set their environment variables")
     p.add_argument("--sink-id", action="append", default=[], dest="sink_ids",
                    help="only this sink (repeatable; default: every sink the target knows)")
     p.add_argument("--json", action="store_true", help="JSON instead of tables")

@@ -24,11 +24,10 @@ per app id, the history's tags, the attempts made in this process. None of it is
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from connectors.core.batch import BatchContext
-from connectors.core.errors import ConfigurationError
 from connectors.delta._history import (
     HISTORY_WINDOWS,
     PROBE_COMMITS,
@@ -41,8 +40,7 @@ from connectors.delta._history import (
     settle_from_history,
     tags_in,
 )
-from connectors.delta._log import LocalDeltaLog, LogState, jvm_log_state
-from connectors.delta._table import local_path
+from connectors.delta._log import LogState, jvm_log_state
 from connectors.delta._txn_seed import ACCELERATORS_ENV, seed_problem
 
 if TYPE_CHECKING:
@@ -68,6 +66,10 @@ class DeltaCommitter:
     The sink calls it from its hooks, on the driver only, with the batch's session and the
     table's location. ``delta_txn_id`` and ``txn_seed`` are the sink's options.
     """
+
+    #: The sink's ``storage_options`` (delta-rs's names), for reading the log without a
+    #: JVM gateway (set by the sink).
+    storage_options: Mapping[str, str] | None = None
 
     def __init__(self, sink_id: str, *, delta_txn_id: bool, txn_seed: bool | None) -> None:
         self.sink_id = sink_id
@@ -149,16 +151,12 @@ class DeltaCommitter:
     def read_log(self, session: SparkSession, location: str, app_ids: Sequence[str]) -> LogState:
         try:
             return jvm_log_state(session, location, app_ids)
-        except AttributeError:  # Spark Connect: no JVM gateway
-            local = local_path(location)
-            if local is None:
-                raise ConfigurationError(
-                    "without a JVM gateway (Spark Connect) the sink reads the Delta log "
-                    "itself, which it can only do on a local file system: run it on classic "
-                    "Spark, or write to a local table",
-                    sink_id=self.sink_id,
-                ) from None
-            return LocalDeltaLog(local).read()
+        except AttributeError:  # Spark Connect: no JVM gateway: delta-rs reads the log
+            from connectors.delta._rs_log import DeltaRsLog
+            from connectors.delta._store import delta_rs_options, spark_conf
+
+            options = delta_rs_options(location, spark_conf(session), self.storage_options)
+            return DeltaRsLog(location, options).read(app_ids)
 
     def run_log(self, session: SparkSession, location: str, ctx: BatchContext) -> LogState:
         """The log as read at the start of this driver run (and after any failure)."""

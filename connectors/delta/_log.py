@@ -8,10 +8,15 @@ id, and the table's configuration):
   for every file system Spark can reach; one snapshot load per call (~1-3 s on a small
   machine), so the sink calls it once per driver run, not per batch.
 - :class:`LocalDeltaLog`: pure Python over a local ``_delta_log`` directory (JSON commits
-  and classic or multi-part Parquet checkpoints), for Spark Connect clients, which have no
-  JVM gateway. It applies ``delta.setTransactionRetentionDuration`` the way Delta does
-  (ids whose ``lastUpdated`` is older than now minus the retention are gone). V2
-  checkpoints (``<v>.checkpoint.<uuid>.json``) are refused with an error that says so.
+  and classic or multi-part Parquet checkpoints). It applies
+  ``delta.setTransactionRetentionDuration`` the way Delta does (ids whose ``lastUpdated``
+  is older than now minus the retention are gone). V2 checkpoints
+  (``<v>.checkpoint.<uuid>.json``) are refused with an error that says so.
+
+Without a JVM gateway (Spark Connect) the sink, and the operator CLI always, read the log
+through delta-rs instead (:class:`~connectors.delta._rs_log.DeltaRsLog`), on any store:
+it covers everything :class:`LocalDeltaLog` checks (the retention, classic and multi-part
+checkpoints) and V2 checkpoints too.
 """
 
 from __future__ import annotations
@@ -111,6 +116,13 @@ def jvm_log_state(session: Any, location: str, app_ids: Iterable[str]) -> LogSta
 
 class LocalDeltaLog:
     """The state of a Delta table's log on a local file system, in pure Python.
+
+    Kept only where delta-rs falls short: where ``deltalake`` is not installed (it comes
+    with the ``[delta]`` extra; the operator CLI then reads a local table with this), and
+    as public API (tests read hand-made logs with it). Everything else reads the log with
+    delta-rs (:class:`~connectors.delta._rs_log.DeltaRsLog`), which covers what this
+    checks (``delta.setTransactionRetentionDuration``, classic and multi-part checkpoints)
+    and reads V2 checkpoints, which this refuses.
 
     Example::
 

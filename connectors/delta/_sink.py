@@ -181,6 +181,7 @@ class DeltaSink(DriverCommitSink):
         self._batch_path: DeltaPath | None = None  # the path the last commit took
         self._committer = DeltaCommitter(self.sink_id, delta_txn_id=self.delta_txn_id,
                                          txn_seed=self.txn_seed)
+        self._committer.storage_options = self.storage_options  # Spark Connect reads
 
     def __repr__(self) -> str:
         target = f"{self.path!r}" if self.path is not None else f"table={self.table!r}"

@@ -127,28 +127,3 @@ def test_parse_interval(text: str, ms: int) -> None:
 def test_parse_interval_refuses_months_with_the_format() -> None:
     with pytest.raises(ConfigurationError, match="interval <n>"):
         parse_interval_ms("interval 1 month")
-
-
-def test_status_finds_a_tagged_commit_the_ledger_does_not_record(tmp_path: Path) -> None:
-    """The default (tag) path writes no txn action: ``connectors status`` reads the sink's
-    ``userMetadata`` tags to see a batch Delta committed that the ledger does not record."""
-    from connectors.cli._delta_target import DeltaTarget
-    from connectors.core.ledger import LedgerEntry
-    from connectors.core.protocol import BatchState
-    from connectors.delta import CommitTag, DeltaLedger
-
-    log = tmp_path / "t" / "_delta_log"
-    log.mkdir(parents=True)
-    for v in range(3):
-        actions: list[dict[str, Any]] = [{"commitInfo": {
-            "operation": "WRITE", "userMetadata": CommitTag("s", "s", v).to_json() if v else None}}]
-        if v == 0:
-            actions.append({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}})
-        (log / f"{v:020d}.json").write_text("\n".join(json.dumps(a) for a in actions))
-    ledger = DeltaLedger(tmp_path / "t" / "_connectors" / "s", sink_id="s")
-    ledger.bind_query("q")
-    ledger.decide(LedgerEntry("s", 1, "run", BatchState.COMMITTED))
-    status = DeltaTarget(str(tmp_path / "t")).status("s")
-    assert status.last_committed == 1
-    assert status.unfinished == [2], status
-    assert any("last batch committed by this sink = 2" in n for n in status.notes)
