@@ -92,9 +92,12 @@ def _batch_of(key: str) -> int | None:
 class ObjectLedger(Ledger):
     """A ledger kept as small objects in ``store`` (see the module docstring).
 
-    Example::
+    Example (an :class:`ObjectStore` over obstore, here its in-memory store)::
 
-        ledger = ObjectLedger(store, sink_id="events")   # store: an ObjectStore
+        from connectors.delta._store import ObstoreStore
+
+        ledger = ObjectLedger(ObstoreStore("memory:///ledgers/events"), sink_id="events")
+        assert ledger.bind_query("query-1") == 0 and ledger.bound_query() == "query-1"
     """
 
     def __init__(self, store: ObjectStore, *, sink_id: str) -> None:

@@ -23,14 +23,21 @@ spent intent), and the lease's renewal every 5 s in the background; no LIST.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from connectors.core.object_lease import ObjectLease
 from connectors.core.object_ledger import ObjectLedger, ObjectStore
-from connectors.delta._ledger import intent_record, parse_intent, refuse_lost_ledger
+from connectors.delta._ledger import (
+    DeltaLedger,
+    intent_record,
+    ledger_root,
+    parse_intent,
+    refuse_lost_ledger,
+)
+from connectors.delta._store import ObstoreStore, options_for, store_url
 
-__all__ = ["DeltaObjectLedger"]
+__all__ = ["DeltaObjectLedger", "open_ledger"]
 
 # One lease per ledger prefix and process: its address -> [lease, holders]. Two sink
 # objects of one sink id in one process (a notebook re-creating its query) share it.
@@ -141,3 +148,24 @@ class DeltaObjectLedger(ObjectLedger):
 def _intent_batch(key: str) -> int | None:
     stem = key.rsplit("/", 1)[-1].split(".", maxsplit=1)[0]
     return int(stem) if stem.isdigit() else None
+
+
+def open_ledger(
+    ledger_path: str | None,
+    location: Callable[[], str],
+    sink_id: str,
+    *,
+    conf: Callable[[str], str | None],
+    options: Mapping[str, str] | None,
+    probe: Callable[[str], int | None],
+) -> DeltaLedger | DeltaObjectLedger:
+    """The sink's ledger: a :class:`DeltaLedger` in ``ledger_path`` or beside a local table;
+    a :class:`DeltaObjectLedger` beside a table on an object store (its client's settings
+    from the Spark confs ``conf`` reads, then ``options``); ``location()`` is asked only
+    without ``ledger_path``."""
+    url = None if ledger_path is not None else store_url(location(), sink_id)
+    if url is not None:
+        store = ObstoreStore(url, options_for(location(), conf, options))
+        return DeltaObjectLedger(store, sink_id=sink_id, probe=probe)
+    return DeltaLedger(ledger_root(ledger_path, location, sink_id), sink_id=sink_id,
+                       probe=probe)

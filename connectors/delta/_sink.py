@@ -41,12 +41,11 @@ from connectors.core.metrics import BatchMetrics
 from connectors.delta._committer import DeltaCommitter, DeltaPath
 from connectors.delta._fingerprint import fingerprint_now, observe
 from connectors.delta._history import Commit
-from connectors.delta._ledger import DeltaLedger, ledger_root
 from connectors.delta._meta import CommitTag
-from connectors.delta._object_ledger import DeltaObjectLedger
+from connectors.delta._object_ledger import open_ledger
 from connectors.delta._options import Mode, check_batch, check_options
 from connectors.delta._replay import ReplayCheck
-from connectors.delta._store import ObstoreStore, options_for, spark_conf, store_url
+from connectors.delta._store import spark_conf
 from connectors.delta._table import local_path, read_schema, resolve_table, snapshot_schema
 from connectors.delta._txn_seed import seed_txn_lookup
 from connectors.delta._writer import DeltaWriter
@@ -82,19 +81,14 @@ class DeltaSink(DriverCommitSink):
         create_table: create the table from the first batch's schema if it is missing;
             without it a missing table is an error.
         partition_by: partition columns used when the sink creates the table.
-        ledger_path: a POSIX directory for the sink's ledger (binding, recorded batches and
-            their fingerprints, the tag path's intents and lease). Default: beside the
-            table, ``<table location>/_connectors/<sink_id>``, as files on a local file
-            system, or as objects written with the store's conditional writes on S3
-            (``s3a://``, ``s3://``), GCS (``gs://``) and Azure (``abfss://``): nothing else
-            to provide (``docs/delta.md``, "Object stores"). Required on other file systems
-            (``hdfs://``, ...).
-        storage_options: for a table on an object store: settings of the client that
-            writes the ledger beside it, by delta-rs's names (``AWS_ENDPOINT_URL``,
-            ``AWS_ACCESS_KEY_ID``, ``GOOGLE_SERVICE_ACCOUNT``, ``AZURE_STORAGE_ACCOUNT_KEY``,
-            ...). Default: on S3 the ``spark.hadoop.fs.s3a.*`` confs Spark was given
-            (endpoint, keys, region, path style), else the store's environment variables
-            and instance credentials. Never logged nor shown in the repr.
+        ledger_path: a POSIX directory for the sink's ledger. Default: beside the table,
+            ``<table location>/_connectors/<sink_id>``, as files on a local file system or
+            as objects written with conditional writes on S3, GCS and Azure (nothing else
+            to provide: ``docs/delta.md``, "Object stores"); required elsewhere (``hdfs:``).
+        storage_options: for a table on an object store: the ledger client's settings by
+            delta-rs's names (``AWS_ENDPOINT_URL``, ``AZURE_STORAGE_ACCOUNT_KEY``, ...), over
+            the session's ``spark.hadoop.fs.s3a.*`` confs and the store's environment
+            variables. Never logged nor shown in the repr.
         verify_replay: compare a replayed batch with what its commit wrote (default true):
             an append's replay with the rows of the files its commit added (read back only
             on a replay, so nothing is hashed while writing), a MERGE's with the fingerprint
@@ -256,19 +250,11 @@ class DeltaSink(DriverCommitSink):
 
     # ---- the ledger ----
     def create_ledger(self) -> Ledger:
-        """Driver, once per driver run: a :class:`DeltaLedger` in ``ledger_path`` or next to
-        a local table, a :class:`DeltaObjectLedger` next to a table on an object store."""
-        ledger: DeltaLedger | DeltaObjectLedger
-        url = None if self.ledger_path is not None else store_url(self.location(),
-                                                                  self.sink_id)
-        if url is not None:
-            options = options_for(self.location(), spark_conf(self._session),
-                                  self.storage_options)
-            ledger = DeltaObjectLedger(ObstoreStore(url, options), sink_id=self.sink_id,
-                                       probe=self._probe)
-        else:
-            root = ledger_root(self.ledger_path, self.location, self.sink_id)
-            ledger = DeltaLedger(root, sink_id=self.sink_id, probe=self._probe)
+        """Driver, once per driver run: the ledger (:func:`~connectors.delta._object_ledger.
+        open_ledger`: in ``ledger_path``, else beside the table, files or objects)."""
+        ledger = open_ledger(self.ledger_path, self.location, self.sink_id,
+                             conf=spark_conf(self._session), options=self.storage_options,
+                             probe=self._probe)
         self._committer.ledger = ledger
         return ledger
 
