@@ -46,6 +46,7 @@ from connectors.delta._txn_seed import ACCELERATORS_ENV, seed_problem
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from connectors.core.metrics import BatchMetrics
     from connectors.delta._ledger import DeltaLedger
     from connectors.delta._object_ledger import DeltaObjectLedger
 
@@ -104,6 +105,13 @@ class DeltaCommitter:
         self.run_looked = False
         self.versions = {}
         self.ledger = None
+
+    def report(self, metrics: BatchMetrics) -> None:
+        """A ledger on an object store: ``ledger_requests``, the requests it made since the
+        last batch's report (the lease's renewals aside)."""
+        taken = getattr(self.ledger, "take_requests", None)
+        if taken is not None:
+            metrics.extra["ledger_requests"] = taken()
 
     def _ledger(self) -> DeltaLedger | DeltaObjectLedger:
         assert self.ledger is not None  # created by the sink's create_ledger

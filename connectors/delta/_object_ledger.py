@@ -63,11 +63,19 @@ class DeltaObjectLedger(ObjectLedger):
         self._probe = probe
         self._lease_key: str | None = None
         self._intent_ids: set[int] | None = None  # while the lease is held
+        self._requests_seen = 0
 
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:
         if self.bound_query() is None and self._probe is not None:
             refuse_lost_ledger(self.store.where(), self.sink_id, self._probe(self.sink_id))
         return super().bind_query(query_id, reset=reset)
+
+    def take_requests(self) -> int:
+        """The requests this ledger made of its store since the last call (the lease's own
+        renewals aside), for the batch's metrics; 0 where the store does not count them."""
+        count = int(getattr(self.store, "requests", 0))
+        taken, self._requests_seen = count - self._requests_seen, count
+        return taken
 
     # ---- the lease ----
     def open_run(self, run_id: str) -> None:

@@ -166,8 +166,7 @@ class DeltaSink(DriverCommitSink):
         self.txn_seed = txn_seed
         self._reset_driver_side()
 
-    def _reset_driver_side(self) -> None:
-        # Driver-only state; never pickled (see __getstate__ and DeltaCommitter's).
+    def _reset_driver_side(self) -> None:  # driver-only state, never pickled
         self._df: DataFrame | None = None
         self._write_ms: float | None = None  # the last batch's Delta write, for its metrics
         self._location: str | None = None
@@ -211,11 +210,12 @@ class DeltaSink(DriverCommitSink):
             self._df = None
 
     def report_metrics(self, metrics: BatchMetrics) -> None:
-        """Delta's own write time, and the commit path this batch's commit took."""
+        """Delta's own write time, the commit path, the ledger's object-store requests."""
         if self._write_ms is not None:  # Delta's own write (the rest is the sink's)
             metrics.extra["write_ms"] = round(self._write_ms, 1)
         if self._batch_path is not None:
             metrics.extra[f"delta_path_{self._batch_path}"] = 1
+        self._committer.report(metrics)
 
     def close(self) -> None:
         super().close()

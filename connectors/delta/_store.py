@@ -127,6 +127,9 @@ class ObstoreStore(ObjectStore):
         parsed = urlparse(url)
         scheme = {"s3a": "s3", "s3n": "s3"}.get(parsed.scheme.lower(), parsed.scheme.lower())
         self.url = url
+        #: Requests made (``lease_requests``: those of the lease object), for metrics.
+        self.requests = 0
+        self.lease_requests = 0
         self._obstore_url = parsed._replace(scheme=scheme).geturl()
         config = {k.lower(): v for k, v in dict(options or {}).items()
                   if not k.lower().startswith(_DELTA_RS_ONLY)}
@@ -152,6 +155,10 @@ class ObstoreStore(ObjectStore):
     def _call(self, what: str, key: str, fn: Callable[[], Any]) -> Any:
         import obstore.exceptions as oe
 
+        if key != "lease":  # the lease's renewals are counted apart
+            self.requests += 1
+        else:
+            self.lease_requests += 1
         try:
             return fn()
         except (oe.AlreadyExistsError, oe.PreconditionError, oe.NotFoundError,
