@@ -74,6 +74,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_serial(items)
+    # The tests of the S3 API (scripts/test runs them apart, printing their time and count)
+    for item in items:
+        if "s3_service" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.s3)
 
 
 def s3_hadoop_confs() -> dict[str, str]:
