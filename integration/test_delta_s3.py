@@ -19,6 +19,7 @@ same variables); in-process, everything as s3a confs of the session.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -198,3 +199,49 @@ def test_s3_replay_holding_other_rows_is_refused_and_reset_is_refused(
         other.write_batch(batch, 0, query_id="another-query")
     other.close()
     assert tables.rows(uri, ["id"]) == [(i,) for i in range(40)]
+
+
+def test_s3_demo_reports_exactly_once_then_status_reads_the_table(
+    tmp_path: Path, s3_service: Any
+) -> None:
+    """``connectors demo --table s3a://...``: the driver SIGKILLed after the decision of
+    batch 2, restarted; every id once. Then ``connectors status --delta`` reads the table
+    on S3 (delta-rs) and its ledger (objects), the keys in the environment only."""
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": s3_service.access_key,
+           "AWS_SECRET_ACCESS_KEY": s3_service.secret_key, "AWS_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": s3_service.endpoint, "AWS_ALLOW_HTTP": "true",
+           "PYTHONPATH": str(REPO)}
+    env.pop("CONNECTORS_CRASH_AT", None)
+    root = _prefix(s3_service, "demo")
+    proc = subprocess.run(
+        [sys.executable, "-m", "connectors", "demo", "--json", "--workdir", str(tmp_path / "w"),
+         "--files", "4", "--rows-per-file", "500", "--crash-batch", "2", "--table", root,
+         "--conf", f"spark.hadoop.fs.s3a.endpoint={s3_service.endpoint}",
+         "--conf", "spark.hadoop.fs.s3a.path.style.access=true"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    verdict = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert verdict["verdict"] == "EXACTLY ONCE", verdict
+    assert verdict["rows out"] == verdict["rows in"] == 2000 and verdict["driver SIGKILLed"]
+    assert str(verdict["target"]).startswith(root + "/connectors-demo-")
+    assert s3_service.secret_key not in proc.stdout + proc.stderr
+    # The table on S3, read independently: every id once.
+    ids = S3Tables(s3_service).rows(verdict["target"], ["id"])
+    assert ids == [(i,) for i in range(2000)]
+    status = subprocess.run(
+        [sys.executable, "-m", "connectors", "status", "--delta", verdict["target"], "--json"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert status.returncode == 0, status.stdout[-2000:] + status.stderr[-2000:]
+    assert verdict["sink id"] in status.stdout, status.stdout[-2000:]
+    assert s3_service.secret_key not in status.stdout + status.stderr
+
+
+def test_s3_demo_refuses_a_secret_on_its_command_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "connectors", "demo", "--table", "s3a://b/demos",
+         "--conf", "spark.hadoop.fs.s3a.secret.key=hunter2-secret"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode != 0
+    assert "holds a secret" in proc.stderr and "AWS_SECRET_ACCESS_KEY" in proc.stderr
+    assert "hunter2-secret" not in proc.stdout + proc.stderr

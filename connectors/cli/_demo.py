@@ -45,6 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--crash-batch", type=int, default=3,
                    help="the batch whose driver is SIGKILLed (3)")
     p.add_argument("--workdir", help="input, checkpoint, Delta table, logs (default: a temp dir)")
+    p.add_argument("--table", metavar="URI",
+                   help="--sink delta: where the demo creates its table, as "
+                        "<URI>/connectors-demo-<run> (e.g. s3a://bucket/demos; default: in the "
+                        "work dir). s3a:// takes the s3 jars; give the endpoint and path style "
+                        "with --conf, the keys as AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark conf of the job (e.g. spark.hadoop.fs.s3a.endpoint=...); "
+                        "secrets are refused here (the command line is visible to every "
+                        "user): pass them in the environment")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--connect", action="store_true",
                    help="run the job as a Spark Connect client of a local Connect server: "
@@ -108,10 +117,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigurationError("--sink kafka needs --bootstrap (or $EOS_KAFKA_BOOTSTRAP)")
     if not 0 <= args.crash_batch < args.files - 1:
         raise ConfigurationError("--crash-batch must be below --files - 1")
+    if args.table and args.sink != "delta":
+        raise ConfigurationError("--table is for --sink delta")
+    confs = _confs(args.conf)
     root = _workdir(args.workdir)
     tag = f"{int(time.time())}-{os.getpid()}"
     inp, ckpt = root / "input", root / "checkpoint"
-    target = {"delta": str(root / "delta-table"),
+    table = (f"{args.table.rstrip('/')}/connectors-demo-{tag}" if args.table
+             else str(root / "delta-table"))
+    target = {"delta": table,
               "postgres": f"public.connectors_demo_{tag.replace('-', '_')}",
               "kafka": f"connectors-demo-{tag}"}[args.sink]
     rows_in = make_input_files(inp, args.files, args.rows_per_file)
@@ -126,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         base += ["--conninfo", args.conninfo]
     if args.bootstrap:
         base += ["--bootstrap", args.bootstrap]
+    base += [x for conf in confs for x in ("--conf", conf)]
     if args.sink == "kafka":
         _create_topic(args.bootstrap, target)
     job = [*base[:3], "run", *base[3:], "--input", str(inp), "--checkpoint", str(ckpt),
@@ -185,6 +200,23 @@ def run(args: argparse.Namespace) -> int:
               ("" if lines else f"; reading the target failed:\n{read.stderr[-3000:]}"),
               file=sys.stderr)
     return 0 if ok else 1
+
+
+def _confs(items: list[str]) -> list[str]:
+    """``--conf`` items, checked: ``KEY=VALUE`` and no secret (they are on a command line)."""
+    from connectors.delta._store import is_secret_option
+
+    for item in items:
+        key, sep, _ = item.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(f"--conf takes KEY=VALUE, not {item.split('=')[0]!r}")
+        if is_secret_option(key):
+            raise ConfigurationError(
+                f"--conf {key}=... holds a secret, and a command line is visible to every "
+                "user of the machine: pass keys in the environment instead "
+                "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY: S3A's default credential chain "
+                "and the sink's ledger client read them)")
+    return items
 
 
 def _create_topic(bootstrap: str, topic: str) -> None:

@@ -45,14 +45,18 @@ def _session(args: argparse.Namespace) -> Any:
     from connectors.spark import get_session
 
     components = {"delta": ["delta"], "kafka": ["kafka"], "postgres": []}[args.sink]
+    if args.sink == "delta" and args.target.startswith(("s3a://", "s3://")):
+        components.append("s3")
     connect = bool(getattr(args, "connect", False)) and args.mode == "run"
-    return get_session("connectors-demo", master="local[2]", components=components,
-                       connect=connect, conf={
+    conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stopTimeout": "30s",
         # Small splits: every file becomes several tasks (several transactions per batch).
         "spark.sql.files.maxPartitionBytes": "64k",
-    })
+    }
+    conf.update(item.split("=", 1) for item in args.conf)
+    return get_session("connectors-demo", master="local[2]", components=components,
+                       connect=connect, conf=conf)
 
 
 def make_sink(args: argparse.Namespace) -> Any:
@@ -163,6 +167,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", default=os.environ.get("EOS_KAFKA_BOOTSTRAP"))
     p.add_argument("--connect", action="store_true",
                    help="run as a Spark Connect client of a local Connect server")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark conf (the demo's --conf)")
     return p
 
 
