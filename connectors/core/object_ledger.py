@@ -187,7 +187,10 @@ class ObjectLedger(Ledger):
         existing = self.get(entry.batch_id)
         if existing is not None:
             return existing
-        if self.store.read(self._abort_key(entry.batch_id, entry.run_id)) is not None:
+        # While the lease is held only this object writes abort records (the GET is saved).
+        may_be_aborted = self._known is None or self._aborted
+        if may_be_aborted and self.store.read(
+                self._abort_key(entry.batch_id, entry.run_id)) is not None:
             raise FencedError(
                 f"run {entry.run_id} of the sink was aborted for this batch by another "
                 "driver or an operator; its transactions were rolled back",
