@@ -124,8 +124,8 @@ class ObjectLease:
         watched: tuple[str, float] | None = None  # (version, first seen at)
         renewed = False  # seen the holder renew it: alive
         while True:
+            now = time.monotonic()  # before the read: what is seen is at least this fresh
             found = self.store.read(_KEY)
-            now = time.monotonic()
             if found is None:
                 version = self.store.create(_KEY, self._payload(0))
             else:
@@ -133,12 +133,13 @@ class ObjectLease:
                 record = json.loads(data)
                 holder = record.get("holder") or {}
                 if watched is None or watched[0] != current:
-                    renewed = watched is not None
-                    watched = (current, now)
+                    renewed = renewed or watched is not None
+                    watched = (current, time.monotonic())  # after the read: a late start
                 take = bool(record.get("released")) or _provably_dead(holder, me)
-                if not take and now - watched[1] >= EXPIRY_S:
+                unchanged = time.monotonic() - watched[1]
+                if not take and unchanged >= EXPIRY_S:
                     logger.warning("sink %s: taking over the lease of %s, not renewed for "
-                                   "%.0f s", self.sink_id, _who(holder), now - watched[1])
+                                   "%.0f s", self.sink_id, _who(holder), unchanged)
                     take = True
                 if not take:
                     if now - started >= WAIT_S and renewed:
@@ -154,10 +155,11 @@ class ObjectLease:
                     continue
                 version = self.store.replace(_KEY, self._payload(0), current)
             if version is not None:
+                acquired = now
                 break
             watched, renewed = None, False  # another contender won the write: look again
         with self._lock:
-            self._version, self._renewed, self._lost = version, time.monotonic(), None
+            self._version, self._renewed, self._lost = version, acquired, None
         logger.info("sink %s: holds the lease %s", self.sink_id, self.store.where(_KEY))
         self._stop.clear()
         self._thread = threading.Thread(target=self._renew_loop, daemon=True,
@@ -172,6 +174,7 @@ class ObjectLease:
                 version = self._version
             if version is None or self._lost is not None:
                 return
+            sent = time.monotonic()  # trusted from the request's start, not its answer
             try:  # not under the lock: check() never waits for the store
                 new = self.store.replace(_KEY, self._payload(beat), version)
             except Exception as exc:  # a failed renewal: trusted until TRUST_S runs out
@@ -186,7 +189,7 @@ class ObjectLease:
                     self._lost = "the lease object changed: another driver took it over"
                     logger.error("sink %s: lost its lease: %s", self.sink_id, self._lost)
                     return
-                self._version, self._renewed = new, time.monotonic()
+                self._version, self._renewed = new, sent
 
     def check(self) -> None:
         """Before a commit: raise :class:`FencedError` unless the lease is held and was
