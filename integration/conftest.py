@@ -97,7 +97,9 @@ def s3_hadoop_confs() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+def spark(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[SparkSession]:
     """The one in-process SparkSession of the integration tests, with the Delta and Kafka
     jars. One per pytest process: PySpark keeps its JVM after ``stop()``, and a later
     session's ``spark.jars`` no longer reach the driver's class path, so every in-process
@@ -111,13 +113,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         "spark.ui.showConsoleProgress": "false",
         "spark.executorEnv.PYTHONPATH": _REPO_ROOT,
     }
-    # The S3 service's confs, as a user passes them (the s3 jars come with "s3").
-    conf.update(s3_hadoop_confs())
+    # With a test of the S3 API in this session: the s3 jars (650 MB, fetched once) and the
+    # service's confs, as a user passes them. The version lanes select no such test.
+    components = ["delta", "kafka"]
+    if any(item.get_closest_marker("s3") for item in request.session.items):
+        components.append("s3")
+        conf.update(s3_hadoop_confs())
     session = get_session(
-        "connectors-integration",
-        master="local[2]",
-        components=["delta", "kafka", "s3"],
-        conf=conf,
+        "connectors-integration", master="local[2]", components=components, conf=conf
     )
     try:
         yield session
