@@ -37,7 +37,7 @@ from connectors.core.errors import NonDeterministicReplayError, QueryBindingErro
 from connectors.delta import DeltaSink
 from integration._delta_s3 import S3Tables
 from integration._driver import REPO, SEED, DriverRun, kill_at_each, kill_at_random, reached
-from integration.test_delta_kill import APPEND, COLUMNS, MERGE, PLAN, DeltaJob
+from integration.test_delta_kill import APPEND, COLUMNS, MERGE, PLAN, SHORT_PLAN, DeltaJob
 
 pytestmark = [pytest.mark.integration]
 
@@ -81,7 +81,8 @@ class S3DeltaJob(DeltaJob):
             commits = self.tables.tagged_commits(uri, app)
             assert sorted(commits) == list(range(self.batches)), (app, commits)
             assert all(len(v) == 1 for v in commits.values()), (app, commits)
-            assert self.tables.txn_version(uri, app) is None, "the tag path wrote a txn id"
+            want = self.batches - 1 if self.txn else None  # only delta_txn_id writes one
+            assert self.tables.txn_version(uri, app) == want, (app, want)
             ledger = self.tables.ledger_batches(uri, app)
             assert sorted(ledger) == list(range(self.batches)) and all(ledger.values())
             assert self.tables.intent_batches(uri, app) == [], "spent intents are pruned"
@@ -91,12 +92,16 @@ class S3DeltaJob(DeltaJob):
         assert self.tables.operations(self.b) == ["WRITE"] + ["MERGE"] * self.batches
 
 
-def test_s3_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
-    tmp_path: Path, s3_service: Any
-) -> None:
+@pytest.mark.parametrize(("delta_path", "plan"), [
     # CI: each crash point of the family once (both sinks between them); wide: all six.
-    plan = PLAN if WIDE else PLAN[:3]
-    job = S3DeltaJob(tmp_path, s3_service)
+    pytest.param("tag", PLAN if WIDE else PLAN[:3], id="tag"),
+    # delta_txn_id=True (the accelerated lookup): where the table is ahead of the ledger
+    pytest.param("txn_seed", SHORT_PLAN if WIDE else SHORT_PLAN[1:2], id="txn-seed"),
+])
+def test_s3_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
+    tmp_path: Path, s3_service: Any, delta_path: str, plan: list[tuple[CrashPoint, str, int]]
+) -> None:
+    job = S3DeltaJob(tmp_path, s3_service, delta_path=delta_path)
     t = job.tables
 
     def after_kill(point: CrashPoint, sink: str, batch: int, run: DriverRun) -> None:
@@ -108,7 +113,7 @@ def test_s3_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
             assert batch not in t.intent_batches(uri, sink)
         elif point is CrashPoint.AFTER_DECISION:
             assert len(tags[batch]) == 1 and batch not in ledger
-            assert batch in t.intent_batches(uri, sink)
+            assert (batch in t.intent_batches(uri, sink)) is not job.txn  # tag path only
         else:
             assert len(tags[batch]) == 1 and ledger.get(batch) is True
         lease = t.lease(uri, sink)
