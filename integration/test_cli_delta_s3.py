@@ -5,9 +5,9 @@ written with the sink's own ledger classes over :class:`ObstoreStore`. No Spark.
 runs as a subprocess whose store settings and credentials come from the environment only
 (``AWS_*``): nothing secret on its command line.
 
-The S3 service: ``EOS_S3_ENDPOINT``, ``EOS_S3_BUCKET``, ``EOS_S3_ACCESS_KEY`` and
-``EOS_S3_SECRET_KEY`` (for example a ``moto_server``); without them the tests skip, under
-``CI=true`` they fail.
+The S3 service is the shared ``s3_service`` fixture (``integration/_fixtures_services.py``:
+``EOS_S3_*``, ``.services.env`` or a native moto server started for the session); without
+one the tests skip, under ``CI=true`` they fail.
 """
 
 from __future__ import annotations
@@ -33,72 +33,50 @@ from connectors.delta._committer import DeltaCommitter
 from connectors.delta._object_ledger import DeltaObjectLedger
 from connectors.delta._store import ObstoreStore, options_for, store_url
 from integration._driver import REPO
+from integration._fixtures_services import S3Service
 
 pytestmark = [pytest.mark.integration]
 
 deltalake = pytest.importorskip("deltalake")
 
-_ENV = ("EOS_S3_ENDPOINT", "EOS_S3_BUCKET", "EOS_S3_ACCESS_KEY", "EOS_S3_SECRET_KEY")
 
-
-@dataclass(frozen=True)
-class S3:
-    endpoint: str
-    bucket: str
-    access_key: str
-    secret_key: str
-
-    def env(self, **override: str) -> dict[str, str]:
-        """delta-rs's and obstore's environment variables for this service."""
-        env = {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
-               "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": "us-east-1",
-               "AWS_ALLOW_HTTP": "true" if self.endpoint.startswith("http://") else "false"}
-        env.update(override)
-        return env
-
-
-@pytest.fixture(scope="session")
-def s3_env() -> S3:
-    """The S3 service from ``EOS_S3_*`` (skip without it; fail under ``CI=true``).
-    To be replaced by the shared ``s3_service`` fixture of ``_fixtures_services``."""
-    missing = [name for name in _ENV if not os.environ.get(name)]
-    if missing:
-        message = f"no S3 service: set {', '.join(missing)}"
-        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-            pytest.fail(f"{message} (CI=true: a missing service is a failure)", pytrace=False)
-        pytest.skip(message)
-    return S3(*(os.environ[name] for name in _ENV))
+def s3_env(s3: S3Service, **override: str) -> dict[str, str]:
+    """delta-rs's and obstore's environment variables for the S3 service (reads only: no
+    unsafe-rename switch), ``override`` over them."""
+    env = {k: v for k, v in s3.storage_options().items() if k != "AWS_S3_ALLOW_UNSAFE_RENAME"}
+    env.update(override)
+    return env
 
 
 @dataclass(frozen=True)
 class Table:
-    s3: S3
+    s3: S3Service
     location: str  # s3a://bucket/<unique>/events
 
     def store(self, sink_id: str) -> ObstoreStore:
         url = store_url(self.location, sink_id)
         assert url is not None
-        return ObstoreStore(url, options_for(self.location, lambda k: None, self.s3.env()))
+        return ObstoreStore(url, options_for(self.location, lambda k: None, s3_env(self.s3)))
 
 
-def _commit(s3: S3, location: str, tag: CommitTag | None) -> None:
+def _commit(s3: S3Service, location: str, tag: CommitTag | None) -> None:
     props = deltalake.CommitProperties(
         custom_metadata={"userMetadata": tag.to_json()} if tag else None)
     deltalake.write_deltalake(
         location.replace("s3a://", "s3://", 1), pa.table({"id": [1, 2]}), mode="append",
-        storage_options=s3.env(AWS_S3_ALLOW_UNSAFE_RENAME="true"), commit_properties=props)
+        storage_options=s3.storage_options(), commit_properties=props)
 
 
 @pytest.fixture
-def table(s3_env: S3) -> Iterator[Table]:
+def table(s3_service: S3Service) -> Iterator[Table]:
     """Two sinks' commits in one table: ``ahead`` has batches 0..3 in Delta and 0..2 in
     its ledger (the driver died before recording 3), ``even`` has 0..1 in both; one
     untagged commit of another writer."""
-    t = Table(s3_env, f"s3a://{s3_env.bucket}/{uuid.uuid4().hex[:12]}/events")
-    _commit(s3_env, t.location, None)
+    t = Table(s3_service, f"{s3_service.prefix('cli')}/events")
+    _commit(s3_service, t.location, None)
     for sink_id, batches in (("ahead", 4), ("even", 2)):
         for b in range(batches):
-            _commit(s3_env, t.location, CommitTag(sink_id, sink_id, b, f"q-{sink_id}", "r1"))
+            _commit(s3_service, t.location, CommitTag(sink_id, sink_id, b, f"q-{sink_id}", "r1"))
     for sink_id, recorded in (("ahead", 3), ("even", 2)):
         ledger = ObjectLedger(t.store(sink_id), sink_id=sink_id)
         ledger.bind_query(f"q-{sink_id}")
@@ -122,7 +100,7 @@ def cli(env: dict[str, str], *args: str) -> tuple[int, Any, str]:
 
 
 def test_status_shows_the_ledgers_and_the_tagged_commits(table: Table) -> None:
-    code, found, err = cli(table.s3.env(), "status", "--delta", table.location, "--json")
+    code, found, err = cli(s3_env(table.s3), "status", "--delta", table.location, "--json")
     assert code == 1, err  # "ahead" needs attention: batch 3 is in Delta, not in its ledger
     by_sink = {s["sink_id"]: s for s in found}
     assert sorted(by_sink) == ["ahead", "even"]
@@ -134,7 +112,7 @@ def test_status_shows_the_ledgers_and_the_tagged_commits(table: Table) -> None:
     assert (even["query_id"], even["last_committed"], even["unfinished"]) == ("q-even", 1, [])
     assert even["notes"] == ["Delta log: last batch committed by this sink = 1"]
     # the same as a table, as for a local table; a non-secret option is taken
-    code, text, err = cli(table.s3.env(AWS_REGION="eu-west-3"), "status", "--delta",
+    code, text, err = cli(s3_env(table.s3, AWS_REGION="eu-west-3"), "status", "--delta",
                           table.location, "--sink-id", "even",
                           "--storage-option", "AWS_REGION=us-east-1")
     assert code == 0, err
@@ -149,14 +127,14 @@ def test_doctor_on_an_s3a_table(table: Table, tmp_path: Path) -> None:
         for b in range(2):
             (ckpt / sub / str(b)).write_text("v1")
     (ckpt / "metadata").write_text(json.dumps({"id": "q-even"}))
-    code, findings, err = cli(table.s3.env(), "doctor", "--delta", table.location,
+    code, findings, err = cli(s3_env(table.s3), "doctor", "--delta", table.location,
                               "--sink-id", "even", "--checkpoint", str(ckpt), "--json")
     checks = {f["check"]: f for f in findings if not f["check"].startswith("jars:")}
     assert all(f["ok"] for f in checks.values()), (checks, err)
     assert sorted(checks) == ["at-most-one-ahead", "binding", "finished", "no-gaps",
                               "not-ahead-of-plan", "spark-commits-in-ledger"]
     (ckpt / "metadata").write_text(json.dumps({"id": "another-query"}))
-    code, findings, err = cli(table.s3.env(), "doctor", "--delta", table.location,
+    code, findings, err = cli(s3_env(table.s3), "doctor", "--delta", table.location,
                               "--sink-id", "even", "--checkpoint", str(ckpt), "--json")
     assert code == 1 and not {f["check"]: f for f in findings}["binding"]["ok"], err
 
@@ -167,7 +145,7 @@ def test_status_never_takes_the_lease_of_a_live_driver(table: Table) -> None:
     try:
         before = table.store("even").read("lease")
         assert before is not None
-        code, found, err = cli(table.s3.env(), "status", "--delta", table.location,
+        code, found, err = cli(s3_env(table.s3), "status", "--delta", table.location,
                                "--sink-id", "even", "--json")
         assert code == 0 and found[0]["last_committed"] == 1, err
         live.check_lease()  # still the holder
@@ -177,47 +155,47 @@ def test_status_never_takes_the_lease_of_a_live_driver(table: Table) -> None:
 
 
 def test_wrong_credentials_name_the_table_and_the_setting_never_the_secret(
-    table: Table, s3_env: S3
+    table: Table, s3_service: S3Service
 ) -> None:
     import boto3
     import botocore.exceptions
 
     wrong = "WRONG-" + uuid.uuid4().hex
-    client = boto3.client("s3", endpoint_url=s3_env.endpoint, region_name="us-east-1",
-                          aws_access_key_id=s3_env.access_key, aws_secret_access_key=wrong)
+    client = boto3.client("s3", endpoint_url=s3_service.endpoint, region_name="us-east-1",
+                          aws_access_key_id=s3_service.access_key, aws_secret_access_key=wrong)
     try:
-        client.list_objects_v2(Bucket=s3_env.bucket, MaxKeys=1)
+        client.list_objects_v2(Bucket=s3_service.bucket, MaxKeys=1)
         pytest.skip("this S3 service accepts any credentials (moto without "
                     "INITIAL_NO_AUTH_ACTION_COUNT)")
     except botocore.exceptions.ClientError:
         pass
     for command in (["status"], ["doctor", "--sink-id", "even", "--checkpoint", "/nonexistent"]):
-        code, out, err = cli(s3_env.env(AWS_SECRET_ACCESS_KEY=wrong), *command,
+        code, out, err = cli(s3_env(s3_service, AWS_SECRET_ACCESS_KEY=wrong), *command,
                              "--delta", table.location)
         assert code in (2, 3), (code, out, err)
         text = f"{out}{err}"
-        assert wrong not in text and s3_env.secret_key not in text
+        assert wrong not in text and s3_service.secret_key not in text
         if command == ["status"]:
             assert code == 3  # unreachable, as for a database that refuses the password
             assert table.location in err and "AWS_SECRET_ACCESS_KEY" in err, err
-    code, out, err = cli(s3_env.env(), "status", "--delta", table.location,
+    code, out, err = cli(s3_env(s3_service), "status", "--delta", table.location,
                          "--storage-option", f"AWS_SECRET_ACCESS_KEY={wrong}")
     assert code == 2 and wrong not in out + err and "environment variable" in err
 
 
 def test_the_sink_reads_the_log_through_delta_rs_without_a_jvm(
-    table: Table, s3_env: S3, monkeypatch: pytest.MonkeyPatch
+    table: Table, s3_service: S3Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """DeltaCommitter.read_log under Spark Connect (no JVM gateway): the session's s3a
     confs, mapped to delta-rs's settings; nothing from the environment."""
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
-    endpoint = s3_env.endpoint
+    endpoint = s3_service.endpoint
     confs = {"spark.hadoop.fs.s3a.endpoint": endpoint.split("://", 1)[1],
              "spark.hadoop.fs.s3a.connection.ssl.enabled": str(
                  endpoint.startswith("https://")).lower(),
-             "spark.hadoop.fs.s3a.access.key": s3_env.access_key,
-             "spark.hadoop.fs.s3a.secret.key": s3_env.secret_key,
+             "spark.hadoop.fs.s3a.access.key": s3_service.access_key,
+             "spark.hadoop.fs.s3a.secret.key": s3_service.secret_key,
              "spark.hadoop.fs.s3a.path.style.access": "true"}
 
     class Connect:  # a Spark Connect session as the committer sees it
