@@ -57,6 +57,8 @@ class S3DeltaJob(DeltaJob):
         self.tables = S3Tables(s3)
         prefix = _prefix(s3, root.name)
         self.a, self.b = f"{prefix}/a", f"{prefix}/b"  # type: ignore[assignment]
+        #: Every run of the job, in order (what a restart logged, e.g. a lease takeover).
+        self.runs: list[DriverRun] = []
 
     def args(self) -> list[str]:
         confs = [f"{k}={v}" for k, v in self.s3.hadoop_confs().items()
@@ -67,7 +69,9 @@ class S3DeltaJob(DeltaJob):
         env = {"AWS_ACCESS_KEY_ID": self.s3.access_key,
                "AWS_SECRET_ACCESS_KEY": self.s3.secret_key, "AWS_REGION": "us-east-1"}
         kwargs["env"] = {**env, **kwargs.get("env", {})}
-        return super().run(*extra, **kwargs)
+        run = super().run(*extra, **kwargs)
+        self.runs.append(run)
+        return run
 
     def assert_exact(self, spark: SparkSession | None = None) -> None:
         rows, latest = self.expected()

@@ -18,6 +18,10 @@ stop:
 - after a graceful stop, the batch in flight is in Spark's commit log and the next is not
   (it was refused before any side effect and is replayed by the restart).
 
+DeltaSink on ``s3a://`` (the S3 service; ledger and lease as objects beside the tables, the
+tables read back with delta-rs) is stopped gracefully too: each stop leaves the lease
+object ``released``, so the restart takes it at once (no takeover after the expiry).
+
 CI runs one stop per phase per sink (plain where the issue's report was: after the
 prepare); ``EOS_WIDE_MATRIX=1`` runs each kind of stop at every phase, three times.
 """
@@ -38,7 +42,8 @@ from integration._delta import intent_batches, rate_rows, table_rows
 from integration._driver import KillJob, spark_batches
 from integration._kafka import KafkaTarget, target_fixture
 from integration._pg import PgTarget
-from integration.test_delta_kill import APPEND, COLUMNS, DeltaJob
+from integration.test_delta_kill import APPEND, COLUMNS, MERGE, DeltaJob
+from integration.test_delta_s3 import S3DeltaJob
 from integration.test_kafka_kill import KafkaJob
 from integration.test_postgres_kill import PgJob, pg  # noqa: F401 - the pg fixture
 
@@ -69,6 +74,8 @@ def wide(points: list[CrashPoint]) -> list[tuple[str, CrashPoint]]:
 PG_PLAN = wide([BT, BP, AP, BD, AD, BC]) if WIDE else PG_CI
 KAFKA_PLAN = wide([BT, BP, AP, BD, AC]) if WIDE else KAFKA_CI
 DELTA_PLAN = wide([BT, BD, AD, AC]) if WIDE else DELTA_CI
+#: On s3a://, graceful stops: after the decision (CI); every phase once (wide).
+S3_DELTA_PLAN = [(G, p) for p in (BT, BD, AD, AC)] if WIDE else [(G, AD)]
 
 
 @dataclass
@@ -181,3 +188,27 @@ def test_delta_stopped_in_every_phase_leaves_nothing_and_restarts_exactly(
 
     stop_chain(job, APPEND, DELTA_PLAN, nothing_left)
     job.assert_exact(spark)
+
+
+def test_delta_on_s3a_stopped_gracefully_releases_the_lease_and_restarts_exactly(
+        tmp_path: Path, s3_service: Any) -> None:
+    job = S3DeltaJob(tmp_path, s3_service, source="rate", rows=ROWS,
+                     batches=batches_for(S3_DELTA_PLAN))
+    t = job.tables
+
+    def nothing_left(stopped: Stopped) -> None:
+        where = f"graceful stop at {stopped.point.value}, batch {stopped.batch}"
+        for uri, sink in ((job.a, APPEND), (job.b, MERGE)):  # the batch finished in both
+            ledger = t.ledger_batches(uri, sink)
+            assert sorted(ledger) == list(range(stopped.batch + 1)), (where, sink, ledger)
+            assert all(ledger.values()) and t.intent_batches(uri, sink) == [], (where, sink)
+            lease = t.lease(uri, sink)
+            assert lease is not None and lease["released"] is True, (where, sink, lease)
+        got = t.rows(job.a, COLUMNS[:3])
+        assert got == rate_rows((stopped.batch + 1) * ROWS), f"{where}: table a differs"
+
+    stop_chain(job, APPEND, S3_DELTA_PLAN, nothing_left)
+    assert len(job.runs) == len(S3_DELTA_PLAN) + 1
+    late = [r for r in job.runs if "taking over the lease" in r.output]
+    assert not late, f"a restart waited out a lease:\n{late[0].tail()}"
+    job.assert_exact()
