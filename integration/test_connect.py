@@ -17,6 +17,10 @@ Then a restart on the same checkpoint (a new server) must be exact, row by row, 
 nothing left prepared (PostgreSQL) or open (Kafka). The binding is never silently lost: a
 new checkpoint is refused, and so is a sink without ``query_name`` (the worker is not told
 which query calls it). Killing only the client leaves the query running on its server.
+
+DeltaSink on ``s3a://`` (the worker killed): the server gets the s3 jars and every s3a
+setting, the keys too, as confs; the sink in the worker reads them from its session (no
+``AWS_*`` variable anywhere); delta-rs reads the tables back.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from integration._driver import DriverRun, KillJob, spark_batches
 from integration._kafka import KafkaTarget, wait_no_open_transactions
 from integration._pg import PgTarget
 from integration.test_delta_kill import APPEND, MERGE, DeltaJob
+from integration.test_delta_s3 import S3DeltaJob, killed_holds
 from integration.test_kafka_kill import KafkaJob, kafka  # noqa: F401 - the kafka fixture
 from integration.test_postgres_kill import PgJob, pg  # noqa: F401 - the pg fixture
 from integration.test_stopping import PG_CI, Stopped, batches_for, stop_chain, wide
@@ -215,6 +220,34 @@ def test_worker_killed_at_driver_side_crash_points_then_restart_is_exact(
         third = job.run()
         assert third.returncode != 0
         assert "QueryBindingError" in third.output and "is bound to query" in third.output
+
+
+class ConnectS3DeltaJob(S3DeltaJob):
+    """S3DeltaJob as a Connect client; the keys are confs (of the local server) too."""
+
+    keys_in_env = False
+
+    def args(self) -> list[str]:
+        return [*super().args(), *connect_args()]
+
+
+def test_delta_on_s3a_worker_killed_at_driver_side_crash_points_then_restart_is_exact(
+    tmp_path: Path, s3_service: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_REGION",
+                 "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)  # only the session's confs reach the sink
+    plan = [(BD, APPEND, 1), (AD, MERGE, 2), (AC, APPEND, 3)] if WIDE else [(AD, APPEND, 1)]
+    job = ConnectS3DeltaJob(tmp_path, s3_service, source="rate", batches=plan[-1][2] + 2,
+                            rows=100)
+    runs = kill_at_each(job, plan, killed=_failed_in_the_worker, after_kill=killed_holds(job))
+    # delta-rs, row by row; the ledger objects. The worker ends with the query (a plain
+    # stop) before its sinks close: the lease is left as a killed driver's, by a pid gone.
+    job.assert_exact(released=False)
+    assert not any("taking over the lease" in r.output for r in runs), "a restart waited"
+    last = f"last metrics of sink {APPEND}: {{'sink_id': '{APPEND}', 'batch_id': {job.batches - 1}"
+    assert last in runs[-1].output, runs[-1].tail()  # the sink ran in the worker
+    assert not any(s3_service.secret_key in r.output for r in runs), "a key in the output"
 
 
 def test_kafka_small_batch_slots_die_with_the_worker_then_restart_is_exact(

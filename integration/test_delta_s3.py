@@ -14,7 +14,8 @@ graceful ``close`` releases the lease at once.
 Credentials reach the drivers as a user's would: the endpoint and path style as
 ``spark.hadoop.fs.s3a.*`` confs, the keys as ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``
 in the environment (S3A's default credential chain; the sink's ledger client reads the
-same variables); in-process, everything as s3a confs of the session.
+same variables); in-process, everything as s3a confs of the session. Under Spark Connect
+(``integration/test_connect.py``, ``keys_in_env = False``) the keys are s3a confs too.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,10 @@ def _prefix(s3: Any, name: str) -> str:
 
 
 class S3DeltaJob(DeltaJob):
-    """The DeltaJob of test_delta_kill with both tables on S3."""
+    """The DeltaJob of test_delta_kill with both tables on S3. The keys go to the driver as
+    ``AWS_*`` variables (``keys_in_env``), or else as s3a confs like the other settings."""
+
+    keys_in_env = True
 
     def __init__(self, root: Path, s3: Any, **kwargs: Any) -> None:
         super().__init__(root, **kwargs)
@@ -62,18 +67,21 @@ class S3DeltaJob(DeltaJob):
 
     def args(self) -> list[str]:
         confs = [f"{k}={v}" for k, v in self.s3.hadoop_confs().items()
-                 if not k.endswith((".access.key", ".secret.key"))]
+                 if not (self.keys_in_env and k.endswith((".access.key", ".secret.key")))]
         return [*super().args(), *[x for c in confs for x in ("--conf", c)]]
 
     def run(self, *extra: str, **kwargs: Any) -> DriverRun:
         env = {"AWS_ACCESS_KEY_ID": self.s3.access_key,
                "AWS_SECRET_ACCESS_KEY": self.s3.secret_key, "AWS_REGION": "us-east-1"}
-        kwargs["env"] = {**env, **kwargs.get("env", {})}
+        kwargs["env"] = {**(env if self.keys_in_env else {}), **kwargs.get("env", {})}
         run = super().run(*extra, **kwargs)
         self.runs.append(run)
         return run
 
-    def assert_exact(self, spark: SparkSession | None = None) -> None:
+    def assert_exact(self, spark: SparkSession | None = None, *,
+                     released: bool = True) -> None:
+        """Both tables row by row (delta-rs), one tagged commit per batch and sink, the
+        ledger objects complete; the lease ``released`` (else left by a process gone)."""
         rows, latest = self.expected()
         cols = ["id", "name", "amount", "ts"] if self.source == "files" else COLUMNS[:3]
         got_a = self.tables.rows(self.a, cols)
@@ -91,21 +99,16 @@ class S3DeltaJob(DeltaJob):
             assert sorted(ledger) == list(range(self.batches)) and all(ledger.values())
             assert self.tables.intent_batches(uri, app) == [], "spent intents are pruned"
             lease = self.tables.lease(uri, app)
-            assert lease is not None and lease["released"], lease
+            assert lease is not None and lease["released"] is released, lease
+            if not released:
+                assert not _alive(int(lease["holder"]["pid"])), lease
         assert self.tables.operations(self.a) == ["WRITE"] * self.batches
         assert self.tables.operations(self.b) == ["WRITE"] + ["MERGE"] * self.batches
 
 
-@pytest.mark.parametrize(("delta_path", "plan"), [
-    # CI: each crash point of the family once (both sinks between them); wide: all six.
-    pytest.param("tag", PLAN if WIDE else PLAN[:3], id="tag"),
-    # delta_txn_id=True (the accelerated lookup): where the table is ahead of the ledger
-    pytest.param("txn_seed", SHORT_PLAN if WIDE else SHORT_PLAN[1:2], id="txn-seed"),
-])
-def test_s3_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
-    tmp_path: Path, s3_service: Any, delta_path: str, plan: list[tuple[CrashPoint, str, int]]
-) -> None:
-    job = S3DeltaJob(tmp_path, s3_service, delta_path=delta_path)
+def killed_holds(job: S3DeltaJob) -> Callable[[CrashPoint, str, int, DriverRun], None]:
+    """kill_at_each's ``after_kill`` for ``job``: what the killed sink's table, ledger
+    objects and lease hold at each point of the COMMIT_ON_DRIVER family."""
     t = job.tables
 
     def after_kill(point: CrashPoint, sink: str, batch: int, run: DriverRun) -> None:
@@ -123,7 +126,20 @@ def test_s3_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
         lease = t.lease(uri, sink)
         assert lease is not None and not lease["released"], "a SIGKILL releases nothing"
 
-    runs = kill_at_each(job, plan, after_kill=after_kill)
+    return after_kill
+
+
+@pytest.mark.parametrize(("delta_path", "plan"), [
+    # CI: each crash point of the family once (both sinks between them); wide: all six.
+    pytest.param("tag", PLAN if WIDE else PLAN[:3], id="tag"),
+    # delta_txn_id=True (the accelerated lookup): where the table is ahead of the ledger
+    pytest.param("txn_seed", SHORT_PLAN if WIDE else SHORT_PLAN[1:2], id="txn-seed"),
+])
+def test_s3_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
+    tmp_path: Path, s3_service: Any, delta_path: str, plan: list[tuple[CrashPoint, str, int]]
+) -> None:
+    job = S3DeltaJob(tmp_path, s3_service, delta_path=delta_path)
+    runs = kill_at_each(job, plan, after_kill=killed_holds(job))
     assert len(reached(job.crash_log)) == len(plan)
     # The restarts took the lease of the killed driver at once (same machine, pid gone).
     assert not any("taking over the lease" in r.output for r in runs), runs[-1].tail()
@@ -172,6 +188,16 @@ def test_s3_second_driver_of_the_sink_is_kept_out_while_the_first_runs(
             first.kill()
     assert first.returncode == 0, out[-3000:]
     job.assert_exact()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _recorded(job: S3DeltaJob) -> bool:
