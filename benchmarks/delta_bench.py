@@ -3,7 +3,8 @@
 Run from the repository root::
 
     python -m benchmarks.delta_bench            # 6 batches x 500,000 rows, 13 rounds (~5-8 min)
-    python -m benchmarks.delta_bench --quick    # 3 batches x 100,000 rows, 3 rounds (~2 min)
+    python -m benchmarks.delta_bench --s3-only  # the S3 run alone (6 x 100,000 rows, 13 rounds)
+    python -m benchmarks.delta_bench --quick    # 3 x 100,000 rows, 3 rounds, + a short S3 run
 
 One run prints every contender side by side. Each writes the same cached micro-batches
 (``--rows`` rows each of ``id bigint, name string, amount double, ts timestamp``,
@@ -67,6 +68,17 @@ pairs: 13 rounds of 6 batches. A loaded machine (load above the core count) doub
 width; the verdict then says "undecided" rather than claim the target. ``--quick`` (3
 rounds of 3 small batches) is a smoke test: every contender, every row check, and no verdict
 (its 9 batch pairs cannot decide a 3 % margin).
+
+The S3 run (``--s3``: after the local one; ``--s3-only``: alone; ``_delta_s3``): DeltaSink on
+its default path against a plain Delta append, both on ``s3a://`` tables of the S3 API that
+``EOS_S3_ENDPOINT``/``EOS_S3_BUCKET``/``EOS_S3_ACCESS_KEY``/``EOS_S3_SECRET_KEY`` name (else
+``.services.env``; refused when absent), the sink's ledger as objects beside its table. Same
+method and rounds, ``--s3-rows`` rows per batch (100,000: the test services' S3 API, moto,
+keeps every object in memory and serves one request at a time; each round's tables are
+deleted after its check). Target <= 1.05x; printed beside it: the sink's own steps, its
+ledger's requests per batch and the lease's renewals per minute. ``--quick`` includes a short
+S3 run (3 x 20,000 rows, 3 rounds) when the S3 variables are set (an error without them under
+``CI=true``; else skipped with a note); ``--no-s3`` leaves it out.
 """
 
 from __future__ import annotations
@@ -83,6 +95,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks._common import format_table, median, ratio_interval
+from benchmarks._delta_s3 import S3Run, report_s3, s3_part, s3_server
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -120,7 +133,7 @@ def make_batches(spark: SparkSession, batches: int, rows: int, partitions: int) 
     return out
 
 
-def check(spark: SparkSession, who: str, path: Path, rows: int) -> None:
+def check(spark: SparkSession, who: str, path: Path | str, rows: int) -> None:
     """The table holds every row exactly once (count and sum of ids), else exit 1."""
     from pyspark.sql import functions as F  # noqa: N812
 
@@ -165,9 +178,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="time only the sink on this commit path (default: all three)")
     parser.add_argument("--all-paths", action="store_true",
                         help="all three sink paths (the default now; kept for old commands)")
+    parser.add_argument("--s3", action="store_true",
+                        help="also the S3 run (the EOS_S3_* variables or .services.env)")
+    parser.add_argument("--s3-only", action="store_true", help="only the S3 run")
+    parser.add_argument("--no-s3", action="store_true", help="--quick without its S3 run")
+    parser.add_argument("--s3-rows", type=int, default=None,
+                        help="rows per micro-batch of the S3 run (100,000; 20,000 with --quick)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.batches = 100_000, 3
+    if args.s3_rows is None:
+        args.s3_rows = 20_000 if args.quick else 100_000
+    server, missing = s3_server()
+    want_s3 = args.s3 or args.s3_only or (args.quick and not args.no_s3)
+    if want_s3 and server is None:
+        why = (f"the S3 run needs {', '.join(missing)} (the environment or .services.env: "
+               "`bash scripts/services start` writes them)")
+        if args.s3 or args.s3_only or os.environ.get("CI") == "true":
+            parser.error(why)
+        print(f"* --quick without its S3 run: {why}", flush=True)
+        want_s3 = False
     if args.rounds is None:
         args.rounds = QUICK_ROUNDS if args.quick else DEFAULT_ROUNDS
     if args.rounds < 3:
@@ -185,9 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     head = next(iter(sink_kinds))  # the default path's sink unless --path says another
     kinds = [*PLAIN, *sink_kinds]
 
-    spark = get_session("delta-bench", components=["delta"],
-                        conf={"spark.sql.session.timeZone": "UTC"})
+    s3_confs = server.hadoop_confs() if want_s3 and server is not None else {}
+    spark = get_session("delta-bench", components=["delta", "s3"] if s3_confs else ["delta"],
+                        conf={"spark.sql.session.timeZone": "UTC", **s3_confs})
     spark.sparkContext.setLogLevel("ERROR")
+    s3_run: S3Run | None = None
+    if args.s3_only:
+        assert server is not None
+        try:
+            s3_run = s3_part(spark, server, args, make_batches, check)
+        finally:
+            spark.stop()
+        report_s3(s3_run, server, quick=args.quick)
+        return 0
     problem = seed_problem(spark)  # why the accelerator cannot run here (None: it can)
     root = Path(tempfile.mkdtemp(prefix="delta-bench-"))
     load_before = os.getloadavg()
@@ -262,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
                                               for k in kinds[1:]), flush=True)
         for df in batches:
             df.unpersist()
+        local_s, load_after = time.monotonic() - started, os.getloadavg()
+        if want_s3:
+            assert server is not None
+            s3_run = s3_part(spark, server, args, make_batches, check)
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -329,10 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"* once per crash: the replay of a recorded {args.rows:,}-row batch by {head} "
           f"(checked against its commit's files, nothing written) took {replay_s:.2f} s, "
           "including the start of the sink's driver run")
-    load_after = os.getloadavg()
     print(f"* every table checked after every round (rows, sum of ids): exact; wall time "
-          f"{time.monotonic() - started:.0f} s; 1-min load average {load_before[0]:.1f} "
+          f"{local_s:.0f} s; 1-min load average {load_before[0]:.1f} "
           f"before, {load_after[0]:.1f} after, on {os.cpu_count()} CPUs")
+    if s3_run is not None and server is not None:
+        report_s3(s3_run, server, quick=args.quick)
     return 0
 
 
