@@ -16,10 +16,9 @@ path:
   that it still holds the lease (:meth:`check_lease`).
 
 What a batch costs the store once the run started (measured, ``ledger_requests``): the
-intent (1 PUT), the look for an abort record (1 GET), the decision (1 conditional PUT), the
-spent intent (1 DELETE): 4; once more than ``keep_batches`` decisions are kept, pruning adds
-1 GET and 1 DELETE of the oldest decision: 6. The lease's renewal every 5 s in the
-background; no LIST.
+intent (1 PUT), the decision (1 conditional PUT), the spent intent (1 DELETE): 3; once more
+than ``keep_batches`` decisions are kept, pruning adds 1 GET and 1 DELETE of the oldest
+decision: 5. The lease's renewal every 5 s in the background; no LIST.
 """
 
 from __future__ import annotations
