@@ -39,8 +39,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: URI schemes of tables whose ledger lives in the object store beside them.
-OBJECT_SCHEMES = ("s3", "s3a", "s3n", "gs", "abfs", "abfss", "az", "azure", "wasb", "wasbs")
+#: URI schemes of tables whose ledger lives in the object store beside them. Not
+#: ``wasb(s)://``: obstore and delta-rs reach Azure through ``abfss://``; a wasb table
+#: needs ``ledger_path``.
+OBJECT_SCHEMES = ("s3", "s3a", "s3n", "gs", "abfs", "abfss", "az", "azure")
 
 # fs.s3a.<name> -> obstore's S3 config key.
 _S3A: dict[str, str] = {
