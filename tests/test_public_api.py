@@ -77,6 +77,7 @@ TESTING_ALL = [
     "IgnoresMarkerSink",
     "InMemoryDriverCommitSink",
     "InMemoryLedger",
+    "InMemoryObjectStore",
     "InMemoryPreparedSink",
     "InMemoryTarget",
     "InMemoryTaskCommitSink",

@@ -92,11 +92,11 @@ def _batch_of(key: str) -> int | None:
 class ObjectLedger(Ledger):
     """A ledger kept as small objects in ``store`` (see the module docstring).
 
-    Example (an :class:`ObjectStore` over obstore, here its in-memory store)::
+    Example (any :class:`ObjectStore`; DeltaSink's is obstore's, here the test kit's)::
 
-        from connectors.delta._store import ObstoreStore
+        from connectors.testing import InMemoryObjectStore
 
-        ledger = ObjectLedger(ObstoreStore("memory:///ledgers/events"), sink_id="events")
+        ledger = ObjectLedger(InMemoryObjectStore(), sink_id="events")
         assert ledger.bind_query("query-1") == 0 and ledger.bound_query() == "query-1"
     """
 

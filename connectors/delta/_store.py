@@ -119,6 +119,7 @@ class ObstoreStore(ObjectStore):
     obstore; ``options`` are obstore's config keys or delta-rs's storage option names."""
 
     def __init__(self, url: str, options: Mapping[str, Any] | None = None) -> None:
+        self.url = url
         try:
             import obstore  # noqa: F401
             from obstore.store import from_url
@@ -128,7 +129,6 @@ class ObstoreStore(ObjectStore):
                 "pip install 'spark-exactly-once[delta]'") from exc
         parsed = urlparse(url)
         scheme = {"s3a": "s3", "s3n": "s3"}.get(parsed.scheme.lower(), parsed.scheme.lower())
-        self.url = url
         #: Requests made (``lease_requests``: those of the lease object), for metrics.
         self.requests = 0
         self.lease_requests = 0

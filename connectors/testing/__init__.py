@@ -6,7 +6,9 @@
   :class:`InMemoryPreparedSink`, :class:`InMemoryTaskCommitSink`,
   :class:`InMemoryDriverCommitSink`), and one broken sink per family that the suite must
   reject: :class:`CommitBeforeDecisionSink`, :class:`IgnoresMarkerSink`,
-  :class:`ForgetsCommitSink`.
+  :class:`ForgetsCommitSink`. :class:`InMemoryObjectStore`: an object store with S3's
+  conditional writes, for ledgers kept as objects
+  (:class:`~connectors.core.object_ledger.ObjectLedger`).
 - The conformance suite (:class:`SinkConformanceTests`, :func:`run_conformance`) over a
   :class:`SinkHarness` you write for your target.
 - Crash points: :func:`connectors.core.crash.arm` in-process, ``CONNECTORS_CRASH_AT`` for
@@ -36,6 +38,7 @@ from connectors.testing.memory import (
     InMemoryTarget,
     InMemoryTaskCommitSink,
 )
+from connectors.testing.objects import InMemoryObjectStore
 
 __all__ = [
     "SCENARIOS",
@@ -45,6 +48,7 @@ __all__ = [
     "IgnoresMarkerSink",
     "InMemoryDriverCommitSink",
     "InMemoryLedger",
+    "InMemoryObjectStore",
     "InMemoryPreparedSink",
     "InMemoryTarget",
     "InMemoryTaskCommitSink",

@@ -6,13 +6,10 @@ stopped renewing is taken after the expiry, a holder whose lease was taken notic
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
 
 import pytest
 
@@ -21,68 +18,15 @@ from connectors.core.errors import FencedError, QueryBindingError, TransientErro
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import LedgerEntry
 from connectors.core.object_lease import ObjectLease, process_identity
-from connectors.core.object_ledger import ObjectLedger, ObjectStore, Versioned
+from connectors.core.object_ledger import ObjectLedger
 from connectors.core.protocol import BatchState
+from connectors.testing import InMemoryObjectStore
 
 SINK = "events"
 
 
-class MemoryStore(ObjectStore):
-    """Conditional writes as S3 has them; version = MD5 of the content plus a counter."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, tuple[bytes, str]] = {}
-        self.calls: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self._n = 0
-        self.fail = False
-
-    def _version(self, data: bytes) -> str:
-        self._n += 1
-        return f"{hashlib.md5(data).hexdigest()}-{self._n}"
-
-    def _call(self, what: str) -> None:
-        self.calls[what] += 1
-        if self.fail:
-            raise TransientError("the store does not answer")
-
-    def read(self, key: str) -> Versioned | None:
-        self._call("read")
-        with self._lock:
-            return self.objects.get(key)
-
-    def create(self, key: str, data: bytes) -> str | None:
-        self._call("create")
-        with self._lock:
-            if key in self.objects:
-                return None
-            version = self._version(data)
-            self.objects[key] = (data, version)
-            return version
-
-    def replace(self, key: str, data: bytes, version: str) -> str | None:
-        self._call("replace")
-        with self._lock:
-            if key not in self.objects or self.objects[key][1] != version:
-                return None
-            new = self._version(data)
-            self.objects[key] = (data, new)
-            return new
-
-    def put(self, key: str, data: bytes) -> None:
-        self._call("put")
-        with self._lock:
-            self.objects[key] = (data, self._version(data))
-
-    def keys(self, prefix: str) -> list[str]:
-        self._call("list")
-        with self._lock:
-            return [k for k in self.objects if k.startswith(prefix)]
-
-    def delete(self, key: str) -> None:
-        self._call("delete")
-        with self._lock:
-            self.objects.pop(key, None)
+class MemoryStore(InMemoryObjectStore):
+    """The test kit's store (S3's conditional writes), as these tests name it."""
 
 
 def committed(batch_id: int, run_id: str = "aaaaaaaa") -> LedgerEntry:
