@@ -639,7 +639,7 @@ def test_transitive_fallback_may_leave_the_minor_line(monkeypatch: pytest.Monkey
     _serve_metadata(monkeypatch, [], ["3.5.4", "4.0.0", "4.1.0-preview1", "4.2.0"])
     missing = _components._Artifact(
         "org.apache.spark", "spark-token-provider-kafka-0-10_2.13", "4.2.0")
-    older_release = _releases._older_release
+    older_release = _releases.older_release
     older = older_release(missing, "https://r", exclude={"4.2.0"}, same_minor=False)
     assert older is not None and older.version == "4.0.0"
     assert older_release(missing, "https://r", exclude={"4.2.0"}, same_minor=True) is None

@@ -19,7 +19,7 @@ from xml.sax.saxutils import escape
 
 from connectors.core.errors import ConfigurationError
 from connectors.spark._components import _Artifact, _Plan
-from connectors.spark._releases import _no_exact, _no_same_minor, _older_release
+from connectors.spark._releases import no_exact, no_same_minor, older_release
 
 logger = logging.getLogger(__name__)
 
@@ -122,20 +122,20 @@ def _run_maven(
         missing = _missing_artifact(output)
         alternative = None
         if missing is not None and plan.pinned_exact and missing.group == plan.pinned_group:
-            raise _no_exact(plan, missing, repo or _DEFAULT_REPO, _tail(output))
+            raise no_exact(plan, missing, repo or _DEFAULT_REPO, _tail(output))
         if missing is not None:
             key = missing.key
             tried.setdefault(key, set()).add(missing.version)
             requested = next((r for r in plan.roots if r.key == key), None)
             pinned = requested is not None or missing.group == plan.pinned_group
-            alternative = _older_release(
+            alternative = older_release(
                 missing,
                 repo or _DEFAULT_REPO,
                 exclude=tried[key],
                 same_minor=pinned,
             )
             if alternative is None and missing.group == plan.pinned_group:
-                raise _no_same_minor(plan, missing, repo or _DEFAULT_REPO, _tail(output))
+                raise no_same_minor(plan, missing, repo or _DEFAULT_REPO, _tail(output))
         if missing is None or alternative is None:
             raise ConfigurationError(
                 f"Maven could not fetch the {plan.component!r} jars "

@@ -1,11 +1,11 @@
 """Version choice: the published release used when an exact one is missing, and the refusals.
 
-When Maven cannot get an artifact, :func:`_older_release` picks the newest older release
+When Maven cannot get an artifact, :func:`older_release` picks the newest older release
 from the repository's ``maven-metadata.xml``: same major version, and same minor version
 for the component's pinned group (Delta's jars must match delta-spark's minor version).
-:func:`_no_same_minor` and :func:`_refuse_cross_minor` build the errors that refuse a
+:func:`no_same_minor` and :func:`_refuse_cross_minor` build the errors that refuse a
 Delta jar of another minor version, each naming the fix (:func:`_delta_fix`). An exactly
-pinned group (Hadoop's, for ``"s3"``) takes no other release at all: :func:`_no_exact`.
+pinned group (Hadoop's, for ``"s3"``) takes no other release at all: :func:`no_exact`.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ from connectors.spark._components import (
     _version_tuple,
 )
 
+__all__ = ["no_exact", "no_same_minor", "older_release"]
+
 logger = logging.getLogger(__name__)
 
 _RELEASE = re.compile(r"^\d+(?:\.\d+)*$")
 
 
-def _older_release(
+def older_release(
     missing: _Artifact, repo: str, *, exclude: set[str], same_minor: bool
 ) -> _Artifact | None:
     """The newest published release below ``missing``: same major (and minor if asked)."""
@@ -84,7 +86,7 @@ def _delta_fix(root: _Artifact, published: str | None) -> str:
     )
 
 
-def _no_same_minor(
+def no_same_minor(
     plan: _Plan, missing: _Artifact, repo: str, maven_said: str
 ) -> ConfigurationError:
     """The refusal when a pinned (Delta) artifact has no release of its own minor version.
@@ -130,7 +132,7 @@ def _exact_why(plan: _Plan) -> str:
     )
 
 
-def _no_exact(plan: _Plan, missing: _Artifact, repo: str, maven_said: str) -> ConfigurationError:
+def no_exact(plan: _Plan, missing: _Artifact, repo: str, maven_said: str) -> ConfigurationError:
     """The refusal when an exactly pinned (Hadoop) artifact is not in the repository.
 
     ``maven_said``: the tail of Maven's output, quoted at the end of the message.
