@@ -77,6 +77,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from integration import _secured
+from integration._tls import TlsFiles, ensure_tls
+
 __all__ = [
     "ENV_KAFKA",
     "ENV_POSTGRES",
@@ -192,6 +195,7 @@ class KafkaInfo:
     host: str
     port: int
     version: str
+    sasl_port: int | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -255,6 +259,14 @@ def env_file() -> Path:
 def cache_dir() -> Path:
     raw = os.environ.get("EOS_CACHE_DIR", "").strip()
     return Path(raw).expanduser().resolve() if raw else Path.home() / ".cache" / "connectors"
+
+
+def tls_files() -> TlsFiles:
+    """The secured services' certificates (:mod:`integration._tls`), made when missing."""
+    try:
+        return ensure_tls(state_dir() / "tls")
+    except RuntimeError as exc:
+        raise ServiceError(f"cannot make the test certificates: {exc}") from exc
 
 
 def kafka_version() -> str:
@@ -702,11 +714,21 @@ def _pg_write_conf(
             "timezone = 'UTC'",
             "log_timezone = 'UTC'",
             "log_line_prefix = '%m [%p] %q%u@%d '",
+            *_secured.pg_conf_lines(),
             *messages,
             "",
         ]
     )
     _write_owned(root / "data" / "eos_services.conf", text, user, 0o600)
+    _pg_write_tls(root, user)
+
+
+def _pg_write_tls(root: Path, user: str) -> None:
+    """The TLS files in the data directory (owned by the server's user) and pg_hba.conf."""
+    data = root / "data"
+    for source, target, mode in _secured.pg_install_files(tls_files(), data):
+        _write_owned(target, source.read_text(), user, mode)
+    _write_owned(data / "pg_hba.conf", _secured.pg_hba(), user, 0o600)
 
 
 def _psql(bindir: Path, port: int, dbname: str, sql: str) -> str:
@@ -748,6 +770,10 @@ def _pg_finish_setup(bindir: Path, port: int) -> None:
         raise ServiceError(
             f"max_prepared_transactions is {value}, expected >= {PG_MAX_PREPARED_TRANSACTIONS}"
         )
+    for statement in _secured.pg_setup_sql(PG_DATABASE):
+        _psql(bindir, port, PG_DATABASE, statement)
+    if _psql(bindir, port, PG_DATABASE, "SHOW ssl") != "on":
+        raise ServiceError("ssl is not on after the configuration was reloaded")
 
 
 def _german_locale(bindir: Path) -> str | None:
@@ -832,6 +858,12 @@ def start_postgres() -> PostgresInfo:
         unavailable = _german_locale(bindir)
         if running:
             log.info("PostgreSQL already running (%s); verifying", root / "data")
+            if "ssl = on" not in (root / "data" / "eos_services.conf").read_text():
+                # Started before TLS was configured: ssl and pg_hba.conf take a reload.
+                _pg_write_conf(root, user, port, _pg_socket_dir(root, user),
+                               PG_LC_MESSAGES if unavailable is None else None)
+                _psql(bindir, port, PG_DATABASE, "SELECT pg_reload_conf()")
+                time.sleep(1.0)
         else:
             if not _pg_initialised(root):
                 _pg_initdb(bindir, user, root)
@@ -1055,7 +1087,8 @@ def kafka_libs(version: str | None = None) -> Path:
         return libs
 
 
-def _kafka_server_properties(kdir: Path, port: int, controller_port: int) -> str:
+def _kafka_server_properties(kdir: Path, port: int, controller_port: int,
+                             sasl_port: int) -> str:
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -1082,6 +1115,11 @@ def _kafka_server_properties(kdir: Path, port: int, controller_port: int) -> str
         # Tests create their topics explicitly (AdminClient); typos fail loudly.
         "auto.create.topics.enable": "false",
     }
+    for key, value in _secured.kafka_properties(tls_files(), sasl_port, HOST).items():
+        if key.endswith("+"):
+            settings[key[:-1]] += f",{value}"
+        else:
+            settings[key] = value
     lines = ["# Written by integration/_services.py on every start; do not edit."]
     lines += [f"{key}={value}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
@@ -1279,6 +1317,12 @@ def start_kafka() -> KafkaInfo:
         pid = _kafka_pid()
         timeout = service_timeout()
         started = time.monotonic()
+        properties = kdir / "config" / "server.properties"
+        if pid is not None and properties.exists() and "SASL_SSL://" not in properties.read_text():
+            log.info("Kafka runs without the SASL_SSL listener (started by an older "
+                     "scripts/services): restarting it")
+            stop_kafka()
+            pid = None
         if pid is not None:
             port = section.get("port") or _configured_port(
                 kdir / "config" / "server.properties",
@@ -1290,7 +1334,7 @@ def start_kafka() -> KafkaInfo:
                 )
             running_version = str(section.get("version", version))
             log.info("Kafka already running (pid %d, port %d); verifying", pid, port)
-            info = KafkaInfo(HOST, port, running_version)
+            info = KafkaInfo(HOST, port, running_version, section.get("sasl_port"))
             server_log = kdir / "logs" / "server.log"
             try:
                 _wait(
@@ -1301,6 +1345,7 @@ def start_kafka() -> KafkaInfo:
                 )
             except ServiceError as exc:
                 raise ServiceError(f"{exc}\n{_log_excerpt(server_log)}") from exc
+            _kafka_secure_setup(info, server_log)
             log.info("Kafka ready in %.1fs: %s", time.monotonic() - started, info.bootstrap)
             _refresh_env_file()
             return info
@@ -1314,12 +1359,13 @@ def start_kafka() -> KafkaInfo:
             directory.mkdir(parents=True, exist_ok=True)
         port = _stable_port(section, "port", False, set())
         controller_port = _stable_port(section, "controller_port", False, {port})
+        sasl_port = _stable_port(section, "sasl_port", False, {port, controller_port})
         cluster_id = _cluster_id_for_start(section, data_dir)
         section["version"] = version
         _save_state(state)
 
         properties = config_dir / "server.properties"
-        properties.write_text(_kafka_server_properties(kdir, port, controller_port))
+        properties.write_text(_kafka_server_properties(kdir, port, controller_port, sasl_port))
         log4j = config_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2)
         heap = os.environ.get("EOS_KAFKA_HEAP_OPTS", "-Xms256m -Xmx512m").split()
@@ -1347,6 +1393,7 @@ def start_kafka() -> KafkaInfo:
                     f"--cluster-id={cluster_id}",  # one argument, whatever the id looks like
                     "--config",
                     str(properties),
+                    *_secured.kafka_format_args(),
                 ],
                 timeout=180,
                 check=False,
@@ -1373,7 +1420,7 @@ def start_kafka() -> KafkaInfo:
             )
         _children[child.pid] = child
         (kdir / "kafka.pid").write_text(f"{child.pid}\n")
-        info = KafkaInfo(HOST, port, version)
+        info = KafkaInfo(HOST, port, version, sasl_port)
         try:
             waited = _wait(
                 "Kafka",
@@ -1386,6 +1433,7 @@ def start_kafka() -> KafkaInfo:
             raise ServiceError(
                 f"{exc}\n{_log_excerpt(server_log)}\n{_log_excerpt(out_file, 20)}"
             ) from exc
+        _kafka_secure_setup(info, server_log)
         log.info(
             "Kafka ready in %.1fs (broker start %.1fs): %s",
             time.monotonic() - started,
@@ -1394,6 +1442,18 @@ def start_kafka() -> KafkaInfo:
         )
         _refresh_env_file()
         return info
+
+
+def _kafka_secure_setup(info: KafkaInfo, server_log: Path) -> None:
+    """The SCRAM users and their ACLs (:mod:`integration._secured`), idempotently."""
+    try:
+        _secured.kafka_secure_setup(info.bootstrap)
+    except ImportError as exc:
+        raise ServiceError(f"the Kafka ACLs need confluent-kafka (pip install -e .[dev]): "
+                           f"{exc}") from exc
+    except Exception as exc:
+        raise ServiceError(f"creating Kafka's SCRAM users and ACLs failed: {exc}\n"
+                           f"{_log_excerpt(server_log)}") from exc
 
 
 def _terminate(pid: int, timeout: float, kill: bool = False, name: str = "Kafka") -> None:
@@ -1449,7 +1509,9 @@ def _kafka_status() -> tuple[KafkaInfo | None, int | None]:
     section = _load_state().get("kafka", {})
     if pid is None or not isinstance(section.get("port"), int):
         return None, pid
-    return KafkaInfo(HOST, int(section["port"]), str(section.get("version", "?"))), pid
+    sasl_port = section.get("sasl_port")
+    return KafkaInfo(HOST, int(section["port"]), str(section.get("version", "?")),
+                     sasl_port if isinstance(sasl_port, int) else None), pid
 
 # ------------------------------------------------------------------------------- S3
 
@@ -1694,6 +1756,12 @@ def _refresh_env_file() -> None:
         lines.append(f"{ENV_POSTGRES}={current.postgres.conninfo}")
     if current.kafka is not None:
         lines.append(f"{ENV_KAFKA}={current.kafka.bootstrap}")
+    pg = (current.postgres.host, current.postgres.port, current.postgres.dbname
+          ) if current.postgres is not None else None
+    sasl = (current.kafka.host, current.kafka.sasl_port) if (
+        current.kafka is not None and current.kafka.sasl_port is not None) else None
+    if pg is not None or sasl is not None:
+        lines += _secured.env_lines(pg, sasl, TlsFiles(state_dir() / "tls"))
     if current.s3 is not None:
         lines.append(f"{ENV_S3_ENDPOINT}={current.s3.endpoint}")
         lines.append(f"{ENV_S3_BUCKET}={current.s3.bucket}")
