@@ -198,11 +198,14 @@ def read_rate(spark: SparkSession, rows_per_batch: int, partitions: int = 2) -> 
     )
 
 
-def read_kafka(spark: SparkSession, bootstrap: str, topic: str, max_offsets: int) -> DataFrame:
+def read_kafka(spark: SparkSession, bootstrap: str, topic: str, max_offsets: int,
+               options: dict[str, str] | None = None) -> DataFrame:
     """Spark's Kafka source from the earliest offset, committed records only, as
-    ``(key, value, headers)`` (needs the Kafka jars: ``connectors.spark.resolve_jars``)."""
+    ``(key, value, headers)`` (needs the Kafka jars: ``connectors.spark.resolve_jars``).
+    ``options``: more source options (``kafka.security.protocol``, ...)."""
     return (
         spark.readStream.format("kafka")
+        .options(**(options or {}))
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
@@ -323,6 +326,7 @@ def stream(
     files: Callable[[DataFrame], DataFrame] = _same,
     rate: Callable[[DataFrame], DataFrame] = _same,
     bootstrap: str | None = None,
+    source_options: dict[str, str] | None = None,
 ) -> int:
     """Run the query of ``args.source`` into ``sink``, then close ``sink`` and stop
     ``spark`` (also when the query fails); the exit code.
@@ -343,7 +347,8 @@ def stream(
         if args.source == "kafka":
             if bootstrap is None:
                 raise ValueError("the kafka source needs bootstrap servers")
-            df = read_kafka(spark, bootstrap, args.input_topic, args.max_offsets_per_trigger)
+            df = read_kafka(spark, bootstrap, args.input_topic, args.max_offsets_per_trigger,
+                            source_options)
         else:
             df = files(read_files(spark, args.input))
         return run_available_now(df, sink, args.checkpoint, name)

@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
 from connectors.kafka import KafkaSink
+from examples._kafka_client import config_from_env, spark_source_options
 
 # The job loop (common flags, logging, session, sources, query); this file adds its sink.
 from examples._runner import (
@@ -47,6 +48,8 @@ logger = logging.getLogger("examples.stream_to_kafka")  # not __name__ ("__main_
 
 def make_sink(args: argparse.Namespace) -> KafkaSink:
     config: dict[str, Any] = {"bootstrap.servers": args.bootstrap}
+    if args.kafka_config_env:
+        config.update(config_from_env(args.kafka_config_env))
     for item in args.kafka_conf:
         key, _, value = item.partition("=")
         config[key] = value
@@ -85,8 +88,11 @@ def run(args: argparse.Namespace) -> int:
         conf.append("spark.jars=" + ",".join(resolve_jars(["kafka"])))
     spark = build_session(args.master, [*conf, *args.conf], connect=args.connect)
     # The kafka source's records (key, value, headers) are copied as they are.
+    source_options = (spark_source_options(config_from_env(args.input_kafka_config_env))
+                      if args.input_kafka_config_env else None)
+    bootstrap = (source_options or {}).get("kafka.bootstrap.servers", args.bootstrap)
     return stream(spark, args, sink, files=_records, rate=_rate_records,
-                  bootstrap=args.bootstrap)
+                  bootstrap=bootstrap, source_options=source_options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", default=None,
                         help=f"bootstrap.servers (default ${ENV_BOOTSTRAP})")
     parser.add_argument("--kafka-conf", action="append", default=[],
-                        help="extra librdkafka producer property k=v")
+                        help="extra librdkafka producer property k=v (no secrets: a "
+                        "command line is visible to every user; use --kafka-config-env)")
+    parser.add_argument("--kafka-config-env", metavar="VAR", default=None,
+                        help="environment variable holding a JSON object of librdkafka "
+                        "properties for the sink (SASL, TLS: where secrets belong)")
+    parser.add_argument("--input-kafka-config-env", metavar="VAR", default=None,
+                        help="kafka source: environment variable holding a JSON object of "
+                        "librdkafka properties, translated for Spark's Kafka source")
     parser.add_argument("--sink-id", default="events-kafka")
     parser.add_argument("--slots", type=int, default=None)
     parser.add_argument("--barrier", action=argparse.BooleanOptionalAction, default=False,

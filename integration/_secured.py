@@ -203,11 +203,9 @@ def sink_acls(user: str, sink_prefix: str, topic_prefix: str) -> list[tuple[str,
         ("TOPIC", internal, "DESCRIBE"),
         ("TOPIC", internal, "READ"),
         ("TOPIC", internal, "CREATE"),
-        ("TOPIC", internal, "DESCRIBE_CONFIGS"),
         ("TRANSACTIONAL_ID", f"eos1|{sink_prefix}", "WRITE"),
         ("TRANSACTIONAL_ID", f"eos1|{sink_prefix}", "DESCRIBE"),
         ("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE"),
-        ("CLUSTER", "kafka-cluster", "DESCRIBE_CONFIGS"),
     ]
 
 

@@ -41,6 +41,7 @@ os.environ.setdefault(
     '--driver-java-options "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" pyspark-shell',
 )
 
+from integration._fixtures_secured import kafka_sasl, pg_tls, secrets_env  # noqa: E402
 from integration._fixtures_services import (  # noqa: E402
     docker_compose_file,
     eos_services,
@@ -59,11 +60,14 @@ __all__ = [
     "docker_compose_file",
     "eos_services",
     "kafka_bootstrap",
+    "kafka_sasl",
     "native_kafka",
     "native_postgres",
     "native_s3",
+    "pg_tls",
     "postgres_conninfo",
     "s3_service",
+    "secrets_env",
     "spark",
 ]
 

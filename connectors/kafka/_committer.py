@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from connectors.core.batch import TaskBarrier
 from connectors.core.errors import (
@@ -94,7 +94,30 @@ class SlotCommitter(KafkaSinkBase):
                 transaction_id=handle.ctx.name)
         if handle.errors:
             first = handle.errors[0]
+            if first.code() == KafkaError._PURGE_QUEUE:
+                raise KafkaException(self._purge_cause(producer) or first)
             raise KafkaException(first)
+
+    def _into(self) -> str:
+        """The topics a slot writes, for messages."""
+        rows = (repr(self.options.topic) if self.options.topic is not None
+                else "the topics of its rows' 'topic' column")
+        return f"{rows} (and its marker into {self.options.marker_topic!r})"
+
+    @staticmethod
+    def _purge_cause(producer: Any) -> KafkaError | None:
+        """Why librdkafka purged the transaction's records (the delivery reports do not
+        say): the transaction failed, e.g. the broker refused to add a partition to it (no
+        WRITE on the topic). ``begin_transaction`` on a failed transaction raises that
+        cause (``txn_requires_abort``); on a live one it raises a state error. It changes
+        nothing either way, and commits nothing."""
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is not None and err.txn_requires_abort():
+                return err
+        return None
 
     def _redo(self, handle: _Slot, new_producer: bool) -> None:
         """Abort (or drop the producer) and write the slot's transaction again."""
@@ -155,7 +178,8 @@ class SlotCommitter(KafkaSinkBase):
                     self._start_over(handle, marker)  # kept, and fenced or broken since
         except (KafkaException, NonDeterministicReplayError) as exc:
             failure = (exc if isinstance(exc, ConnectorError)
-                       else self._error(exc, f"writing slot {ctx.slot}", **ids))
+                       else self._error(exc, f"writing slot {ctx.slot} into {self._into()}",
+                                        **ids))
             if isinstance(failure, DETERMINISTIC_ERRORS):
                 raise self._fail(handle, failure) from None
             raise failure from None

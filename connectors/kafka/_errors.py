@@ -52,6 +52,20 @@ UNREACHABLE_CODES = frozenset({
 })
 
 
+def _grant(code: int, sink_id: object) -> str:
+    """What to grant for an authorization error (docs/kafka.md section 7 lists them all)."""
+    prefix = f"eos1|{sink_id}|" if sink_id else "eos1|<sink_id>|"
+    if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        return (f"Grant the sink's principal WRITE and DESCRIBE on TransactionalId prefix "
+                f"{prefix!r} (kafka-acls --resource-pattern-type prefixed "
+                f"--transactional-id '{prefix}' --operation Write --operation Describe)")
+    if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+        return "Grant the sink's principal IDEMPOTENT_WRITE on the cluster"
+    return ("Grant the sink's principal WRITE and DESCRIBE on every topic it writes, and "
+            "READ, WRITE and DESCRIBE on its internal topics (_connectors.<sink_id>.markers "
+            "and .ledger); see docs/kafka.md, section 7")
+
+
 def kafka_error(exc: BaseException) -> KafkaError | None:
     """The ``KafkaError`` inside a ``KafkaException`` (or the error itself)."""
     if isinstance(exc, KafkaError):
@@ -81,10 +95,8 @@ def translate(
             "security.protocol, sasl.mechanism, sasl.username and sasl.password (or the SSL "
             "settings) in the sink's config", **ids)
     if code in AUTHZ_CODES:
-        return ConfigurationError(
-            f"{doing} failed: not authorized ({text}). The sink's principal needs WRITE and "
-            "DESCRIBE on the topics, WRITE and DESCRIBE on its transactional ids (prefix "
-            "'eos1|<sink_id>|') and IDEMPOTENT_WRITE on the cluster", **ids)
+        return ConfigurationError(f"{doing} failed: not authorized ({text}). "
+                                  f"{_grant(code, ids.get('sink_id'))}", **ids)
     if code in FENCED_CODES:
         return FencedError(
             f"{doing} failed: the producer was fenced ({text}): another producer with the "

@@ -58,9 +58,12 @@ class InputChecks(KafkaSinkBase):
                 raise TransientError(f"topic {topic!r} was created but is not visible yet",
                                      sink_id=self.sink_id)
         self.known_topics[topic] = info.partitions
-        topic_max = int(admin.topic_config(topic).get("max.message.bytes",
-                                                       _TOPIC_MAX_MESSAGE_BYTES))
         client_max = int(self.config.get("message.max.bytes", _CLIENT_MAX_MESSAGE_BYTES))
+        topic_config = admin.topic_config(topic)
+        # Without DESCRIBE_CONFIGS on the topic only the client's limit is checked here;
+        # the broker refuses a larger record (the batch then fails and commits nothing).
+        topic_max = client_max if topic_config is None else int(
+            topic_config.get("max.message.bytes", _TOPIC_MAX_MESSAGE_BYTES))
         self.limits = RecordLimits(min(client_max, topic_max))
         self._validated.add(topic)
 

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from connectors.core.errors import ConnectorError, TransientError
+from connectors.core.errors import ConfigurationError, ConnectorError, TransientError
 from connectors.kafka._config import KafkaConfig, redact_text
 from connectors.kafka._errors import AUTH_CODES, UNKNOWN_TOPIC_CODES, kafka_error, translate
 from connectors.kafka._pool import MarkerReaders, config_key
@@ -102,6 +102,8 @@ def read_committed(
             if msg is None:
                 continue
             error = msg.error()
+            if error is not None and error.code() in _UNUSED_GROUP_CODES:
+                continue  # the reader's group is never used: no ACL on it is needed
             if error is not None and error.code() != KafkaError._PARTITION_EOF:
                 raise _err(KafkaException(error), doing, config, **ids)
             # A kept reader must not take anything left from an earlier read (another
@@ -130,6 +132,15 @@ def read_committed(
                 MarkerReaders.give_back(key, consumer)
         else:
             MarkerReaders.close(consumer)
+
+
+#: What librdkafka reports when the principal may not use the reader's ``group.id``: it
+#: looks the group's coordinator up although the reader only assigns partitions and never
+#: commits, so the sink needs no ACL on any group.
+_UNUSED_GROUP_CODES = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED})
+#: A config the principal may not read (DESCRIBE_CONFIGS is optional, see ``Admin``).
+_CONFIG_DENIED_CODES = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                  KafkaError.CLUSTER_AUTHORIZATION_FAILED})
 
 
 def _backoff(until: float) -> Iterator[None]:
@@ -213,6 +224,7 @@ class Admin:
         self.config = config
         self.timeout = timeout
         self.sink_id = sink_id
+        self._denied: set[str] = set()
         self._client: AdminClient | None = None
         self._errors: list[KafkaError] = []
 
@@ -259,11 +271,19 @@ class Admin:
             self.client.create_topics([new], operation_timeout=self.timeout,
                                       request_timeout=self.timeout)[name].result()
         except KafkaException as exc:
-            if exc.args and isinstance(exc.args[0], KafkaError) and (
-                exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
-            ):
+            err = kafka_error(exc)
+            if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 self._wait_visible(name, 1)  # another driver created it meanwhile
                 return
+            if err is not None and err.code() in _CONFIG_DENIED_CODES:
+                settings = ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+                raise ConfigurationError(
+                    f"{doing} failed: not authorized ({err.name()}). Grant the sink's "
+                    f"principal CREATE on topic {name!r} (an ACL on the topic, a prefix of "
+                    "it, or the cluster), or pre-create it: "
+                    f"{partitions} partition(s){', ' + settings if settings else ''}; the "
+                    "sink then uses it as it is (docs/kafka.md, section 7)",
+                    sink_id=self.sink_id) from None
             raise self.error(exc, doing) from None
         logger.info("sink %s: created topic %s (%d partitions, %s)", self.sink_id, name,
                     partitions, config)
@@ -296,26 +316,39 @@ class Admin:
                        "after it was created", self.sink_id, name, partitions,
                        UNKNOWN_PARTITION_WAIT)
 
-    def topic_config(self, name: str) -> dict[str, str]:
+    def topic_config(self, name: str) -> dict[str, str] | None:
+        """The topic's config; None when the principal may not read it (no DESCRIBE_CONFIGS
+        on the topic: the sink's checks that need it are then left to the broker)."""
         return self._configs(ConfigResource(ConfigResource.Type.TOPIC, name),
-                             f"reading the config of topic {name!r}")
+                             f"reading the config of topic {name!r}",
+                             f"DESCRIBE_CONFIGS on topic {name!r}")
 
-    def broker_config(self) -> tuple[dict[str, str], int]:
-        """One broker's config, and how many brokers the cluster has."""
+    def broker_config(self) -> tuple[dict[str, str] | None, int]:
+        """One broker's config (None when the principal may not read it), and how many
+        brokers the cluster has."""
         try:
             meta = self.client.list_topics(timeout=self.timeout)
         except KafkaException as exc:
             raise self.error(exc, "reading the cluster metadata") from None
         broker = str(next(iter(meta.brokers)))
         config = self._configs(ConfigResource(ConfigResource.Type.BROKER, broker),
-                               "reading the broker config")
+                               "reading the broker config", "DESCRIBE_CONFIGS on the cluster")
         return config, len(meta.brokers)
 
-    def _configs(self, resource: ConfigResource, doing: str) -> dict[str, str]:
+    def _configs(self, resource: ConfigResource, doing: str, acl: str) -> dict[str, str] | None:
         try:
             result = self.client.describe_configs(
                 [resource], request_timeout=self.timeout)[resource].result()
         except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.code() in _CONFIG_DENIED_CODES:
+                if acl not in self._denied:
+                    self._denied.add(acl)
+                    logger.warning(
+                        "sink %s: %s: not authorized; going on without it (grant %s to have "
+                        "the sink check its limits before writing, instead of the broker "
+                        "refusing the batch)", self.sink_id, doing, acl)
+                return None
             raise self.error(exc, doing) from None
         return {k: str(v.value) for k, v in result.items() if v.value is not None}
 

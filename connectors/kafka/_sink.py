@@ -256,7 +256,10 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
         broker, brokers = self._admin_client().broker_config()
         if brokers <= DENSE_MAX_BROKERS:
             self.config = self.config.with_default("enable.sparse.connections", False)
-        limit = int(broker.get("transaction.max.timeout.ms", 900_000))
+        # Unreadable (no DESCRIBE_CONFIGS on the cluster): Kafka's default maximum; a larger
+        # transaction.timeout.ms then fails the producers' start (INVALID_TRANSACTION_TIMEOUT,
+        # a ConfigurationError naming it too).
+        limit = int((broker or {}).get("transaction.max.timeout.ms", 900_000))
         mine = self.options.transaction_timeout_ms
         if mine > limit:
             raise ConfigurationError(

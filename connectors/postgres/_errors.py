@@ -44,6 +44,30 @@ T = TypeVar("T")
 
 #: What every connect-time failure says (the server's text follows, redacted).
 CONNECT_ADVICE = "cannot connect or authenticate: check host, user, password, dbname"
+#: libpq's own words (English, from the client library: no SQLSTATE, no server language)
+#: for a TLS failure at connect time, and the setting to fix. The first match wins; an
+#: unrecognised failure keeps :data:`CONNECT_ADVICE`.
+TLS_ADVICE: tuple[tuple[str, str], ...] = (
+    ("does not match host name",
+     "TLS: the server's certificate is not for this host: with sslmode=verify-full, host "
+     "must be a name (or address) the certificate lists"),
+    ("certificate verify failed",
+     "TLS: the server's certificate does not verify: sslrootcert must name the CA that "
+     "signed it"),
+    ("root certificate file",
+     "TLS: sslrootcert names no readable CA file (every executor needs it at that path)"),
+    ("private key",
+     "TLS: the client key cannot be used: check sslkey and sslpassword (every executor "
+     "needs the key at that path)"),
+    ("certificate file",
+     "TLS: sslcert names no readable client certificate (every executor needs it at that "
+     "path)"),
+    ("server does not support SSL",
+     "TLS: the server does not accept TLS connections: check sslmode and the server's ssl "
+     "setting"),
+    ("SSL error",
+     "TLS: the handshake failed: check sslmode, sslrootcert, sslcert and sslkey"),
+)
 #: Longest quotation of a server's or client's text in a message.
 _MAX_QUOTE = 400
 
@@ -193,7 +217,8 @@ def translate(
                 return TransientError(
                     f"{doing}: cannot reconnect (the same settings connected before: the "
                     f"server may be restarting): {text}", **ids)
-            return CannotConnectError(f"{doing}: {CONNECT_ADVICE} (server: {text})", **ids)
+            advice = next((a for words, a in TLS_ADVICE if words in str(exc)), CONNECT_ADVICE)
+            return CannotConnectError(f"{doing}: {advice} (server: {text})", **ids)
         if isinstance(exc, psycopg.OperationalError):
             return TransientError(f"{doing}: connection lost ({name}: {text})", **ids)
         if isinstance(exc, psycopg.DataError) and not values:
