@@ -206,8 +206,8 @@ def test_acl_denying_creation_of_the_internal_topics_names_the_acl_or_precreatio
 ) -> None:
     internal = f"_connectors.{refused.sink_id}"
     config, lacking = _user(kafka_sasl, refused, {("TOPIC", internal, "CREATE")})
-    text = _run_refused(spark, refused, config, capfd, "CREATE on topic",
-                        f"_connectors.{refused.sink_id}.", "pre-create it")
+    _run_refused(spark, refused, config, capfd, "CREATE on topic",
+                 f"_connectors.{refused.sink_id}.", "pre-create it")
     _grant(kafka_sasl, config, lacking)
     _exact_after_fix(spark, refused, config)
 
