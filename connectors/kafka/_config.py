@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.core.errors import ConfigurationError
+from connectors.kafka._redact import MASK, is_secret_key, redact_text
 
 __all__ = [
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
@@ -32,10 +33,6 @@ OWNED_KEYS = ("transactional.id", "enable.idempotence", "acks", "request.require
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 #: Fraction of ``transaction.timeout.ms`` at which a transaction's duration is warned about.
 TIMEOUT_WARN_RATIO = 0.8
-_SECRET = re.compile(
-    r"(password|secret|jaas|token|credential|key\.pem|certificate\.pem|keystore|\.key$)",
-    re.IGNORECASE,
-)
 #: Producer-only librdkafka properties, left out of the consumer and admin configs that
 #: the sink derives from the same dict (librdkafka warns about them there).
 _PRODUCER_ONLY = re.compile(
@@ -62,26 +59,20 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 
 
-def is_secret_key(key: str) -> bool:
-    """True for librdkafka keys whose values must never be shown (passwords, JAAS, keys)."""
-    return bool(_SECRET.search(key))
-
-
-def redact_text(text: str, secrets: list[str]) -> str:
-    """``text`` with every secret value (of at least 4 characters) replaced by ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
-
-
 class KafkaConfig(Mapping[str, Any]):
     """A librdkafka config dict whose secret values never show in ``str``/``repr``.
 
+    What is secret: :func:`~connectors.kafka._redact.is_secret_key`. :meth:`redact` masks
+    the secrets in any text: every message and log line of the sink that could quote a
+    client's words goes through it.
+
     Example::
 
-        >>> KafkaConfig({"bootstrap.servers": "b:9092", "sasl.password": "s3cret"})
+        >>> config = KafkaConfig({"bootstrap.servers": "b:9092", "sasl.password": "s3cret"})
+        >>> config
         KafkaConfig({'bootstrap.servers': 'b:9092', 'sasl.password': '***'})
+        >>> config.redact("SASL authentication with s3cret failed")
+        'SASL authentication with *** failed'
     """
 
     __slots__ = ("_data",)
@@ -142,7 +133,12 @@ class KafkaConfig(Mapping[str, Any]):
         return [str(v) for k, v in self._data.items() if is_secret_key(k) and v]
 
     def redacted(self) -> dict[str, Any]:
-        return {k: ("***" if is_secret_key(k) else v) for k, v in self._data.items()}
+        """The config with every secret value replaced by ``***``."""
+        return {k: (MASK if is_secret_key(k) else v) for k, v in self._data.items()}
+
+    def redact(self, text: str) -> str:
+        """``text`` with this config's secrets, and any secret key's value, masked."""
+        return redact_text(text, self.secrets)
 
     def __repr__(self) -> str:
         return f"KafkaConfig({self.redacted()!r})"

@@ -22,7 +22,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from connectors.core.errors import ConfigurationError, ConnectorError, TransientError
-from connectors.kafka._config import KafkaConfig, redact_text
+from connectors.kafka._config import KafkaConfig
 from connectors.kafka._errors import AUTH_CODES, UNKNOWN_TOPIC_CODES, kafka_error, translate
 from connectors.kafka._pool import MarkerReaders, config_key
 
@@ -173,7 +173,7 @@ def _watermarks(
             err = kafka_error(exc)
             if err is None or err.code() not in _NOT_YET_CODES:
                 raise _err(exc, doing, config, **ids) from None
-            text = redact_text(f"{err.name()}: {err.str()}", config.secrets)
+            text = config.redact(f"{err.name()}: {err.str()}")
         # The client's own metadata may say the topic has fewer partitions (a kept reader,
         # from before the driver added some): it is not refreshed before minutes otherwise.
         with contextlib.suppress(KafkaException):

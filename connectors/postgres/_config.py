@@ -10,11 +10,17 @@ import psycopg
 from psycopg import sql
 
 from connectors.core.errors import ConfigurationError
+from connectors.postgres._redact import (
+    MASK,
+    is_secret_keyword,
+    mask_options,
+    options_secrets,
+    redact,
+)
 
 __all__ = ["Conninfo", "PostgresOptions", "TableName", "redact"]
 
 Mode = Literal["append", "upsert"]
-_MIN_MASKED = 4
 _DURATION = re.compile(r"\d+(ms|s|min)?")
 
 #: Default lock wait inside a task: a prepared transaction keeps its row locks until the
@@ -26,12 +32,21 @@ DEFAULT_CONNECT_TIMEOUT = 10
 
 
 class Conninfo:
-    """A libpq connection string whose password never shows in ``str``/``repr``.
+    """A libpq connection string whose secrets never show in ``str``/``repr``.
+
+    Secret: ``password``, ``sslpassword`` and every other keyword libpq hides, and the
+    secret-looking settings inside ``options`` (:mod:`connectors.postgres._redact`), in
+    whatever form the string gives them (keywords, a URI's userinfo or query).
+    :meth:`redact` masks them in any text: every message, log line and error of the
+    sink that could quote the string goes through it.
 
     Example::
 
-        >>> Conninfo("postgresql://app:s3cret@db:5432/prod")
-        Conninfo('user=app password=*** dbname=prod host=db port=5432')
+        >>> info = Conninfo("postgresql://app:s3cret@db:5432/prod?sslpassword=keypass123")
+        >>> info
+        Conninfo('user=app password=*** dbname=prod host=db port=5432 sslpassword=***')
+        >>> info.redact("could not open key file with keypass123")
+        'could not open key file with ***'
     """
 
     __slots__ = ("_params", "_raw")
@@ -55,8 +70,14 @@ class Conninfo:
 
     @property
     def secret(self) -> str:
-        """The full connection string, password included: only for ``psycopg.connect``."""
+        """The full connection string, secrets included: only for ``psycopg.connect``."""
         return self._raw
+
+    @property
+    def secrets(self) -> list[str]:
+        """Every secret value the string holds (for :meth:`redact`)."""
+        values = [v for k, v in self._params.items() if is_secret_keyword(k) and v]
+        return values + options_secrets(self._params.get("options", ""))
 
     @property
     def password(self) -> str | None:
@@ -71,11 +92,15 @@ class Conninfo:
         return self._params.get("dbname")
 
     def redacted(self) -> str:
-        """The connection parameters with the password replaced by ``***``."""
-        params = dict(self._params)
-        if "password" in params:
-            params["password"] = "***"  # noqa: S105 - the mask, not a password
+        """The connection parameters with every secret replaced by ``***``."""
+        params = {k: MASK if is_secret_keyword(k) else v for k, v in self._params.items()}
+        if "options" in params:
+            params["options"] = mask_options(params["options"])
         return psycopg.conninfo.make_conninfo(**params)
+
+    def redact(self, text: str) -> str:
+        """``text`` with this string's secrets, and any secret keyword's value, masked."""
+        return redact(text, self.secrets)
 
     def __repr__(self) -> str:
         return f"Conninfo({self.redacted()!r})"
@@ -88,17 +113,6 @@ class Conninfo:
 
     def __hash__(self) -> int:
         return hash(self._raw)
-
-
-def redact(text: str, password: str | None) -> str:
-    """``text`` with every occurrence of ``password`` (and ``password=...``) masked."""
-    text = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", text, flags=re.IGNORECASE)
-    text = re.sub(r"(://[^:/@\s]+:)[^@\s]*@", r"\1***@", text)
-    # The bare password is masked in free text too, unless it is so short that masking
-    # would garble the message (such a password appears in none of psycopg's messages).
-    if password and len(password) >= _MIN_MASKED:
-        text = text.replace(password, "***")
-    return text
 
 
 @dataclass(frozen=True)

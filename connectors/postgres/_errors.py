@@ -36,7 +36,8 @@ from connectors.core.errors import (
     FatalError,
     TransientError,
 )
-from connectors.postgres._config import redact
+from connectors.postgres._config import Conninfo
+from connectors.postgres._redact import redact
 
 __all__ = ["CONNECT_ADVICE", "CannotConnectError", "raise_translated", "translate"]
 
@@ -161,11 +162,14 @@ def _where(exc: psycopg.Error) -> str:
     return "; ".join(parts)
 
 
-def _quote(text: str, password: str | None) -> str:
-    return redact(" ".join(text.split()), password)[:_MAX_QUOTE]
+def _quote(text: str, conninfo: Conninfo | None) -> str:
+    """``text`` on one line, its secrets masked (also any secret keyword's value when no
+    conninfo is known), cut to :data:`_MAX_QUOTE` characters."""
+    text = " ".join(text.split())
+    return (conninfo.redact(text) if conninfo is not None else redact(text))[:_MAX_QUOTE]
 
 
-def _server_text(exc: psycopg.Error, password: str | None) -> str:
+def _server_text(exc: psycopg.Error, conninfo: Conninfo | None) -> str:
     """The server's own words (only with ``values_in_errors``): primary, detail, context."""
     diag = exc.diag
     pieces = [diag.message_primary or str(exc)]
@@ -173,14 +177,14 @@ def _server_text(exc: psycopg.Error, password: str | None) -> str:
         pieces.append(f"DETAIL: {diag.message_detail}")
     if diag.context:
         pieces.append(f"CONTEXT: {diag.context}")
-    return _quote(" ".join(pieces), password)
+    return _quote(" ".join(pieces), conninfo)
 
 
 def translate(
     exc: BaseException,
     *,
     doing: str,
-    password: str | None,
+    conninfo: Conninfo | None = None,
     values: bool = False,
     connecting: bool = False,
     connected_before: bool = False,
@@ -193,7 +197,8 @@ def translate(
 
     Args:
         doing: what the sink was doing, for the message (names, never values).
-        password: masked wherever it could appear.
+        conninfo: the connection string whose secrets are masked wherever they could
+            appear (:meth:`Conninfo.redact`).
         values: the sink's ``values_in_errors``: quote the server's text (with its values).
         connecting: ``exc`` came from ``psycopg.connect``.
         connected_before: the same settings connected in this process before.
@@ -204,14 +209,14 @@ def translate(
     if isinstance(exc, ConnectorError):
         return exc
     if not isinstance(exc, psycopg.Error):  # e.g. the encoder's: its text may quote a value
-        detail = f": {_quote(str(exc), password)}" if values else ""
+        detail = f": {_quote(str(exc), conninfo)}" if values else ""
         return FatalError(f"{doing}: {type(exc).__name__}{detail}", **ids)
     sqlstate = exc.sqlstate
     name = type(exc).__name__
     if sqlstate is None:
         # No SQLSTATE: the client's or libpq's words, which quote no row (a connection
         # string's password is masked); a client-side DataError may quote a value.
-        text = _quote(str(exc), password)
+        text = _quote(str(exc), conninfo)
         if connecting and isinstance(exc, psycopg.OperationalError):
             if connected_before:
                 return TransientError(
@@ -244,7 +249,7 @@ def translate(
     facts = f"{name}, SQLSTATE {sqlstate}" + (f"; {where}" if where else "")
     message = f"{doing}: {what} ({facts})"
     if values:
-        message += f": {_server_text(exc, password)}"
+        message += f": {_server_text(exc, conninfo)}"
     return kind(message, **ids)
 
 

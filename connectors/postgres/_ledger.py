@@ -89,7 +89,7 @@ class DriverConnection:
         """``exc`` translated (see :func:`~connectors.postgres._errors.translate`)."""
         if isinstance(exc, ConnectorError):
             return exc
-        return translate(exc, doing=doing, password=self.conninfo.password,
+        return translate(exc, doing=doing, conninfo=self.conninfo,
                          values=self.values_in_errors, sink_id=self.sink_id, **ids)
 
     def close(self) -> None:

@@ -75,7 +75,7 @@ class TaskWriter:
         """
         if isinstance(exc, ConnectorError):
             return exc
-        return translate(exc, doing=doing, password=self.conninfo.password,
+        return translate(exc, doing=doing, conninfo=self.conninfo,
                          values=self.values_in_errors, sink_id=self.sink_id, **ids)
 
     # ---- connections ----

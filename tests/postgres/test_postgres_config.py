@@ -44,7 +44,7 @@ class TestConninfo:
 
     def test_redact_masks_password_everywhere(self) -> None:
         text = f"failed for postgresql://u:{SECRET}@h/db (password={SECRET})"
-        assert SECRET not in redact(text, SECRET)
+        assert SECRET not in redact(text, [SECRET])
 
 
 class TestSinkConstruction:

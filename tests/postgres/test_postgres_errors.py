@@ -16,6 +16,7 @@ from connectors import (
     FatalError,
     TransientError,
 )
+from connectors.postgres import Conninfo
 from connectors.postgres._errors import (
     CONNECT_ADVICE,
     CannotConnectError,
@@ -40,7 +41,7 @@ def server_error(sqlstate: str, text: str) -> psycopg.Error:
     ("XX000", FatalError), ("0A000", FatalError),
 ])
 def test_sqlstates_map_to_the_error_tree(sqlstate: str, kind: type) -> None:
-    err = translate(server_error(sqlstate, "irrelevant"), doing="x", password=None,
+    err = translate(server_error(sqlstate, "irrelevant"), doing="x",
                     sink_id="s", batch_id=3)
     assert type(err) is kind and err.batch_id == 3
     assert f"SQLSTATE {sqlstate}" in str(err)
@@ -55,8 +56,8 @@ def test_sqlstates_map_to_the_error_tree(sqlstate: str, kind: type) -> None:
 def test_the_message_text_classifies_nothing(text: str) -> None:
     """The same English words under a SQLSTATE that means something else: the SQLSTATE
     decides (an internal error stays fatal, a lost connection transient)."""
-    assert type(translate(server_error("XX000", text), doing="x", password=None)) is FatalError
-    lost = translate(psycopg.OperationalError(text), doing="x", password=None)
+    assert type(translate(server_error("XX000", text), doing="x")) is FatalError
+    lost = translate(psycopg.OperationalError(text), doing="x")
     assert type(lost) is TransientError and "connection lost" in str(lost)
 
 
@@ -66,11 +67,11 @@ def test_prepared_transaction_limits_by_sqlstate_in_the_prepare_step(
     sqlstate: str, setting: str
 ) -> None:
     exc = server_error(sqlstate, "Transaktionen sind abgeschaltet")  # any language
-    err = translate(exc, doing="PREPARE", password=None, preparing=True)
+    err = translate(exc, doing="PREPARE", preparing=True)
     assert isinstance(err, ConfigurationError) and setting in str(err)
     assert "max_prepared_transactions" in str(err)
     # Outside the PREPARE step the same SQLSTATE means something else.
-    assert not isinstance(translate(exc, doing="x", password=None), ConfigurationError)
+    assert not isinstance(translate(exc, doing="x"), ConfigurationError)
 
 
 @pytest.mark.parametrize("text", [
@@ -81,28 +82,28 @@ def test_prepared_transaction_limits_by_sqlstate_in_the_prepare_step(
 ])
 def test_connect_failures_are_one_configuration_error_quoting_the_server(text: str) -> None:
     exc = psycopg.OperationalError(f"connection failed: {text}")
-    err = translate(exc, doing="connecting to db", password=SECRET, connecting=True,
-                    sink_id="s")
+    info = Conninfo(f"host=db password={SECRET}")
+    err = translate(exc, doing="connecting to db", conninfo=info, connecting=True, sink_id="s")
     assert type(err) is CannotConnectError and isinstance(err, ConfigurationError)
     assert CONNECT_ADVICE in str(err) and "connection failed" in str(err)
     assert SECRET not in str(err) and SECRET not in repr(pickle.loads(pickle.dumps(err)))
     # The same settings connected before in this process: a restart, worth retrying.
-    again = translate(exc, doing="connecting", password=SECRET, connecting=True,
+    again = translate(exc, doing="connecting", conninfo=info, connecting=True,
                       connected_before=True)
     assert type(again) is TransientError and SECRET not in str(again)
 
 
 def test_row_values_only_with_values_in_errors() -> None:
     exc = server_error("23502", f'null value in column "name" violates not-null\nDETAIL: {ROW}')
-    quiet = translate(exc, doing="COPY", password=None)
+    quiet = translate(exc, doing="COPY")
     assert "17993" not in str(quiet) and "p17993" not in repr(quiet)
     assert "NULL in a NOT NULL column" in str(quiet) and "NotNullViolation" in str(quiet)
-    loud = translate(exc, doing="COPY", password=None, values=True)
+    loud = translate(exc, doing="COPY", values=True)
     assert "p17993" in str(loud)
     # Client-side data errors (no SQLSTATE) may quote the value too.
     client = psycopg.DataError("cannot dump 17993")
-    assert "17993" not in str(translate(client, doing="x", password=None))
-    assert "17993" in str(translate(client, doing="x", password=None, values=True))
+    assert "17993" not in str(translate(client, doing="x"))
+    assert "17993" in str(translate(client, doing="x", values=True))
 
 
 def test_raise_translated_keeps_no_psycopg_exception() -> None:
@@ -112,7 +113,7 @@ def test_raise_translated_keeps_no_psycopg_exception() -> None:
         raise exc
 
     with pytest.raises(BadInputError) as info:
-        raise_translated(fail, lambda e: translate(e, doing="COPY", password=None))
+        raise_translated(fail, lambda e: translate(e, doing="COPY"))
     err = info.value
     assert err.__cause__ is None and err.__context__ is None
     text = "".join(traceback.format_exception(err)) + repr(err.args) + repr(err.__dict__)
@@ -130,6 +131,6 @@ def test_raise_translated_passes_other_errors() -> None:
 
 def test_other_exceptions_are_fatal_and_quoted_only_with_values() -> None:
     exc = ValueError("cannot encode 17993")
-    quiet = translate(exc, doing="COPY", password=None)
+    quiet = translate(exc, doing="COPY")
     assert type(quiet) is FatalError and "ValueError" in str(quiet) and "17993" not in str(quiet)
-    assert "17993" in str(translate(exc, doing="COPY", password=None, values=True))
+    assert "17993" in str(translate(exc, doing="COPY", values=True))
