@@ -4,14 +4,22 @@
 
     connectors demo [--sink delta|postgres|kafka]       # a killed-and-restarted streaming job
     connectors status  --postgres CONNINFO [--sink-id ID]    # ledgers and lingering transactions
-    connectors recover --postgres CONNINFO --commit-decided --abort-undecided
+    connectors status  --postgres-env PGCONN                 # the conninfo from $PGCONN
+    connectors recover --postgres-file conn.txt --commit-decided --abort-undecided
     connectors doctor  --checkpoint PATH --sink-id ID --postgres CONNINFO
+    connectors status  --kafka b:9092 --kafka-config-file client.properties
     connectors status  --delta s3a://bucket/table     # store settings from AWS_* variables
 
 Every command prints human-readable tables, or JSON with ``--json``. Exit codes: 0 all is
 well, 1 something needs an operator (lingering transactions, unfinished batches, a broken
 invariant), 2 bad arguments, 3 a target could not be reached or read.
-Secrets in connection strings are never printed.
+
+No secret needs to be an argument (every user of a machine sees every command line):
+``--postgres-env VAR`` and ``--postgres-file FILE`` read the connection string,
+``--kafka-config-env VAR`` and ``--kafka-config-file FILE`` the librdkafka settings (a JSON
+object or ``KEY=VALUE`` lines), and ``--kafka-config``/``--storage-option`` refuse secrets
+(:mod:`connectors.cli._inputs`). Secrets are never printed: not in tables, JSON, errors
+or log lines.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+from connectors.cli._inputs import kafka_settings, postgres_conninfo, storage_options
 from connectors.cli._model import (
     EXIT_ATTENTION,
     EXIT_OK,
@@ -35,73 +44,75 @@ from connectors.cli._model import (
 from connectors.cli._targets import PostgresTarget, Target
 from connectors.core.errors import ConfigurationError, ConnectorError
 
-__all__ = ["main"]
+__all__ = ["main", "storage_options"]
 
 logger = logging.getLogger(__name__)
 
-TargetFactory = Callable[[argparse.Namespace], Target]
+TargetFactory = Callable[[argparse.Namespace], Target | None]
 
 
-def _postgres(args: argparse.Namespace) -> Target:
-    return PostgresTarget(args.postgres, ledger_table=args.ledger_table)
+def _postgres(args: argparse.Namespace) -> Target | None:
+    conninfo = postgres_conninfo(args.postgres, env=args.postgres_env, file=args.postgres_file)
+    return None if conninfo is None else PostgresTarget(conninfo,
+                                                        ledger_table=args.ledger_table)
 
 
-def _kafka(args: argparse.Namespace) -> Target:
+def _kafka(args: argparse.Namespace) -> Target | None:
     from connectors.cli._kafka_target import KafkaTarget
 
-    bad = [kv for kv in args.kafka_config if "=" not in kv]
-    if bad:
-        raise ConfigurationError(f"--kafka-config takes KEY=VALUE, got {bad[0].split('=')[0]!r}")
-    config = dict(kv.split("=", 1) for kv in args.kafka_config)
-    return KafkaTarget(args.kafka, config, topics=args.kafka_topic)
+    if not (args.kafka or args.kafka_config_env or args.kafka_config_file):
+        return None
+    config = kafka_settings(args.kafka_config, env=args.kafka_config_env,
+                            file=args.kafka_config_file)
+    bootstrap = args.kafka or str(config.pop("bootstrap.servers", "") or "")
+    if not bootstrap:
+        raise ConfigurationError("--kafka BOOTSTRAP is missing (nor do the Kafka settings "
+                                 "have bootstrap.servers)")
+    return KafkaTarget(bootstrap, config, topics=args.kafka_topic)
 
 
-def _delta(args: argparse.Namespace) -> Target:
+def _delta(args: argparse.Namespace) -> Target | None:
     from connectors.cli._delta_target import DeltaTarget
 
+    if not args.delta:
+        return None
     return DeltaTarget(args.delta, ledger_root=args.delta_ledger_root,
                        storage_options=storage_options(args.storage_option))
 
 
-def storage_options(pairs: Sequence[str]) -> dict[str, str]:
-    """``--storage-option KEY=VALUE`` pairs; a secret is refused (``ps`` shows every
-    process's arguments to every user): it belongs in the environment."""
-    from connectors.delta._store import is_secret_option
-
-    options: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigurationError("--storage-option takes KEY=VALUE (an argument had no "
-                                     "'=' or no key)")
-        key = key.strip()
-        if is_secret_option(key):
-            raise ConfigurationError(
-                f"--storage-option {key}=... would put a secret on the command line, where "
-                f"`ps` shows it to every user of the machine: set the environment variable "
-                f"{key.upper()} instead (delta-rs and the ledger's store read it from there)")
-        options[key] = value
-    return options
-
-
 def _targets(args: argparse.Namespace) -> list[Target]:
-    factories: list[tuple[str, TargetFactory]] = [
-        ("postgres", _postgres), ("kafka", _kafka), ("delta", _delta)]
-    chosen = [factory(args) for name, factory in factories if getattr(args, name, None)]
+    factories: list[TargetFactory] = [_postgres, _kafka, _delta]
+    chosen = [target for factory in factories if (target := factory(args)) is not None]
     if not chosen:
-        raise ConfigurationError("name a target: --postgres CONNINFO, --kafka BOOTSTRAP or "
-                                 "--delta PATH|URI")
+        raise ConfigurationError("name a target: --postgres CONNINFO (or --postgres-env VAR, "
+                                 "--postgres-file FILE), --kafka BOOTSTRAP or --delta PATH|URI")
     return chosen
 
 
 def _add_target_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("targets (one or more)")
-    g.add_argument("--postgres", metavar="CONNINFO", help="libpq connection string")
+    g.add_argument("--postgres", metavar="CONNINFO",
+                   help="libpq connection string (a password here is visible to every user "
+                   "of the machine: prefer --postgres-env, --postgres-file, PGPASSWORD or "
+                   "~/.pgpass)")
+    g.add_argument("--postgres-env", metavar="VAR",
+                   help="read the libpq connection string from environment variable VAR")
+    g.add_argument("--postgres-file", metavar="FILE",
+                   help="read the libpq connection string from FILE")
     g.add_argument("--ledger-table", default="public.eos_ledger",
                    help="PostgreSQL ledger table (default public.eos_ledger)")
     g.add_argument("--kafka", metavar="BOOTSTRAP", help="Kafka bootstrap servers")
     g.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra librdkafka setting (SASL, TLS), repeatable")
+                   help="extra librdkafka setting (e.g. security.protocol=SASL_SSL), "
+                   "repeatable; secrets (sasl.password, ssl.key.password, ...) are refused: "
+                   "use --kafka-config-file or --kafka-config-env")
+    g.add_argument("--kafka-config-file", metavar="FILE",
+                   help="librdkafka settings from FILE: a JSON object, or KEY=VALUE lines "
+                   "(# comments), e.g. a client.properties; --kafka may then be left out "
+                   "if it has bootstrap.servers")
+    g.add_argument("--kafka-config-env", metavar="VAR",
+                   help="librdkafka settings from environment variable VAR (same formats; "
+                   "they win over the file's, and --kafka-config over both)")
     g.add_argument("--kafka-topic", action="append", default=[], metavar="TOPIC",
                    help="also check this output topic for open transactions (repeatable)")
     g.add_argument("--delta", metavar="PATH|URI",

@@ -1,0 +1,159 @@
+"""Where the operator commands read their targets' settings: never a secret as an argument.
+
+Every process's command line is visible to every user of the machine (``ps``), so:
+
+- ``--postgres-env VAR`` / ``--postgres-file FILE``: the libpq connection string from an
+  environment variable or a file (its text stripped; newlines count as spaces), as an
+  alternative to ``--postgres CONNINFO``. A secret in ``--postgres CONNINFO`` (a
+  password, ``sslpassword``...) still works, with a warning on stderr; libpq's own
+  ``PGPASSWORD`` and ``~/.pgpass`` work as always.
+- ``--kafka-config-env VAR`` / ``--kafka-config-file FILE``: librdkafka settings, either
+  a JSON object (text starting with ``{``) or properties lines (``KEY=VALUE``; blank
+  lines and lines starting with ``#`` or ``!`` ignored), e.g. ``client.properties``
+  holding ``sasl.password=...``. ``--kafka-config KEY=VALUE`` refuses a secret key
+  (:func:`~connectors.kafka._redact.is_secret_key`) and names these flags instead. Later
+  sources win: the file, then the variable, then ``--kafka-config``; ``--kafka BOOTSTRAP``
+  is optional when the settings have ``bootstrap.servers``.
+- ``--storage-option KEY=VALUE`` (Delta) refuses a secret: it belongs in the environment.
+
+An error names the flag and the variable or file, never what it holds.
+
+Example::
+
+    >>> kafka_settings(["linger.ms=5"], env="", file="", environ={})
+    {'linger.ms': '5'}
+    >>> kafka_settings(["sasl.password=hunter2"], env="", file="", environ={})
+    Traceback (most recent call last):
+    ...
+    connectors.core.errors.ConfigurationError: --kafka-config sasl.password=... would put a \
+secret on the command line, where `ps` shows it to every user of the machine: put it in a \
+file (--kafka-config-file FILE) or an environment variable (--kafka-config-env VAR)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from connectors.core.errors import ConfigurationError
+
+__all__ = ["kafka_settings", "postgres_conninfo", "storage_options"]
+
+
+def _read(flag: str, env: str, file: str, environ: Mapping[str, str]) -> str | None:
+    """The text of ``--<flag>-env VAR`` or ``--<flag>-file FILE`` (``None``: neither)."""
+    if env and file:
+        raise ConfigurationError(f"give --{flag}-env or --{flag}-file, not both")
+    if env:
+        text = environ.get(env, "")
+        if not text.strip():
+            raise ConfigurationError(f"--{flag}-env {env}: the environment variable {env} "
+                                     "is not set or empty")
+        return text
+    if file:
+        try:
+            return Path(file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigurationError(f"--{flag}-file {file}: cannot read the file "
+                                     f"({type(exc).__name__})") from None
+    return None
+
+
+def postgres_conninfo(arg: str | None, *, env: str | None, file: str | None,
+                      environ: Mapping[str, str] | None = None) -> str | None:
+    """The connection string of ``--postgres``, ``--postgres-env`` or ``--postgres-file``
+    (``None``: no PostgreSQL target); warns on stderr when ``--postgres`` holds a secret."""
+    from connectors.postgres._config import Conninfo
+
+    text = _read("postgres", env or "", file or "", os.environ if environ is None else environ)
+    if text is not None and arg:
+        raise ConfigurationError("give one of --postgres, --postgres-env and --postgres-file")
+    if text is not None:
+        text = " ".join(text.split())
+        if not text:
+            raise ConfigurationError(f"--postgres-file {file}: the file is empty")
+        return text
+    if arg and Conninfo(arg).secrets:
+        print("connectors: warning: --postgres carries a secret (a password) on the command "
+              "line, where `ps` shows it to every user of the machine: use --postgres-env "
+              "VAR or --postgres-file FILE (or PGPASSWORD, ~/.pgpass)", file=sys.stderr)
+    return arg or None
+
+
+def _parse_settings(text: str, where: str) -> dict[str, Any]:
+    """A JSON object, or ``KEY=VALUE`` lines; errors name ``where`` and a line number."""
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"{where}: not a JSON object of librdkafka settings "
+                                     f"({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(data, dict):  # pragma: no cover - a text starting with '{'
+            raise ConfigurationError(f"{where}: not a JSON object")
+        return {str(k): v for k, v in data.items()}
+    settings: dict[str, Any] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"{where}: line {number} is not KEY=VALUE (nor a "
+                                     "comment); a JSON object starts with '{'")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def kafka_settings(pairs: Sequence[str], *, env: str | None, file: str | None,
+                   environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The librdkafka settings of ``--kafka-config-file``, ``--kafka-config-env`` and
+    ``--kafka-config`` (see the module docstring)."""
+    from connectors.kafka._redact import is_secret_key
+
+    environ = os.environ if environ is None else environ
+    settings: dict[str, Any] = {}
+    if file:
+        settings.update(_parse_settings(_read("kafka-config", "", file, environ) or "",
+                                        f"--kafka-config-file {file}"))
+    if env:
+        settings.update(_parse_settings(_read("kafka-config", env, "", environ) or "",
+                                        f"--kafka-config-env {env}"))
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError("--kafka-config takes KEY=VALUE (an argument had no "
+                                     "'=' or no key)")
+        key = key.strip()
+        if is_secret_key(key):
+            raise ConfigurationError(
+                f"--kafka-config {key}=... would put a secret on the command line, where "
+                "`ps` shows it to every user of the machine: put it in a file "
+                "(--kafka-config-file FILE) or an environment variable (--kafka-config-env "
+                "VAR)")
+        settings[key] = value
+    return settings
+
+
+def storage_options(pairs: Sequence[str]) -> dict[str, str]:
+    """``--storage-option KEY=VALUE`` pairs; a secret is refused (``ps`` shows every
+    process's arguments to every user): it belongs in the environment."""
+    from connectors.delta._store import is_secret_option
+
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError("--storage-option takes KEY=VALUE (an argument had no "
+                                     "'=' or no key)")
+        key = key.strip()
+        if is_secret_option(key):
+            raise ConfigurationError(
+                f"--storage-option {key}=... would put a secret on the command line, where "
+                f"`ps` shows it to every user of the machine: set the environment variable "
+                f"{key.upper()} instead (delta-rs and the ledger's store read it from there)")
+        options[key] = value
+    return options
