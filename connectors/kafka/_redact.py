@@ -12,9 +12,9 @@ The one place that decides it for every Kafka setting the library sees (the sink
 - the Java client's, as Spark's Kafka source and sink take them (``kafka.`` prefix
   optional): ``sasl.jaas.config``, ``ssl.truststore.password``, ``ssl.keystore.password``,
   ``ssl.key.password``, ``ssl.keystore.key``;
-- any other key naming a password, passphrase, secret, token, JAAS config or private key,
-  and every inline PEM (``*.pem``: a certificate is no secret, but its text is of no use
-  in a message either).
+- any other key naming a password, passphrase, secret, token, JAAS config or private key
+  (unless it ends in ``.url``, ``.location``, ``.file``, ``.id``...), and every inline
+  PEM (``*.pem``: a certificate is no secret, but its text is of no use in a message).
 
 Paths (``ssl.key.location``, ``ssl.keystore.location``, ``sasl.kerberos.keytab``) are not
 secrets: the files' contents never enter a string. Usernames and client ids show.
@@ -60,12 +60,16 @@ SECRET_KEYS = frozenset({
     "ssl.keystore.key",
 })
 _NAME = r"[A-Za-z0-9_.-]*"
+#: Last parts of a name that say it is no secret, whatever words come before: a path, a
+#: URL, an id (``sasl.oauthbearer.token.endpoint.url``, ``...private.key.file``).
+_NOT_SECRET_ENDS = ("url", "location", "file", "id", "type", "method", "algorithm")
 #: A secret key's name: one of :data:`SECRET_KEYS`, or a name holding a secret word, or
 #: an inline PEM; Spark's ``kafka.`` prefix optional.
 _SECRET_NAME = (
     r"(?:kafka\.)?(?:"
     + "|".join(re.escape(k) for k in sorted(SECRET_KEYS, key=len, reverse=True))
     + rf"|{_NAME}(?:password|passwd|passphrase|secret|token|jaas|private){_NAME}"
+    + "".join(rf"(?<!\.{end})" for end in _NOT_SECRET_ENDS)
     + rf"|{_NAME}\.pem)"
 )
 _SECRET_KEY = re.compile(_SECRET_NAME, re.IGNORECASE)
@@ -91,8 +95,8 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every secret masked (see the module docstring)."""
     if isinstance(secrets, str):  # one value, not its characters
         secrets = (secrets,)
-    text = _KEY_VALUE.sub(_mask_pair, text)
+    # The bare values first: a key=value form below may end a value at its first space.
     for secret in sorted({s for s in secrets if s and len(s) >= MIN_MASKED}, key=len,
                          reverse=True):  # a value inside another: the longest first
         text = text.replace(secret, MASK)
-    return text
+    return _KEY_VALUE.sub(_mask_pair, text)

@@ -93,13 +93,13 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """
     if isinstance(secrets, str):  # one value, not its characters
         secrets = (secrets,)
+    # The bare values first: a keyword form below may end a value at its first space.
+    values = {v for s in secrets if s and len(s) >= MIN_MASKED for v in (s, quote(s, safe=""))}
+    for value in sorted(values, key=len, reverse=True):  # a value inside another: longest first
+        text = text.replace(value, MASK)
     keyword, query = _patterns()
     text = query.sub(rf"\1{MASK}", text)
     text = keyword.sub(rf"\1\2{MASK}", text)
     text = _USERINFO.sub(rf"\1{MASK}@", text)
-    text = mask_options(text)
-    values = {v for s in secrets if s and len(s) >= MIN_MASKED for v in (s, quote(s, safe=""))}
-    for value in sorted(values, key=len, reverse=True):  # a value inside another: longest first
-        text = text.replace(value, MASK)
-    return text
+    return mask_options(text)
 
