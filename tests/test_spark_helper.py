@@ -176,6 +176,10 @@ def test_s3a_settings_pass_through_and_secrets_are_not_logged(
         "spark.executorEnv.AWS_SECRET_ACCESS_KEY": "ENV-6",
         "spark.authenticate.secret": "SECRET-7",
         "spark.hadoop.fs.s3a.apikey": "APIKEY-8",
+        "spark.kafka.clusters.c1.kafka.sasl.jaas.config": "JAAS-9",
+        "spark.kafka.clusters.c1.ssl.truststore.password": "TRUST-10",
+        "spark.kafka.clusters.c1.kafka.sasl.oauthbearer.assertion.private.key.passphrase":
+            "PASSPHRASE-11",
         "spark.ssl.keyStoreType": "JKS",
         "spark.ssl.keystore.type": "PKCS12",
     }
@@ -187,7 +191,7 @@ def test_s3a_settings_pass_through_and_secrets_are_not_logged(
     (record,) = [r for r in caplog.records if "Spark session settings" in r.getMessage()]
     logged = record.getMessage()
     for secret in ("AKIA-ACCESS-1", "SECRET-2", "TOKEN-3", "PASSWORD-4", "AZURE-5", "ENV-6",
-                   "SECRET-7", "APIKEY-8"):
+                   "SECRET-7", "APIKEY-8", "JAAS-9", "TRUST-10", "PASSPHRASE-11"):
         assert secret not in caplog.text
     assert "'spark.hadoop.fs.s3a.secret.key': '***'" in logged
     assert "'spark.hadoop.fs.s3a.access.key': '***'" in logged

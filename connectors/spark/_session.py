@@ -217,13 +217,16 @@ def _session_conf(
     return settings
 
 
-#: Words of a setting's key (split at ``.``, ``-``, ``_``) whose value is not logged.
-_SECRET_WORDS = ("secret", "password", "passwd", "token")
+#: Words of a setting's key (split at ``.``, ``-``, ``_``) whose value is not logged; with
+#: ``jaas`` and ``passphrase``, Kafka's secret settings given as Spark confs
+#: (``spark.kafka.clusters.<c>.kafka.sasl.jaas.config``) are masked too.
+_SECRET_WORDS = ("secret", "password", "passwd", "passphrase", "token", "jaas")
 
 
 def _secret_key(key: str) -> bool:
-    """Whether ``key`` names a secret: a word containing secret, password or token, or a
-    word that is or ends in ``key`` (``access.key``, ``apikey``; not ``keystore.type``)."""
+    """Whether ``key`` names a secret: a word containing secret, password, passphrase,
+    token or jaas, or a word that is or ends in ``key`` (``access.key``, ``apikey``; not
+    ``keystore.type``)."""
     words = re.split(r"[^a-z0-9]+", key.lower())
     return any(w.endswith("key") or any(s in w for s in _SECRET_WORDS) for w in words)
 
