@@ -43,9 +43,10 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
     """Exactly-once sink into a PostgreSQL table, for ``foreachBatch`` and batch jobs.
 
     Args:
-        conninfo: libpq connection string (the password never appears in logs, reprs or
-            errors). Tasks and the driver connect with it; prepared transactions are
-            committed by the driver, so it must be the same role (or a superuser).
+        conninfo: libpq connection string (no secret of it, ``password``, ``sslpassword``
+            or any other, appears in logs, reprs or errors: :class:`Conninfo`). Tasks
+            and the driver connect with it; prepared transactions are committed by the
+            driver, so it must be the same role (or a superuser).
         table: ``"schema.table"`` or ``"table"`` (schema ``public``).
         sink_id: the sink's stable name (1-40 characters of ``A-Za-z0-9_-``).
         mode: ``"append"`` (binary COPY) or ``"upsert"`` (``INSERT ... ON CONFLICT (keys)
