@@ -43,6 +43,7 @@ from connectors.cli._model import (
 )
 from connectors.cli._targets import PostgresTarget, Target
 from connectors.core.errors import ConfigurationError, ConnectorError
+from connectors.core.naming import validate_sink_id
 
 __all__ = ["main", "storage_options"]
 
@@ -132,7 +133,10 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
 
 
 def _sinks(target: Target, args: argparse.Namespace) -> list[str]:
-    return list(args.sink_ids) or target.sink_ids()
+    """The sinks named with ``--sink-id`` (each a valid sink id, else a clear error before
+    any query: a sink id is only ever a query parameter, never SQL), or every sink the
+    target knows."""
+    return [validate_sink_id(s) for s in args.sink_ids] or target.sink_ids()
 
 
 # ------------------------------------------------------------------------------ status

@@ -31,10 +31,10 @@ class KafkaTarget(Target):
 
     def __init__(self, bootstrap: str, config: dict[str, Any] | None = None,
                  topics: list[str] | None = None, timeout: float = 30.0) -> None:
-        from connectors.kafka._config import KafkaConfig
+        from connectors.kafka._config import KafkaConfig, validate_topic
 
         self.config = KafkaConfig({**(config or {}), "bootstrap.servers": bootstrap})
-        self.topics = list(topics or [])
+        self.topics = [validate_topic(t, "--kafka-topic") for t in topics or []]
         self.timeout = timeout
         self._admin: Any = None
 

@@ -79,9 +79,11 @@ class PostgresTarget(Target):
     def __init__(self, conninfo: str, ledger_table: str = "public.eos_ledger") -> None:
         from connectors.postgres._config import Conninfo, TableName
         from connectors.postgres._ledger import DriverConnection
+        from connectors.postgres._ledger_sql import LEDGER_NAME_RESERVE
 
         self.conninfo = Conninfo(conninfo)
-        self.table = TableName.parse(ledger_table, what="ledger_table")
+        self.table = TableName.parse(ledger_table, what="--ledger-table",
+                                     reserve=LEDGER_NAME_RESERVE)
         self._db = DriverConnection(self.conninfo, 10, "operator")
 
     def describe(self) -> str:
@@ -154,7 +156,7 @@ class PostgresTarget(Target):
 
         report = RecoverReport(sink_id, self.describe())
         sink = PostgresSink.operator(self.conninfo.secret, sink_id=sink_id,
-                                     ledger_table=str(self.table))
+                                     ledger_table=(self.table.schema, self.table.name))
         ledger = sink.create_ledger()
         metrics = BatchMetrics(sink_id, -1, sink.family.value)
         try:

@@ -10,6 +10,7 @@ import psycopg
 from psycopg import sql
 
 from connectors.core.errors import ConfigurationError
+from connectors.postgres._names import format_table_name, split_table_name
 from connectors.postgres._redact import (
     MASK,
     is_secret_keyword,
@@ -123,29 +124,22 @@ class TableName:
     name: str
 
     @classmethod
-    def parse(cls, value: str | tuple[str, str], *, what: str = "table") -> TableName:
-        """``"events"``, ``"public.events"`` or ``("public", "events")``.
+    def parse(cls, value: str | tuple[str, str], *, what: str = "table",
+              reserve: int = 0) -> TableName:
+        """``"events"``, ``"public.events"``, ``'"my.schema"."Events"'`` or
+        ``("public", "events")``: the rules and the names refused are
+        :mod:`connectors.postgres._names`'. ``reserve``: bytes the sink appends to the name.
 
-        No unquoting or SQL parsing: the parts are identifiers, quoted later with
-        ``psycopg.sql.Identifier``, so ``x"; drop table y; --`` is just a (missing) table.
+        The parts are quoted later with ``psycopg.sql.Identifier``, so
+        ``x"; drop table y; --`` is just a (missing) table.
         """
-        if isinstance(value, tuple) and len(value) == 2:
-            schema, name = value
-        elif isinstance(value, str) and value:
-            schema, dot, name = value.partition(".")
-            if not dot:
-                schema, name = "public", value
-        else:
-            raise ConfigurationError(f"{what} must be 'name', 'schema.name' or (schema, name)")
-        if not schema or not name:
-            raise ConfigurationError(f"{what} {value!r}: empty schema or table name")
-        return cls(schema, name)
+        return cls(*split_table_name(value, what, reserve=reserve))
 
     def sql(self, suffix: str = "") -> sql.Identifier:
         return sql.Identifier(self.schema, self.name + suffix)
 
     def __str__(self) -> str:
-        return f"{self.schema}.{self.name}"
+        return format_table_name(self.schema, self.name)
 
 
 @dataclass(frozen=True)

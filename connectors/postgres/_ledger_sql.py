@@ -21,7 +21,13 @@ from connectors.core.ledger import LedgerEntry, TaskCommit
 from connectors.core.protocol import BatchState
 from connectors.postgres._config import TableName
 
-__all__ = ["ENTRY_COLUMNS", "decide_statement", "entry_of", "ledger_ddl", "prune_statement"]
+__all__ = ["ENTRY_COLUMNS", "LEDGER_NAME_RESERVE", "decide_statement", "entry_of", "ledger_ddl",
+           "prune_statement"]
+
+#: The longest name the ledger derives from its table's (an index), and the bytes that
+#: leaves for ``ledger_table``'s name: PostgreSQL would truncate a longer one.
+_RECEIPTS_INDEX = "_receipts_batch"
+LEDGER_NAME_RESERVE = len(_RECEIPTS_INDEX)
 
 
 def ledger_ddl(ledger: TableName) -> dict[str, list[sql.Composed]]:
@@ -51,7 +57,7 @@ def ledger_ddl(ledger: TableName) -> dict[str, list[sql.Composed]]:
                 "committed_at timestamptz NOT NULL DEFAULT now())"
             ).format(ledger.sql("_receipts")),
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (sink_id, batch_id)").format(
-                sql.Identifier(ledger.name + "_receipts_batch"), ledger.sql("_receipts")),
+                sql.Identifier(ledger.name + _RECEIPTS_INDEX), ledger.sql("_receipts")),
         ],
     }
 

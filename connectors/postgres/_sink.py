@@ -32,6 +32,8 @@ from connectors.core.tasks import TaskTransaction
 from connectors.postgres._committer import Committer
 from connectors.postgres._config import Conninfo, Mode, PostgresOptions, TableName
 from connectors.postgres._ledger import DriverConnection, PostgresLedger
+from connectors.postgres._ledger_sql import LEDGER_NAME_RESERVE
+from connectors.postgres._names import key_column_names
 from connectors.postgres._types import WritePlan
 from connectors.postgres._validation import OPERATOR_TABLE, check_max_prepared, plan_table
 from connectors.postgres._writer import PgTxn, TaskWriter
@@ -47,14 +49,21 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
             or any other, appears in logs, reprs or errors: :class:`Conninfo`). Tasks
             and the driver connect with it; prepared transactions are committed by the
             driver, so it must be the same role (or a superuser).
-        table: ``"schema.table"`` or ``"table"`` (schema ``public``).
+        table: ``"schema.table"``, ``"table"`` (schema ``public``) or a tuple
+            ``(schema, table)``. Names are taken as written (case kept, always quoted:
+            no SQL is ever built from them); a part holding a dot is double-quoted
+            (``'"my.schema"."Events"'``) or given as a tuple. Names above 63 bytes are
+            refused (PostgreSQL would truncate them); see :mod:`connectors.postgres._names`.
         sink_id: the sink's stable name (1-40 characters of ``A-Za-z0-9_-``).
         mode: ``"append"`` (binary COPY) or ``"upsert"`` (``INSERT ... ON CONFLICT (keys)
             DO UPDATE``; rows of one key are routed to one task and deduplicated
             deterministically: the greatest row by value wins).
-        key_columns: the upsert key (a unique index of the table must cover exactly them).
+        key_columns: the upsert key (a unique index of the table must cover exactly them);
+            exact column names (one string is one column).
         create_table: create the table from the batch's schema if it does not exist.
-        ledger_table: where the ledger tables live (default ``public.eos_ledger``).
+        ledger_table: where the ledger tables live (default ``public.eos_ledger``), named
+            like ``table``; the ledger appends up to 15 bytes (``_receipts_batch``) to the
+            name, so it may have 48 bytes at most.
         lock_timeout: PostgreSQL ``lock_timeout`` in tasks (default ``"30s"``).
         connect_timeout: seconds.
         reuse_connections: keep a task's connection open after its ``PREPARE`` for the
@@ -90,7 +99,7 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         *,
         sink_id: str,
         mode: Mode = "append",
-        key_columns: Iterable[str] | None = None,
+        key_columns: str | Iterable[str] | None = None,
         create_table: bool = False,
         ledger_table: str | tuple[str, str] = "public.eos_ledger",
         lock_timeout: str = "30s",
@@ -103,9 +112,10 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         self.options = PostgresOptions(
             table=TableName.parse(table),
             mode=mode,
-            key_columns=tuple(key_columns or ()),
+            key_columns=key_column_names(key_columns),
             create_table=bool(create_table),
-            ledger_table=TableName.parse(ledger_table, what="ledger_table"),
+            ledger_table=TableName.parse(ledger_table, what="ledger_table",
+                                         reserve=LEDGER_NAME_RESERVE),
             lock_timeout=lock_timeout,
             connect_timeout=connect_timeout,
             reuse_connections=bool(reuse_connections),

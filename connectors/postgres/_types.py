@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from connectors.core.errors import BadInputError, ConfigurationError
+from connectors.postgres._names import MAX_IDENTIFIER_BYTES
 
-__all__ = ["Column", "WritePlan", "ddl_type", "plan_write"]
+__all__ = ["Column", "WritePlan", "check_column_names", "ddl_type", "plan_write"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,28 @@ _SUPPORTED = (
 )
 
 
+def check_column_names(schema: pa.Schema, table: str) -> None:
+    """The batch's column names are ones PostgreSQL keeps as they are (before the table is
+    read or created: ``create_table`` would otherwise create truncated names)."""
+    for name in schema.names:
+        if "\x00" in name or len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
+            raise BadInputError(
+                f"column {name!r} of the batch cannot be a column of table {table}: "
+                f"PostgreSQL truncates names to {MAX_IDENTIFIER_BYTES} bytes (UTF-8) and "
+                "refuses NUL characters; rename the column in the DataFrame")
+
+
+def _not_in_table(name: str, table: str, by_name: dict[str, Column]) -> BadInputError:
+    folded = [c for c in by_name if c.lower() == name.lower()]
+    hint = (f"; the table has {folded[0]!r}: names are matched exactly (PostgreSQL folds "
+            "an unquoted name in CREATE TABLE to lower case), so rename the DataFrame's "
+            "column to match" if folded else "; add it to the table or drop it from the "
+            "DataFrame")
+    return BadInputError(
+        f"column {name!r} of the batch does not exist in table {table} "
+        f"(its columns: {', '.join(map(repr, sorted(by_name)))}){hint}")
+
+
 def plan_write(table: str, input_schema: pa.Schema, columns: Sequence[Column]) -> WritePlan:
     """Check ``input_schema`` against the table's columns; raise naming the problem."""
     by_name = {c.name: c for c in columns}
@@ -90,11 +113,7 @@ def plan_write(table: str, input_schema: pa.Schema, columns: Sequence[Column]) -
     for field in input_schema:
         col = by_name.get(field.name)
         if col is None:
-            raise BadInputError(
-                f"column {field.name!r} of the batch does not exist in table {table} "
-                f"(its columns: {', '.join(sorted(by_name))}); add it to the table or "
-                "drop it from the DataFrame"
-            )
+            raise _not_in_table(field.name, table, by_name)
         target = _target(col, field.type)
         if target is None:
             if _target(col, pa.int64()) is None and _target(col, pa.string()) is None and (
@@ -119,8 +138,8 @@ def plan_write(table: str, input_schema: pa.Schema, columns: Sequence[Column]) -
     ]
     if missing:
         raise BadInputError(
-            f"table {table} has NOT NULL column(s) {', '.join(missing)} without a default, "
-            "and the batch does not have them: add them to the DataFrame"
+            f"table {table} has NOT NULL column(s) {', '.join(map(repr, missing))} without a "
+            "default, and the batch does not have them: add them to the DataFrame"
         )
     return WritePlan(
         columns=tuple(f.name for f in input_schema),

@@ -22,7 +22,13 @@ from connectors.core.errors import BadInputError, ConfigurationError
 from connectors.postgres._config import PostgresOptions, TableName
 from connectors.postgres._errors import raise_translated
 from connectors.postgres._ledger import DriverConnection
-from connectors.postgres._types import Column, WritePlan, ddl_type, plan_write
+from connectors.postgres._types import (
+    Column,
+    WritePlan,
+    check_column_names,
+    ddl_type,
+    plan_write,
+)
 
 __all__ = ["OPERATOR_TABLE", "check_max_prepared", "plan_table", "read_columns"]
 
@@ -69,6 +75,11 @@ def plan_table(
         raise ConfigurationError("PostgresSink.operator(...) settles transactions; it "
                                  "cannot write: create a PostgresSink with a table",
                                  sink_id=sink_id)
+    try:
+        check_column_names(schema, str(table))
+    except BadInputError as exc:
+        exc.sink_id = sink_id
+        raise
     with db.lock:
         conn = db.get()
 
@@ -90,7 +101,8 @@ def plan_table(
     missing_keys = [k for k in options.key_columns if k not in plan.columns]
     if missing_keys:
         raise BadInputError(
-            f"key column(s) {', '.join(missing_keys)} are not in the batch",
+            f"key column(s) {', '.join(map(repr, missing_keys))} are not in the batch (its "
+            f"columns: {', '.join(map(repr, plan.columns))}); names are matched exactly",
             sink_id=sink_id,
         )
     return plan
