@@ -22,6 +22,7 @@ from connectors.core.ledger import TaskCommit
 from connectors.kafka._base import KafkaSinkBase
 from connectors.kafka._records import (
     RecordLimits,
+    bad_topic,
     check_schema,
     merge_topics,
     partition_beyond,
@@ -89,6 +90,9 @@ class InputChecks(KafkaSinkBase):
                 merge_topics(topics, json.loads(outcome.commit.payload))
         admin = self._admin_client()
         for topic, top in sorted(topics.items()):
+            problem = bad_topic(topic) if topic != self.options.topic else None
+            if problem is not None:  # before any metadata request names it
+                raise BadInputError(problem, sink_id=self.sink_id, batch_id=batch_id)
             partitions = self.known_topics.get(topic)
             if partitions is None:
                 info = admin.topic(topic)

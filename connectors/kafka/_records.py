@@ -14,12 +14,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.core.errors import BadInputError
+from connectors.core.errors import BadInputError, ConfigurationError
 from connectors.kafka._batch import BatchProducer, has_public_batch
+from connectors.kafka._config import validate_topic
 from connectors.kafka._native_produce import NativeProducer, attach
 from connectors.kafka._placement import MURMUR2_PARTITIONERS
 
-__all__ = ["PRODUCE_PATHS", "RecordLimits", "check_schema", "fast_producer",
+__all__ = ["PRODUCE_PATHS", "RecordLimits", "bad_topic", "check_schema", "fast_producer",
            "partition_beyond", "produce_batch", "record_sizes", "scan_batch"]
 
 #: The paths a record can take into librdkafka (the ``produce_path`` of a slot's outcome;
@@ -142,6 +143,19 @@ def quote(value: Any) -> str:
     return f"{head!r}{more}"
 
 
+def bad_topic(topic: str) -> str | None:
+    """The message for a ``topic`` column value Kafka would refuse as a topic name (checked
+    before anything is produced, so that the error names the rule rather than a metadata
+    failure), or ``None``."""
+    try:
+        validate_topic(topic)
+    except ConfigurationError:
+        return (f"the 'topic' column holds {topic[:300]!r}, which is not a valid Kafka topic "
+                "name (1-249 characters of A-Z, a-z, 0-9, '.', '_' and '-', not '.' or "
+                "'..'): fix or filter those rows")
+    return None
+
+
 def describe_record(batch: pa.RecordBatch, index: int) -> str:
     """`` (key ..., value ...)`` of record ``index`` (``values_in_errors=True`` only)."""
     names = batch.schema.names
@@ -195,6 +209,9 @@ def scan_batch(
         grouped = table.group_by("t").aggregate([("p", "max")])
         for t, p in zip(grouped.column("t").to_pylist(), grouped.column("p_max").to_pylist(),
                         strict=True):
+            problem = bad_topic(str(t))
+            if problem is not None:
+                raise error(problem)
             topics[str(t)] = -1 if p is None else int(p)
     return BatchScan(n, max_size, topics)
 

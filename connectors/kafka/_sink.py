@@ -187,8 +187,10 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
         try:
             self.options = KafkaOptions(
                 topic=topic,
-                marker_topic=marker_topic or f"_connectors.{self.sink_id}.markers",
-                ledger_topic=ledger_topic or f"_connectors.{self.sink_id}.ledger",
+                marker_topic=(marker_topic if marker_topic is not None
+                              else f"_connectors.{self.sink_id}.markers"),
+                ledger_topic=(ledger_topic if ledger_topic is not None
+                              else f"_connectors.{self.sink_id}.ledger"),
                 create_topic=bool(create_topic),
                 topic_partitions=topic_partitions,
                 replication_factor=replication_factor,
