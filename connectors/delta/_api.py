@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from connectors.spark._binding import is_connect
+from connectors.spark._names import quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -95,7 +96,7 @@ def merge(session: SparkSession, location: str, source: DataFrame, keys: list[st
     """``MERGE`` ``source`` into the table on ``keys`` (null-safe equality): update every
     column of a matched row, insert the others. The commit's session settings (its tag,
     the txn id) are the caller's."""
-    condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+    condition = " AND ".join(f"t.{quoted(k)} <=> s.{quoted(k)}" for k in keys)
     if not is_connect(session):
         from delta.tables import DeltaTable
 

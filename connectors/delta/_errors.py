@@ -80,6 +80,16 @@ _TABLE: tuple[_Rule, ...] = (
         ("currentField", "updateField", "currentDataType", "updateDataType", "targetCol"),
     ),
     _Rule(
+        ("DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES", "DELTA_INVALID_CHARACTERS_IN_COLUMN_NAME"),
+        (),
+        BadInputError,
+        "a column name holds one of ' ,;{}()\\n\\t=' (a space, for one), which Delta allows "
+        "only in a table with column mapping: rename the column in the query (e.g. "
+        "df.withColumnRenamed), or create the table first with TBLPROPERTIES "
+        "('delta.columnMapping.mode' = 'name') (docs/delta.md, \"Column names\")",
+        ("invalidColumnNames", "columnName"),
+    ),
+    _Rule(
         ("DELTA_MISSING_DELTA_TABLE", "DELTA_PATH_DOES_NOT_EXIST", "DELTA_TABLE_NOT_FOUND",
          "PATH_NOT_FOUND", "TABLE_OR_VIEW_NOT_FOUND"),
         (),

@@ -130,6 +130,17 @@ def check_batch(
                    "columns to the table"),
                 sink_id=sink_id,
             )
+    names = [*batch_schema.fieldNames(), *(table_schema.fieldNames() if table_schema else [])]
+    ticked = list(dict.fromkeys(n for n in names if "`" in n)) if merge_on else []
+    if ticked:  # Delta 4.4 quotes names without escaping in UPDATE SET * / INSERT *
+        raise BadInputError(
+            f"column(s) {', '.join(map(repr, ticked))} of the batch or the table hold a "
+            "backtick, which Delta's MERGE "
+            "cannot handle (its UPDATE SET * / INSERT * fail with "
+            "INVALID_ATTRIBUTE_NAME_SYNTAX): rename them in the query (e.g. "
+            "df.withColumnRenamed), or append without merge_on",
+            sink_id=sink_id,
+        )
     missing_keys = [k for k in merge_on if k not in batch_schema.fieldNames()]
     if missing_keys:
         raise BadInputError(

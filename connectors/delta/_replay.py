@@ -34,6 +34,7 @@ from connectors.delta._fingerprint import fingerprint_now
 from connectors.delta._history import Commit
 from connectors.delta._table import local_path
 from connectors.delta._writer import dedupe_by_key
+from connectors.spark._names import quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -116,7 +117,7 @@ def committed_fingerprint(
         missing = [f.name for f in data_cols if f.name.lower() not in present]
         if missing:
             raise Unreadable(f"the commit's files have no column(s) {missing}")
-        selected = [F.col(f"`{present[f.name.lower()]}`").cast(f.dataType).alias(f.name)
+        selected = [F.col(quoted(present[f.name.lower()])).cast(f.dataType).alias(f.name)
                     for f in data_cols]
         if part_cols:
             order = sorted(part_cols)
@@ -133,7 +134,7 @@ def committed_fingerprint(
             by_name = {k: F.col(f"__p{i}") for i, k in enumerate(order)}
             shaped = files.select(*[
                 (by_name[f.name.lower()].cast(f.dataType) if f.name.lower() in by_name
-                 else F.col(f"`{f.name}`")).alias(f.name)
+                 else F.col(quoted(f.name))).alias(f.name)
                 for f in like.schema.fields
             ])
         else:

@@ -17,6 +17,7 @@ from connectors.core.ledger import BATCH_JOB_QUERY_ID
 from connectors.delta._errors import translate
 from connectors.delta._meta import CommitTag
 from connectors.delta._options import Mode
+from connectors.spark._names import quoted
 from connectors.spark.batch import has_map
 
 if TYPE_CHECKING:
@@ -62,11 +63,11 @@ def dedupe_by_key(df: DataFrame, keys: Sequence[str]) -> DataFrame:
     for f in df.schema.fields:
         if f.name in keys:
             continue
-        col = F.col(f"`{f.name}`")
+        col = F.col(quoted(f.name))
         order.append((F.to_json(F.struct(col)) if has_map(f.dataType) else col).desc_nulls_last())
     if not order:
         return df.dropDuplicates(list(keys))
-    window = Window.partitionBy(*[F.col(f"`{k}`") for k in keys]).orderBy(*order)
+    window = Window.partitionBy(*[F.col(quoted(k)) for k in keys]).orderBy(*order)
     return df.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1).drop(_RANK)
 
 

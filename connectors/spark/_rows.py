@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import ROW_HASH_COLUMN, Fingerprint
+from connectors.spark._names import quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -128,7 +129,7 @@ def row_hash(df: DataFrame) -> Column:
 
     check_columns(df)
     fields = df.schema.fields
-    cols = [F.to_json(F.col(f"`{f.name}`")) if has_map(f.dataType) else F.col(f"`{f.name}`")
+    cols = [F.to_json(F.col(quoted(f.name))) if has_map(f.dataType) else F.col(quoted(f.name))
             for f in fields]
     return F.xxhash64(F.lit(len(cols)), *cols)
 
@@ -188,10 +189,10 @@ def placement_columns(spark: Any, content: list[str] | None,
         if key is None:
             if content is None:
                 return [F.col(ROW_HASH_COLUMN)]
-            return [F.col(f"`{c}`") for c in content]
+            return [F.col(quoted(c)) for c in content]
         by_content = (F.col(ROW_HASH_COLUMN) if content is None
-                      else F.hash(*[F.col(f"`{c}`") for c in content]))
-        k = F.col(f"`{key}`")
+                      else F.hash(*[F.col(quoted(c)) for c in content]))
+        k = F.col(quoted(key))
         return [F.when(k.isNull(), by_content).otherwise(F.xxhash64(k))]
 
     return per_spark(spark, placement_id(content, key), build)
