@@ -79,7 +79,9 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
 
     Args:
         topic: the topic to write, or ``None`` to take each record's topic from a ``topic``
-            column (a given topic wins over the column, as in Spark's sink).
+            column (a given topic wins over the column, as in Spark's sink). Topic names are
+            Kafka's 1-249 characters of ``A-Za-z0-9._-``: others are refused at construction
+            or, from the column, per batch before anything is produced.
         config: librdkafka producer config (``bootstrap.servers``, security settings,
             ``transaction.timeout.ms``, ``linger.ms``, ...). The sink owns
             ``transactional.id``, ``enable.idempotence`` and ``acks``. Secret values never
