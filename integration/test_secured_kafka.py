@@ -83,14 +83,15 @@ def test_sasl_ssl_source_and_sink_killed_at_crash_point_and_at_random_are_exact(
     tmp_path: Path, kafka_sasl: KafkaSasl, secrets_env: dict[str, Any]
 ) -> None:
     """Kafka source to KafkaSink, both over SASL_SSL as least-privilege users: SIGKILL at
-    after_decision (batch 1), then at a random moment; the topic ends exact."""
+    before_decision (batch 1: every slot committed, the ledger not told), then at a
+    random moment; the topic ends exact."""
     target = _target(kafka_sasl, "kill")
     target.create()
     try:
         job = SaslJob(tmp_path, target, kafka_sasl)
-        first = job.run(crash=f"{CrashPoint.AFTER_DECISION.value}:batch=1")
+        first = job.run(crash=f"{CrashPoint.BEFORE_DECISION.value}:batch=1")
         assert first.returncode == -9, first.tail()
-        assert job.reached(CrashPoint.AFTER_DECISION, 1), reached(job.crash_log)
+        assert job.reached(CrashPoint.BEFORE_DECISION, 1), reached(job.crash_log)
         kill_at_random(job, progress=lambda: len(job.ledger()), runs=1, max_delay=1.5,
                        seed=SEED, check=_ok)
         target.assert_exact(job.total)
