@@ -82,6 +82,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "s3_service" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.s3)
+        # ... and those of the secured listeners (TLS, SASL_SSL), likewise
+        if {"pg_tls", "kafka_sasl"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.secured)
 
 
 def s3_hadoop_confs() -> dict[str, str]:

@@ -21,6 +21,7 @@ test asserts that .ci/run still contains each of them.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import sys
@@ -62,6 +63,9 @@ class Page:
     env: dict[str, str]
     secrets: list[str]
     outputs: dict[str, sn.Run] = field(default_factory=dict)
+    #: What the checks of docs/security.md read with (never given to the blocks): the
+    #: PostgreSQL superuser's conninfo and Kafka's PLAINTEXT (super user) bootstrap.
+    admin: dict[str, str] = field(default_factory=dict)
 
     @property
     def work(self) -> Path:
@@ -159,6 +163,36 @@ def check_delta_merge(page: Page, run: sn.Run) -> None:
              [(k, k + 200) for k in range(100)], "the merged Delta table")
 
 
+def _no_secret(page: Page, run: sn.Run) -> None:
+    leaks = [n for n, s in enumerate(page.secrets) if s and s in run.stdout + run.stderr]
+    assert not leaks, f"secrets #{leaks} of the page's services in the block's output"
+
+
+def check_secure_payments(page: Page, run: sn.Run) -> None:
+    _no_secret(page, run)
+    assert "sslpassword=***" in run.stdout, run.stdout  # print(sink) masks the key's password
+    rows = sn.postgres_rows(page.admin["postgres"], "SELECT id, name FROM secure.payments")
+    sn.exact(rows, [(i, f"user-{i}") for i in range(300)], "secure.payments")
+    left = sn.postgres_rows(page.admin["postgres"],
+                            "SELECT gid FROM pg_prepared_xacts WHERE owner = 'eos_cert'")
+    assert left == [], f"prepared transactions left: {left}"
+
+
+def check_secure_status(page: Page, run: sn.Run) -> None:
+    _no_secret(page, run)
+    assert re.search(r"^secure-payments\s", run.stdout, re.M), run.stdout
+
+
+def check_secure_orders(page: Page, run: sn.Run) -> None:
+    from integration._kafka import read_all
+
+    _no_secret(page, run)
+    got = [json.loads(m.value or b"{}")["id"]
+           for m in read_all(page.admin["kafka"], page.env["EOS_SECURE_TOPIC"])]
+    sn.exact([(i,) for i in got], [(i,) for i in range(300)],
+             "the secured topic after the Kafka source over SASL_SSL")
+
+
 def no_target(page: Page, run: sn.Run) -> None:
     """A block that only defines code a later block of the page uses."""
 
@@ -194,6 +228,9 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/stopping.md", "graceful_stop.py"): Expect(check_delta_events),
     ("docs/connector-guide.md", "staged_files_sink.py"): Expect(no_target),
     ("docs/connector-guide.md", "test_staged_files_sink.py"): Expect(check_pytest_passed),
+    ("docs/security.md", "secure_postgres.py"): Expect(check_secure_payments),
+    ("docs/security.md", "bash#0"): Expect(check_secure_status),
+    ("docs/security.md", "secure_kafka.py"): Expect(check_secure_orders),
 }
 
 
@@ -317,6 +354,9 @@ def page_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Page]:
     env["PYTHONUNBUFFERED"] = "1"
     secrets: list[str] = []
     tag = uuid.uuid4().hex[:10]
+    if "EOS_POSTGRES_TLS_CONNINFO" in codes or "EOS_KAFKA_SASL_CONFIG" in codes:
+        yield from _secured_page(request, Page(doc, cwd, env, secrets), tag)
+        return
     if "EOS_KAFKA_BOOTSTRAP" in codes:
         env["EOS_KAFKA_BOOTSTRAP"] = request.getfixturevalue("kafka_bootstrap")
     if "EOS_POSTGRES_CONNINFO" in codes or any(b.lang == "sql" for b in BLOCKS if b.doc == doc):
@@ -327,6 +367,49 @@ def page_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Page]:
             yield Page(doc, cwd, env, secrets)
         return
     yield Page(doc, cwd, env, secrets)
+
+
+def _drop_secure_tables(admin: str) -> None:
+    from integration._pg import LEDGER_SUFFIXES
+
+    import psycopg
+
+    names = ["payments", *(f"eos_ledger{s}" for s in LEDGER_SUFFIXES)]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for gid, in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE owner = 'eos_cert' "
+                                 "AND gid LIKE '%secure-payments%'").fetchall():
+            conn.execute(f"ROLLBACK PREPARED '{gid}'")
+        for name in names:
+            conn.execute(f"DROP TABLE IF EXISTS secure.{name}")
+
+
+def _secured_page(request: pytest.FixtureRequest, page: Page, tag: str) -> Iterator[Page]:
+    """docs/security.md: the secured listeners' settings in the variables the page reads,
+    its topics made (and 300 input records), its tables dropped before and after."""
+    from integration import _secured
+    from integration._kafka import KafkaTarget
+
+    pg = request.getfixturevalue("pg_tls")
+    kafka = request.getfixturevalue("kafka_sasl")
+    page.env[_secured.ENV_POSTGRES_TLS_CONNINFO] = pg.cert_conninfo
+    page.env[_secured.ENV_KAFKA_SASL_CONFIG] = json.dumps(kafka.config)
+    page.env[_secured.ENV_KAFKA_SASL_READER_CONFIG] = json.dumps(kafka.reader_config)
+    page.secrets.extend(_secured.SECRETS)
+    page.admin.update(postgres=pg.admin_conninfo, kafka=kafka.plain_bootstrap)
+    target = KafkaTarget(kafka.plain_bootstrap, "docs", partitions=2)
+    target.topic = f"{_secured.SECURE_TOPIC_PREFIX}docs-{tag}"
+    target.sink_id = f"{_secured.SECURE_PREFIX}-docs-{tag}"
+    target.create()
+    source = target.create(f"{_secured.SECURE_INPUT_PREFIX}docs-{tag}", partitions=2)
+    target.produce_input(source, 300)
+    page.env.update(EOS_SECURE_TOPIC=target.topic, EOS_SECURE_INPUT=source,
+                    EOS_SECURE_SINK_ID=target.sink_id)
+    _drop_secure_tables(pg.admin_conninfo)
+    try:
+        yield page
+    finally:
+        target.cleanup()
+        _drop_secure_tables(pg.admin_conninfo)
 
 
 def _crash_reached(log: Path, spec: str, sink: str) -> bool:

@@ -23,7 +23,15 @@ import pytest
 from connectors import ConfigurationError, CrashPoint
 from connectors.kafka import KafkaSink
 from integration import _secured
-from integration._driver import REPO, SEED, DriverRun, KillJob, kill_at_random, reached
+from integration._driver import (
+    REPO,
+    SEED,
+    DriverRun,
+    KillJob,
+    kill_at_random,
+    reached,
+    run_cli,
+)
 from integration._fixtures_secured import KafkaSasl, grep_secrets
 from integration._kafka import KafkaTarget, _admin, ledger_batches, open_transactions
 
@@ -96,7 +104,12 @@ def test_sasl_ssl_source_and_sink_killed_at_crash_point_and_at_random_are_exact(
                        seed=SEED, check=_ok)
         target.assert_exact(job.total)
         assert set(job.ledger().values()) == {"COMMITTED"}, job.ledger()
-        leaks = grep_secrets(*job.outputs, paths=(job.root,))
+        # The operator CLI over SASL_SSL as the sink's user, its config from the variable.
+        code, status, err = run_cli("status", "--kafka-config-env",
+                                    _secured.ENV_KAFKA_SASL_CONFIG, "--sink-id", target.sink_id)
+        assert code == 0, (status, err)
+        assert target.sink_id in json.dumps(status), status
+        leaks = grep_secrets(*job.outputs, json.dumps(status), err, paths=(job.root,))
         assert not leaks, f"secrets in the output: {leaks}"
     finally:
         target.cleanup()

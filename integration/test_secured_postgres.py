@@ -12,6 +12,7 @@ services.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,15 @@ from psycopg import sql
 from connectors import CrashPoint
 from examples.stream_to_files import make_input_files
 from integration import _secured
-from integration._driver import REPO, SEED, DriverRun, KillJob, kill_at_random, reached
+from integration._driver import (
+    REPO,
+    SEED,
+    DriverRun,
+    KillJob,
+    kill_at_random,
+    reached,
+    run_cli,
+)
 from integration._fixtures_secured import PgTls, grep_secrets
 from integration._pg import DRIVER_PGOPTIONS, EVENTS_DDL, LEDGER_SUFFIXES, check_restart, token
 
@@ -145,7 +154,12 @@ def test_tls_role_driver_killed_at_crash_point_and_at_random_is_exact(
     kill_at_random(job, progress=lambda: len(target.ledger_states()), runs=1,
                    max_delay=1.5, seed=SEED, check=check_restart)
     target.assert_exact(job.total)
-    assert_no_secret(job)
+    # The operator CLI over TLS, the connection string from the variable (no argument).
+    code, status, err = run_cli("status", "--postgres-env", "EOS_POSTGRES_CONNINFO",
+                                "--ledger-table", target.ledger, "--sink-id", target.sink_id)
+    assert code == 0, (status, err)
+    assert target.sink_id in json.dumps(status), status
+    assert_no_secret(job, json.dumps(status), err)
 
 
 def _bad_run(tmp_path: Path, target: SecureTarget, conninfo: str,
@@ -190,6 +204,10 @@ def test_verify_full_against_another_ca_names_sslrootcert_then_exact_after_the_f
     job, bad = _bad_run(tmp_path, target, other, monkeypatch)
     assert "sslrootcert must name the CA" in bad.output, bad.tail()
     assert "CannotConnectError" in bad.output, bad.tail()
+    code, out, err = run_cli("status", "--postgres-env", "EOS_POSTGRES_CONNINFO",
+                             "--ledger-table", target.ledger, "--sink-id", target.sink_id)
+    assert code == 3 and "sslrootcert must name the CA" in err, (code, out, err)
+    job.outputs.append(f"{out}\n{err}")
     _fixed_run(job, target, monkeypatch, pg_tls.cert_conninfo)
 
 
@@ -199,3 +217,30 @@ def test_secured_role_cannot_use_plain_tcp(pg_tls: PgTls) -> None:
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(plain, connect_timeout=5).close()
     assert os.path.exists(pg_tls.tls.ca)
+
+
+def test_upsert_as_a_role_holding_insert_select_update(pg_tls: PgTls, spark: object) -> None:
+    """mode="upsert" needs INSERT, SELECT and UPDATE on the table (docs/security.md): as
+    the scram role with exactly those (and the schema's USAGE, CREATE for its ledger), a
+    batch job run twice over the same keys leaves the newest value of each."""
+    from connectors.postgres import PostgresSink
+
+    target = SecureTarget(pg_tls, role=_secured.PG_TLS_ROLE)
+    target.admin(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, name text)").format(
+        target._ident(target.name)))
+    target.admin(sql.SQL("GRANT INSERT, SELECT, UPDATE ON {} TO {}").format(
+        target._ident(target.name), sql.Identifier(target.role)))
+    try:
+        for run, suffix in ((0, "a"), (1, "b")):
+            rows = spark.range(50).selectExpr(  # type: ignore[attr-defined]
+                "id", f"CONCAT('user-', CAST(id AS STRING), '-{suffix}') AS name")
+            sink = PostgresSink(pg_tls.scram_conninfo, target.table, sink_id=target.sink_id,
+                                ledger_table=target.ledger, mode="upsert", key_columns=["id"])
+            sink(rows, run)
+            assert _secured.PG_TLS_PASSWORD not in repr(sink)
+        got = target.admin(sql.SQL("SELECT id, name FROM {} ORDER BY id").format(
+            target._ident(target.name)))
+        assert got == [(i, f"user-{i}-b") for i in range(50)], got[:5]
+        assert not target.prepared()
+    finally:
+        target.cleanup()
