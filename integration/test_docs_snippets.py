@@ -370,9 +370,9 @@ def page_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Page]:
 
 
 def _drop_secure_tables(admin: str) -> None:
-    from integration._pg import LEDGER_SUFFIXES
-
     import psycopg
+
+    from integration._pg import LEDGER_SUFFIXES
 
     names = ["payments", *(f"eos_ledger{s}" for s in LEDGER_SUFFIXES)]
     with psycopg.connect(admin, autocommit=True) as conn:
