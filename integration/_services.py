@@ -37,9 +37,19 @@ Command line (``scripts/services`` wraps this)::
     python3 -m integration._services restart [--only ...] [--mode fast|immediate] [--kill]
     python3 -m integration._services status [--only ...]
 
+Secured listeners beside the plain ones (:mod:`integration._secured`, certificates by
+:mod:`integration._tls` under ``<state>/tls``): PostgreSQL also over TLS, with the
+least-privilege roles ``eos_cert`` (client certificate) and ``eos_tls``
+(scram-sha-256), TLS only; Kafka with a ``SASL_SSL`` listener (SCRAM-SHA-512), the
+``StandardAuthorizer`` (``User:ANONYMOUS``, the PLAINTEXT listener, is a super user) and
+users holding exactly the sink's ACLs.
+
 ``start`` writes ``<repo>/.services.env`` (``EOS_POSTGRES_CONNINFO``,
 ``EOS_KAFKA_BOOTSTRAP``, ``EOS_S3_ENDPOINT``, ``EOS_S3_BUCKET``, ``EOS_S3_ACCESS_KEY``,
-``EOS_S3_SECRET_KEY``); ``stop`` removes it once nothing runs any more.
+``EOS_S3_SECRET_KEY``, and the secured listeners' ``EOS_POSTGRES_TLS_CONNINFO``,
+``EOS_POSTGRES_TLS_SCRAM_CONNINFO``, ``EOS_KAFKA_SASL_BOOTSTRAP``,
+``EOS_KAFKA_SASL_CONFIG``, ``EOS_KAFKA_SASL_READER_CONFIG``); ``stop`` removes it once
+nothing runs any more.
 
 From tests: :func:`start_postgres`, :func:`stop_postgres`, :func:`restart_postgres`,
 :func:`start_kafka`, :func:`stop_kafka`, :func:`restart_kafka`, :func:`start_s3`,
