@@ -244,3 +244,15 @@ def test_upsert_as_a_role_holding_insert_select_update(pg_tls: PgTls, spark: obj
         assert not target.prepared()
     finally:
         target.cleanup()
+
+
+def test_the_conninfos_own_options_reach_the_server_beside_the_sinks(pg_tls: PgTls) -> None:
+    """A user's ``options`` (``-c search_path=...``) is kept: the sink adds its
+    ``lock_timeout`` to it instead of replacing it."""
+    from connectors.postgres._config import Conninfo
+    from connectors.postgres._ledger import DriverConnection
+
+    conninfo = Conninfo(pg_tls.scram_conninfo + " options='-c search_path=secure'")
+    driver = DriverConnection(conninfo, 10, "sec-options", lock_timeout="7s")
+    assert driver.fetch("reading settings", "SHOW search_path") == [("secure",)]
+    assert driver.fetch("reading settings", "SHOW lock_timeout") == [("7s",)]

@@ -92,6 +92,20 @@ class Conninfo:
     def dbname(self) -> str | None:
         return self._params.get("dbname")
 
+    def options_with(self, settings: str) -> str:
+        """The connection's libpq ``options``: the conninfo's own (``-c search_path=...``),
+        then the sink's ``settings``, which win for a setting both name. (Passed alone,
+        the sink's would replace the user's: a keyword argument of ``psycopg.connect``
+        overrides the same keyword of the conninfo.)
+
+        Example::
+
+            >>> Conninfo("host=h options='-c search_path=app'").options_with("-c x=1")
+            '-c search_path=app -c x=1'
+        """
+        own = self._params.get("options", "").strip()
+        return f"{own} {settings}" if own else settings
+
     def redacted(self) -> str:
         """The connection parameters with every secret replaced by ``***``."""
         params = {k: MASK if is_secret_keyword(k) else v for k, v in self._params.items()}

@@ -69,7 +69,7 @@ class DriverConnection:
                     application_name=f"connectors-driver:{self.sink_id}",
                     # A wait on a lock (another driver's lease, DDL) fails as retriable
                     # instead of hanging the query.
-                    options=f"-c lock_timeout={self.lock_timeout}",
+                    options=self.conninfo.options_with(f"-c lock_timeout={self.lock_timeout}"),
                 )
 
             self._conn = raise_translated(connect, lambda exc: self.error(

@@ -92,7 +92,8 @@ class TaskWriter:
                 self.conninfo.secret,
                 autocommit=True,  # the task's SQL says BEGIN and PREPARE TRANSACTION itself
                 connect_timeout=self.options.connect_timeout,
-                options=f"-c lock_timeout={self.options.lock_timeout}",
+                options=self.conninfo.options_with(
+                    f"-c lock_timeout={self.options.lock_timeout}"),
                 application_name=f"connectors-task:{self.sink_id}",
             )
 
