@@ -103,7 +103,7 @@ def test_the_test_server_answers_in_german_and_errors_go_by_sqlstate(
             conn.execute("SELECT 1 / 0")
     exc = info.value
     assert exc.sqlstate == "22012"
-    err = translate(exc, doing="dividing", password=None)
+    err = translate(exc, doing="dividing")
     assert "SQLSTATE 22012" in str(err) and "durch Null" not in str(err)  # no server text
     if str(lc_messages).startswith("de_DE"):
         assert exc.diag.message_primary == "Division durch Null", exc.diag.message_primary
