@@ -28,7 +28,12 @@ from connectors.postgres._redact import redact, secret_keywords
 ONE, TWO = "Alpha9Zq", "Beta7Wk"
 PLAIN = f"{ONE}-{TWO}"
 QUOTED = f"{ONE} {TWO}'x"  # written 'Alpha9Zq Beta7Wk\'x'
-KEYS = sorted(secret_keywords())
+#: The secret keywords this libpq parses: an older one (the oldest psycopg[binary] the
+#: project supports) lacks oauth_client_secret and scram_*_key, and refuses a conninfo
+#: naming them. The conninfo forms use these; ``redact`` is tested on every secret keyword
+#: in text (test_redact_masks_every_secret_keyword_in_text).
+LIBPQ_KEYWORDS = frozenset(o.keyword.decode() for o in psycopg.pq.Conninfo.get_defaults())
+KEYS = sorted(k for k in secret_keywords() if k in LIBPQ_KEYWORDS)
 BASE = "host=127.0.0.1 port=1 user=u dbname=db connect_timeout=2 sslmode=disable"
 URI = "postgresql://u{userinfo}@127.0.0.1:1/db?connect_timeout=2&sslmode=disable"
 
@@ -161,3 +166,12 @@ def test_short_values_are_masked_where_they_have_a_key() -> None:
     assert info.redact("password=pw1 sslpassword='ab'") == "password=*** sslpassword=***"
     with pytest.raises(ConfigurationError):
         Conninfo("password=pw1 host")  # not a conninfo: the message does not quote it
+
+
+@pytest.mark.parametrize("key", sorted(secret_keywords()))
+def test_redact_masks_every_secret_keyword_in_text(key: str) -> None:
+    """Also those this libpq does not know (a newer server's client may write them)."""
+    for text in (f"{BASE} {key}={PLAIN}", f"{key} = {PLAIN} {BASE}",
+                 f"{BASE} {key}='{ONE} {TWO}'",
+                 URI.format(userinfo="") + f"&{key}={quote(QUOTED, safe='')}"):
+        assert_clean(redact(f"invalid connection string {text}"))
