@@ -229,3 +229,15 @@ def test_acl_denying_creation_of_the_internal_topics_names_the_acl_or_precreatio
 def test_the_sasl_config_of_the_services_is_a_json_object(kafka_sasl: KafkaSasl) -> None:
     assert kafka_sasl.config["security.protocol"] == "SASL_SSL"
     assert json.loads(json.dumps(kafka_sasl.config)) == kafka_sasl.config
+
+
+def test_without_describe_configs_a_too_long_transaction_timeout_is_still_named(
+    spark: Any, refused: KafkaTarget, kafka_sasl: KafkaSasl, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The sink's ACLs hold no DESCRIBE_CONFIGS: the driver cannot read the broker's
+    transaction.max.timeout.ms (a warning names the ACL), so the producers' start refuses
+    a longer transaction.timeout.ms, in a ConfigurationError naming both settings."""
+    config, _ = _user(kafka_sasl, refused, set())
+    long = {**config, "transaction.timeout.ms": "3600000"}
+    _run_refused(spark, refused, long, capfd, "transaction.max.timeout.ms")
+    _exact_after_fix(spark, refused, config)

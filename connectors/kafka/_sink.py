@@ -260,12 +260,13 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
         broker, brokers = self._admin_client().broker_config()
         if brokers <= DENSE_MAX_BROKERS:
             self.config = self.config.with_default("enable.sparse.connections", False)
-        # Unreadable (no DESCRIBE_CONFIGS on the cluster): Kafka's default maximum; a larger
-        # transaction.timeout.ms then fails the producers' start (INVALID_TRANSACTION_TIMEOUT,
+        # Unreadable (no DESCRIBE_CONFIGS on the cluster): not checked here; a value above
+        # the broker's maximum then fails the producers' start (INVALID_TRANSACTION_TIMEOUT,
         # a ConfigurationError naming it too).
-        limit = int((broker or {}).get("transaction.max.timeout.ms", 900_000))
+        limit = (None if broker is None
+                 else int(broker.get("transaction.max.timeout.ms", 900_000)))
         mine = self.options.transaction_timeout_ms
-        if mine > limit:
+        if limit is not None and mine > limit:
             raise ConfigurationError(
                 f"transaction.timeout.ms={mine} is above the broker's transaction.max.timeout.ms"
                 f"={limit}: every slot's producer would fail to start. Lower "
