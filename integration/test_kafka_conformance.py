@@ -1,9 +1,9 @@
 """KafkaSink passes the same conformance suite as the in-memory sinks, on a real broker.
 
-Run with ``barrier=False`` (and ``barrier=True`` too with ``EOS_WIDE_MATRIX=1``: the
-in-process engine has no barrier, so it runs the same paths). Tasks run in-process (``LocalBatch``:
-simulated retries and speculative attempts, task-side crash points fire in-process; its
-tasks carry no barrier, so with ``barrier=True`` each slot commits without ``allGather``),
+Run with ``barrier=False`` and ``barrier=True``. Tasks run in-process (``LocalBatch``:
+simulated retries and speculative attempts, task-side crash points fire in-process; a
+barrier stage runs its tasks at once, in threads, sharing a real barrier, so with
+``barrier=True`` the slots align with ``allGather`` and a failed slot fails the stage),
 the transactions, markers and ledger are real Kafka ones. The kit's rows
 ``(batch, seq, payload)`` become records: ``value`` the row as JSON, ``key``
 ``"<batch>-<seq>"``; a ``read_committed`` consumer decodes them back.
@@ -12,7 +12,6 @@ the transactions, markers and ledger are real Kafka ones. The kit's rows
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,8 +26,8 @@ from connectors.testing import LocalBatch, SinkConformanceTests, SinkHarness, ba
 from integration._kafka import KafkaTarget, read_all, wait_no_open_transactions
 
 pytestmark = pytest.mark.integration
-#: barrier=True adds no path in-process (LocalBatch tasks carry no barrier): wide only.
-BARRIERS = [False, True] if os.environ.get("EOS_WIDE_MATRIX") == "1" else [False]
+#: Both modes: LocalBatch runs a barrier stage's tasks at once with a real barrier.
+BARRIERS = [False, True]
 
 #: How long ``lingering_transactions`` waits for late commit/abort markers (seconds).
 LINGER_BOUND_S = 5.0

@@ -3,8 +3,8 @@ underscored topic and sink id work (the sink creates the topic, a ``read_committ
 consumer sees each record once); a ``topic`` column naming a topic Kafka cannot have is
 refused with an error naming the rule before anything is produced (``barrier=False``: the
 driver's check before any slot runs; with ``barrier=True`` every slot runs the same check,
-``scan_batch``, before it produces: unit-tested with the rule itself in
-``tests/kafka/test_kafka_names.py``; in-process ``LocalBatch`` tasks carry no barrier).
+``scan_batch``, before it produces, and a slot that fails it fails the barrier stage: the
+other slot aborts instead of committing).
 
 Batches are :class:`~connectors.testing.LocalBatch` (no Spark).
 """
@@ -45,18 +45,19 @@ def records(ids: range, topics: list[str] | None = None) -> pa.Table:
     return pa.table(cols)
 
 
+@pytest.mark.parametrize("barrier", [False, True], ids=["no-barrier", "barrier"])
 def test_odd_but_legal_names_work_and_an_illegal_topic_column_is_refused(
-    kafka: KafkaTarget,
+    kafka: KafkaTarget, barrier: bool,
 ) -> None:
     config = {"bootstrap.servers": kafka.bootstrap}
     sink = KafkaSink(kafka.topic, config, sink_id=kafka.sink_id, slots=2, create_topic=True,
-                     topic_partitions=2)
+                     topic_partitions=2, barrier=barrier)
     try:
         sink.write_batch(LocalBatch(records(range(50)), partitions=2), 0)
     finally:
         sink.close()
     kafka.assert_exact(50)
-    column = KafkaSink(None, config, sink_id=kafka.sink_id, slots=2)
+    column = KafkaSink(None, config, sink_id=kafka.sink_id, slots=2, barrier=barrier)
     topics = [kafka.topic] * 30 + ["bad topic!"] + [kafka.topic] * 9
     try:
         with pytest.raises(BadInputError, match=(

@@ -8,6 +8,7 @@ in milliseconds. (The integration tests prove the same on real Spark, ``local[N,
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,11 @@ class LocalBatch(BatchInput):
             one; its outcome is discarded, as Spark discards the slower attempt's.
         max_failures: attempts per partition before the "job" fails (like
             ``spark.task.maxFailures``).
+
+    ``run_tasks(fn, barrier=True)`` runs a barrier stage as Spark does: every task at once
+    (a thread each) with a real :class:`~connectors.core.batch.TaskBarrier`; a failed task
+    fails the stage attempt (the others' ``all_gather`` raises ``BrokenBarrierError``) and
+    the whole stage runs again.
         spark: a SparkSession, for a sink that writes the batch's DataFrame itself (a
             driver-commit sink such as DeltaSink): :attr:`spark_df` is then the same rows
             as a DataFrame of that session (tasks still run in-process).
@@ -126,6 +132,8 @@ class LocalBatch(BatchInput):
             raise SimulatedTaskFailure(f"simulated failure of a task of partition {partition}")
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
+        if barrier:
+            return self._run_barrier_stage(fn)
         outcomes = []
         for p in range(len(self._partitions)):
             attempt = 0
@@ -148,6 +156,79 @@ class LocalBatch(BatchInput):
                 fn(spec, self._input(p, False))  # its result is discarded, like Spark's
                 self.attempts.append(Attempt(p, attempt + 1, spec.task_attempt_id, "speculative"))
         return outcomes
+
+    def _run_barrier_stage(self, fn: TaskFunction) -> list[TaskOutcome]:
+        """Spark's barrier execution mode: every partition's task at once (a thread each),
+        sharing one :class:`~connectors.core.batch.TaskBarrier`. A failed task fails the
+        stage attempt: the others' barrier waits break (Spark kills them) and the whole
+        stage runs again, for a :class:`SimulatedTaskFailure` (``fail_first_attempt``); any
+        other error is raised. ``speculate``: see :meth:`_speculate_barrier`."""
+        for attempt in range(self.max_failures):
+            outcomes, errors = self._barrier_attempt(fn, attempt)
+            causes = [e for e in errors
+                      if e is not None and not isinstance(e, threading.BrokenBarrierError)]
+            if not any(errors):
+                self._speculate_barrier(fn, attempt + 1)
+                return [o for o in outcomes if o is not None]
+            cause = causes[0] if causes else next(e for e in errors if e is not None)
+            if not isinstance(cause, SimulatedTaskFailure) or attempt + 1 >= self.max_failures:
+                raise cause
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _speculate_barrier(self, fn: TaskFunction, attempt: int) -> None:
+        """``speculate``: after the accepted stage, the chosen partitions run once more, as
+        a stage of their own (results discarded). Spark does not speculate barrier stages;
+        these extra attempts stand for any late duplicate a sink must not let commit (they
+        see a barrier of fewer tasks than the slots, like a partly resubmitted stage)."""
+        chosen = sorted(self.speculate)
+        if not chosen:
+            return
+        stage = _LocalStage(len(chosen))
+        infos = [TaskInfo(p, attempt, _new_task_attempt_id(), barrier=stage.task(i))
+                 for i, p in enumerate(chosen)]
+
+        def run(info: TaskInfo) -> None:
+            try:
+                fn(info, self._input(info.partition, False))
+            except BaseException:  # a discarded attempt's failure, like Spark's
+                stage.abort()
+
+        threads = [threading.Thread(target=run, args=(info,), daemon=True) for info in infos]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.attempts += [Attempt(i.partition, attempt, i.task_attempt_id, "speculative")
+                          for i in infos]
+
+    def _barrier_attempt(self, fn: TaskFunction, attempt: int
+                         ) -> tuple[list[TaskOutcome | None], list[BaseException | None]]:
+        """One attempt of a barrier stage: every task in a thread of its own; the outcome
+        or the error of each."""
+        count = len(self._partitions)
+        stage = _LocalStage(count)
+        outcomes: list[TaskOutcome | None] = [None] * count
+        errors: list[BaseException | None] = [None] * count
+        infos = [TaskInfo(p, attempt, _new_task_attempt_id(), barrier=stage.task(p))
+                 for p in range(count)]
+
+        def run(p: int) -> None:
+            fail = attempt == 0 and p in self.fail_first_attempt
+            try:
+                outcomes[p] = fn(infos[p], self._input(p, fail))
+            except BaseException as exc:  # the stage attempt's failure
+                errors[p] = exc
+                stage.abort()
+
+        threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for p, info in enumerate(infos):
+            self.attempts.append(Attempt(p, attempt, info.task_attempt_id,
+                                         "failed" if errors[p] else "accepted"))
+        return outcomes, errors
 
     def slotted(self, slots: int, columns: list[str] | None = None, *,
                 key: str | None = None, local_rows: int = 0) -> LocalBatch:
@@ -179,3 +260,42 @@ class LocalBatch(BatchInput):
     def to_arrow(self) -> pa.Table:
         batches = [b for p in self._partitions for b in p]
         return pa.Table.from_batches(batches, schema=self._schema)
+
+
+class _LocalStage:
+    """One attempt of a barrier stage of :class:`LocalBatch`: its tasks' barrier."""
+
+    #: A task that waits longer has a partner that hangs: the stage fails instead.
+    TIMEOUT_S = 120.0
+
+    def __init__(self, tasks: int) -> None:
+        self.tasks = tasks
+        self._barrier = threading.Barrier(tasks)
+        self._messages = [""] * tasks
+
+    def abort(self) -> None:
+        self._barrier.abort()
+
+    def task(self, partition: int) -> _LocalTaskBarrier:
+        return _LocalTaskBarrier(self, partition)
+
+    def all_gather(self, partition: int, message: str) -> list[str]:
+        self._messages[partition] = message
+        self._barrier.wait(self.TIMEOUT_S)  # every message written
+        messages = list(self._messages)
+        self._barrier.wait(self.TIMEOUT_S)  # every copy taken: the next round may write
+        return messages
+
+
+class _LocalTaskBarrier:
+    """What one task of a :class:`_LocalStage` sees (Spark's ``BarrierTaskContext``)."""
+
+    def __init__(self, stage: _LocalStage, partition: int) -> None:
+        self._stage = stage
+        self._partition = partition
+
+    def tasks(self) -> int:
+        return self._stage.tasks
+
+    def all_gather(self, message: str) -> list[str]:
+        return self._stage.all_gather(self._partition, message)
