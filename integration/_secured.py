@@ -205,7 +205,6 @@ def sink_acls(user: str, sink_prefix: str, topic_prefix: str) -> list[tuple[str,
         ("TOPIC", internal, "CREATE"),
         ("TRANSACTIONAL_ID", f"eos1|{sink_prefix}", "WRITE"),
         ("TRANSACTIONAL_ID", f"eos1|{sink_prefix}", "DESCRIBE"),
-        ("CLUSTER", "kafka-cluster", "IDEMPOTENT_WRITE"),
     ]
 
 

@@ -60,7 +60,8 @@ def _grant(code: int, sink_id: object) -> str:
                 f"{prefix!r} (kafka-acls --resource-pattern-type prefixed "
                 f"--transactional-id '{prefix}' --operation Write --operation Describe)")
     if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-        return "Grant the sink's principal IDEMPOTENT_WRITE on the cluster"
+        return ("Grant the sink's principal IDEMPOTENT_WRITE on the cluster (brokers before "
+                "Kafka 3.0; later ones need only WRITE on its transactional ids)")
     return ("Grant the sink's principal WRITE and DESCRIBE on every topic it writes, and "
             "READ, WRITE and DESCRIBE on its internal topics (_connectors.<sink_id>.markers "
             "and .ledger); see docs/kafka.md, section 7")
