@@ -15,20 +15,15 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
 from integration import _secured, _services
+from integration._fixtures_services import _unavailable
 from integration._tls import TlsFiles
 
 __all__ = ["KafkaSasl", "PgTls", "kafka_sasl", "pg_tls"]
-
-
-def _unavailable(message: str) -> NoReturn:
-    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-        pytest.fail(f"{message} (CI=true: a missing service is a failure)", pytrace=False)
-    pytest.skip(message)
 
 
 def _value(name: str) -> str:
@@ -80,21 +75,8 @@ class KafkaSasl:
 
     def add_user(self, user: str, password: str, acls: list[tuple[str, str, str]]) -> None:
         """A SCRAM user holding ``acls`` (see :func:`integration._secured.sink_acls`)."""
-        from confluent_kafka.admin import (
-            AdminClient,
-            ScramCredentialInfo,
-            ScramMechanism,
-            UserScramCredentialUpsertion,
-        )
-
-        admin = AdminClient({"bootstrap.servers": self.plain_bootstrap})
-        upsert = UserScramCredentialUpsertion(
-            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode())
-        for future in admin.alter_user_scram_credentials([upsert]).values():
-            future.result()
-        if acls:
-            for future in admin.create_acls(_secured.acl_bindings(user, acls)).values():
-                future.result()
+        _secured.add_users(self.plain_bootstrap, [(user, password)],
+                           _secured.acl_bindings(user, acls))
 
 
 def _tls_dir(ca: str) -> TlsFiles:

@@ -234,8 +234,10 @@ def acl_bindings(user: str, acls: list[tuple[str, str, str]]) -> list[Any]:
     return bindings
 
 
-def kafka_secure_setup(bootstrap: str, timeout: float = 60.0) -> None:
-    """Upsert the SCRAM users and create their ACLs (idempotent), over PLAINTEXT."""
+def add_users(bootstrap: str, users: list[tuple[str, str]], bindings: list[Any],
+              timeout: float = 60.0) -> None:
+    """Upsert SCRAM-SHA-512 ``(user, password)``s and create ACL ``bindings`` (from
+    :func:`acl_bindings`), idempotently, over the PLAINTEXT (super user) listener."""
     from confluent_kafka.admin import (
         AdminClient,
         ScramCredentialInfo,
@@ -246,15 +248,21 @@ def kafka_secure_setup(bootstrap: str, timeout: float = 60.0) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     upserts = [UserScramCredentialUpsertion(
         user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode())
-        for user, password in _scram_users()]
+        for user, password in users]
     for future in admin.alter_user_scram_credentials(
             upserts, request_timeout=timeout).values():
         future.result()
+    if bindings:
+        for future in admin.create_acls(bindings, request_timeout=timeout).values():
+            future.result()
+
+
+def kafka_secure_setup(bootstrap: str, timeout: float = 60.0) -> None:
+    """The services' SCRAM users and their ACLs (idempotent)."""
     bindings = acl_bindings(KAFKA_SINK_USER,
                             sink_acls(KAFKA_SINK_USER, SECURE_PREFIX, SECURE_TOPIC_PREFIX))
     bindings += acl_bindings(KAFKA_READER_USER, reader_acls())
-    for future in admin.create_acls(bindings, request_timeout=timeout).values():
-        future.result()
+    add_users(bootstrap, _scram_users(), bindings, timeout)
 
 
 def kafka_client_config(host: str, sasl_port: int, tls: TlsFiles, user: str,

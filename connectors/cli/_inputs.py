@@ -108,6 +108,14 @@ def _parse_settings(text: str, where: str) -> dict[str, Any]:
     return settings
 
 
+def _pair(flag: str, pair: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of a repeatable ``flag`` (the key stripped); the error shows no value."""
+    key, sep, value = pair.partition("=")
+    if not sep or not key.strip():
+        raise ConfigurationError(f"{flag} takes KEY=VALUE (an argument had no '=' or no key)")
+    return key.strip(), value
+
+
 def kafka_settings(pairs: Sequence[str], *, env: str | None, file: str | None,
                    environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The librdkafka settings of ``--kafka-config-file``, ``--kafka-config-env`` and
@@ -123,11 +131,7 @@ def kafka_settings(pairs: Sequence[str], *, env: str | None, file: str | None,
         settings.update(_parse_settings(_read("kafka-config", env, "", environ) or "",
                                         f"--kafka-config-env {env}"))
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigurationError("--kafka-config takes KEY=VALUE (an argument had no "
-                                     "'=' or no key)")
-        key = key.strip()
+        key, value = _pair("--kafka-config", pair)
         if is_secret_key(key):
             raise ConfigurationError(
                 f"--kafka-config {key}=... would put a secret on the command line, where "
@@ -145,11 +149,7 @@ def storage_options(pairs: Sequence[str]) -> dict[str, str]:
 
     options: dict[str, str] = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigurationError("--storage-option takes KEY=VALUE (an argument had no "
-                                     "'=' or no key)")
-        key = key.strip()
+        key, value = _pair("--storage-option", pair)
         if is_secret_option(key):
             raise ConfigurationError(
                 f"--storage-option {key}=... would put a secret on the command line, where "
