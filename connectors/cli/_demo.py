@@ -204,18 +204,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _confs(items: list[str]) -> list[str]:
     """``--conf`` items, checked: ``KEY=VALUE`` and no secret (they are on a command line)."""
-    from connectors.delta._store import is_secret_option
+    from connectors.spark._session import is_secret_conf
 
     for item in items:
         key, sep, _ = item.partition("=")
         if not sep or not key:
             raise ConfigurationError(f"--conf takes KEY=VALUE, not {item.split('=')[0]!r}")
-        if is_secret_option(key):
+        if is_secret_conf(key):
             raise ConfigurationError(
                 f"--conf {key}=... holds a secret, and a command line is visible to every "
-                "user of the machine: pass keys in the environment instead "
-                "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY: S3A's default credential chain "
-                "and the sink's ledger client read them)")
+                "user of the machine: pass it in the environment instead (object store "
+                "keys: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, which S3A's default "
+                "credential chain and the sink's ledger client read), or a Spark conf in "
+                "$SPARK_CONF_DIR/spark-defaults.conf, readable by you only")
     return items
 
 

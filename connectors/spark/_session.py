@@ -223,7 +223,7 @@ def _session_conf(
 _SECRET_WORDS = ("secret", "password", "passwd", "passphrase", "token", "jaas")
 
 
-def _secret_key(key: str) -> bool:
+def is_secret_conf(key: str) -> bool:
     """Whether ``key`` names a secret: a word containing secret, password, passphrase,
     token or jaas, or a word that is or ends in ``key`` (``access.key``, ``apikey``; not
     ``keystore.type``)."""
@@ -233,7 +233,7 @@ def _secret_key(key: str) -> bool:
 
 def _masked(settings: Mapping[str, str]) -> dict[str, str]:
     """``settings`` with the value of every secret-looking key replaced by ``***``."""
-    return {k: "***" if _secret_key(k) else v for k, v in settings.items()}
+    return {k: "***" if is_secret_conf(k) else v for k, v in settings.items()}
 
 
 def _ensure_python_exec() -> None:

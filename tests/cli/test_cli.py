@@ -9,6 +9,7 @@ import pytest
 
 from connectors.cli import _demo, build_parser, main
 from connectors.cli._model import EXIT_USAGE, render_table
+from connectors.core.errors import ConfigurationError
 
 
 def test_render_table_pads_columns() -> None:
@@ -78,3 +79,24 @@ def test_demo_empties_a_given_workdir(tmp_path: Path) -> None:
     assert list((tmp_path / "demo").iterdir()) == []
     fresh = tmp_path / "new" / "nested"
     assert _demo._workdir(str(fresh)).is_dir()
+
+
+@pytest.mark.parametrize("key", [
+    "spark.hadoop.fs.s3a.secret.key",
+    "spark.kafka.clusters.c1.kafka.sasl.jaas.config",
+    "spark.kafka.clusters.c1.kafka.ssl.key.password",
+    "spark.ssl.keyStorePassword",
+    "spark.hadoop.fs.azure.sas.token",
+])
+def test_demo_conf_refuses_every_secret_a_spark_conf_can_hold(key: str) -> None:
+    """A ``--conf`` value sits on a command line (``ps`` shows it): a JAAS config is a
+    secret as much as an S3 key (before, only the object-store words were refused)."""
+    with pytest.raises(ConfigurationError, match="holds a secret") as caught:
+        _demo._confs([f"{key}=hunter2"])
+    assert "hunter2" not in str(caught.value)
+
+
+def test_demo_conf_keeps_settings_that_are_not_secret() -> None:
+    items = ["spark.sql.shuffle.partitions=4",
+             "spark.kafka.clusters.c1.kafka.ssl.keystore.type=PEM"]
+    assert _demo._confs(items) == items
