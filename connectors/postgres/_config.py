@@ -10,7 +10,7 @@ import psycopg
 from psycopg import sql
 
 from connectors.core.errors import ConfigurationError
-from connectors.postgres._names import format_table_name, split_table_name
+from connectors.postgres._names import check_identifier, format_table_name, split_table_name
 from connectors.postgres._redact import (
     MASK,
     is_secret_keyword,
@@ -21,7 +21,7 @@ from connectors.postgres._redact import (
 
 __all__ = ["Conninfo", "PostgresOptions", "TableName", "redact"]
 
-Mode = Literal["append", "upsert"]
+Mode = Literal["append", "upsert", "changes"]
 _DURATION = re.compile(r"\d+(ms|s|min)?")
 
 #: Default lock wait inside a task: a prepared transaction keeps its row locks until the
@@ -169,19 +169,53 @@ class PostgresOptions:
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT
     reuse_connections: bool = True
 
+    op_column: str | None = None
+    sequence_column: str | None = None
+
     def __post_init__(self) -> None:
-        if self.mode not in ("append", "upsert"):
-            raise ConfigurationError(f"mode must be 'append' or 'upsert', not {self.mode!r}")
-        if self.mode == "upsert" and not self.key_columns:
+        if self.mode not in ("append", "upsert", "changes"):
             raise ConfigurationError(
-                "mode='upsert' needs key_columns: the columns of a unique index or primary "
-                "key of the table, e.g. key_columns=['user_id']"
+                f"mode must be 'append', 'upsert' or 'changes', not {self.mode!r}")
+        if self.mode in ("upsert", "changes") and not self.key_columns:
+            raise ConfigurationError(
+                f"mode={self.mode!r} needs key_columns: the columns of a unique index or "
+                "primary key of the table, e.g. key_columns=['user_id']"
             )
         if self.mode == "append" and self.key_columns:
-            raise ConfigurationError("key_columns only apply to mode='upsert'")
+            raise ConfigurationError(
+                "key_columns only apply to mode='upsert' or mode='changes'")
+        self._check_changes()
         if not _DURATION.fullmatch(self.lock_timeout):
             raise ConfigurationError(
                 f"lock_timeout {self.lock_timeout!r}: use PostgreSQL units such as '30s'"
             )
         if not isinstance(self.connect_timeout, int) or self.connect_timeout < 1:
             raise ConfigurationError("connect_timeout must be an int >= 1 (seconds)")
+
+    def _check_changes(self) -> None:
+        """``op_column`` and ``sequence_column``: both with ``mode="changes"``, else none."""
+        given = [n for n, v in (("op_column", self.op_column),
+                                ("sequence_column", self.sequence_column)) if v is not None]
+        if self.mode != "changes":
+            if given:
+                raise ConfigurationError(
+                    f"{' and '.join(given)} only apply to mode='changes' (a change stream "
+                    "of inserts, updates and deletes): pass mode='changes', or drop them")
+            return
+        if len(given) < 2:
+            raise ConfigurationError(
+                "mode='changes' needs op_column (the column of each change's operation: "
+                "'c'/'r'/'u'/'d' or a boolean deleted flag) and sequence_column (the "
+                "column that orders the changes of a key), e.g. op_column='op', "
+                "sequence_column='seq'")
+        op = check_identifier(self.op_column, "op_column")
+        seq = check_identifier(self.sequence_column, "sequence_column")
+        if op == seq:
+            raise ConfigurationError(
+                f"op_column and sequence_column are both {op!r}: name two columns")
+        for name, what in ((op, "op_column"), (seq, "sequence_column")):
+            if name in self.key_columns:
+                raise ConfigurationError(
+                    f"{what} {name!r} is one of key_columns: the key names the row a "
+                    "change applies to, so it cannot be the operation or the sequence; "
+                    "choose other columns")

@@ -55,11 +55,28 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
             (``'"my.schema"."Events"'``) or given as a tuple. Names above 63 bytes are
             refused (PostgreSQL would truncate them); see :mod:`connectors.postgres._names`.
         sink_id: the sink's stable name (1-40 characters of ``A-Za-z0-9_-``).
-        mode: ``"append"`` (binary COPY) or ``"upsert"`` (``INSERT ... ON CONFLICT (keys)
+        mode: ``"append"`` (binary COPY), ``"upsert"`` (``INSERT ... ON CONFLICT (keys)
             DO UPDATE``; rows of one key are routed to one task and deduplicated
-            deterministically: the greatest row by value wins).
-        key_columns: the upsert key (a unique index of the table must cover exactly them);
-            exact column names (one string is one column).
+            deterministically: the greatest row by value wins) or ``"changes"`` (a change
+            stream: each row is an insert, update or delete of its key carrying the full
+            row image; per key the last change by ``sequence_column`` is applied, a delete
+            as ``DELETE`` of the key, anything else as an upsert; see docs/postgres.md,
+            "Change streams").
+        key_columns: the upsert or change key (a unique index or primary key of the
+            table must cover exactly them; checked before every batch); exact column names
+            (one string is one column).
+        op_column: ``mode="changes"`` only: the column of each change's operation, a
+            string (Debezium's ``"c"``, ``"r"``, ``"u"`` upsert and ``"d"`` delete, or
+            ``"insert"``, ``"update"``, ``"upsert"``, ``"delete"``; any case) or a boolean
+            (true: deleted). Any other value, ``NULL`` included, fails the batch
+            (:class:`~connectors.core.errors.BadInputError`; nothing is committed). Written
+            into the table only when the table has a column of that name.
+        sequence_column: ``mode="changes"`` only: the column that orders the changes of a
+            key (an integer, decimal, timestamp, date, time or string column, never
+            ``NULL``; ties are broken by every other column, the greatest row wins).
+            Written only when the table has a column of that name; ``create_table``
+            creates it (and not the op column). Across batches, a later batch's change
+            wins: the stream must deliver each key's changes in order (as Debezium does).
         create_table: create the table from the batch's schema if it does not exist.
         ledger_table: where the ledger tables live (default ``public.eos_ledger``), named
             like ``table``; the ledger appends up to 15 bytes (``_receipts_batch``) to the
@@ -81,6 +98,11 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
                             create_table=True)
         query = (df.writeStream.foreachBatch(sink)
                  .option("checkpointLocation", ckpt).start())
+
+    A change stream (columns ``id``, ``op``, ``seq`` and the row's other columns)::
+
+        sink = PostgresSink(conninfo, "public.users", sink_id="users-cdc", mode="changes",
+                            key_columns=["id"], op_column="op", sequence_column="seq")
 
     The server needs ``max_prepared_transactions`` at least the number of tasks of a
     batch (the sink checks and says what to set).
@@ -105,6 +127,8 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         lock_timeout: str = "30s",
         connect_timeout: int = 10,
         reuse_connections: bool = True,
+        op_column: str | None = None,
+        sequence_column: str | None = None,
         **options: Any,
     ) -> None:
         super().__init__(sink_id=sink_id, **options)
@@ -119,6 +143,8 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
             lock_timeout=lock_timeout,
             connect_timeout=connect_timeout,
             reuse_connections=bool(reuse_connections),
+            op_column=op_column,
+            sequence_column=sequence_column,
         )
         self._plan: WritePlan | None = None
         self._db: DriverConnection | None = None
@@ -171,12 +197,13 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         self._plan = plan_table(self._driver_db(), self.options, schema, sink_id=self.sink_id)
 
     def partition_input(self, batch: BatchInput) -> BatchInput:
-        """Driver: check ``max_prepared_transactions``; in upsert mode route keys."""
+        """Driver: check ``max_prepared_transactions``; in upsert and changes mode route
+        keys (every row of a key to one task)."""
         tasks = batch.estimated_partitions() or 1
         if not (self._checked_prepared and tasks <= self._checked_prepared):
             self._checked_prepared = check_max_prepared(self._driver_db(), tasks,
                                                         sink_id=self.sink_id)
-        if self.options.mode == "upsert":
+        if self.options.mode in ("upsert", "changes"):
             return batch.slotted(tasks, list(self.options.key_columns))
         return batch
 

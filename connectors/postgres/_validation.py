@@ -1,7 +1,9 @@
 """Driver side, before a batch is written: the target table and the server's capacity.
 
 - :func:`plan_table`: the table exists (or is created from the batch's schema), every
-  column of the batch fits one of its columns, the upsert keys are in the batch; the result
+  column of the batch fits one of its columns, the upsert (or change) keys are in the batch
+  and a unique index covers them; ``mode="changes"`` leaves out the op and sequence
+  columns the table lacks (:mod:`~connectors.postgres._changes`); the result
   is the :class:`~connectors.postgres._types.WritePlan` the tasks write with;
 - :func:`check_max_prepared`: ``max_prepared_transactions`` covers every task of the batch
   (each prepares one transaction); the error names the setting and the value to use.
@@ -19,6 +21,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from connectors.core.errors import BadInputError, ConfigurationError
+from connectors.postgres._changes import check_change_input, written_schema
 from connectors.postgres._config import PostgresOptions, TableName
 from connectors.postgres._errors import raise_translated
 from connectors.postgres._ledger import DriverConnection
@@ -30,7 +33,8 @@ from connectors.postgres._types import (
     plan_write,
 )
 
-__all__ = ["OPERATOR_TABLE", "check_max_prepared", "plan_table", "read_columns"]
+__all__ = ["OPERATOR_TABLE", "check_max_prepared", "has_unique_index", "plan_table",
+           "read_columns"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,28 +79,36 @@ def plan_table(
         raise ConfigurationError("PostgresSink.operator(...) settles transactions; it "
                                  "cannot write: create a PostgresSink with a table",
                                  sink_id=sink_id)
+    changes = options.mode == "changes"
     try:
         check_column_names(schema, str(table))
+        if changes:
+            check_change_input(schema, options, str(table))
     except BadInputError as exc:
         exc.sink_id = sink_id
         raise
     with db.lock:
         conn = db.get()
 
-        def read() -> list[Column]:
+        def read() -> tuple[list[Column], bool]:
             columns = read_columns(conn, table)
             if not columns and options.create_table:
-                _create_table(conn, options, schema, sink_id)
+                created = written_schema(schema, options, None) if changes else schema
+                _create_table(conn, options, created, sink_id)
                 columns = read_columns(conn, table)
-            return columns
+            keyed = bool(columns) and bool(options.key_columns) and has_unique_index(
+                conn, table, options.key_columns)
+            return columns, keyed
 
-        columns = raise_translated(
+        columns, keyed = raise_translated(
             read, lambda exc: db.error(exc, f"reading the columns of {table}"))
     if not columns:
         raise BadInputError(
             f"table {table} does not exist: create it, or pass create_table=True",
             sink_id=sink_id,
         )
+    if changes:
+        schema = written_schema(schema, options, [c.name for c in columns])
     plan = plan_write(str(table), schema, columns)
     missing_keys = [k for k in options.key_columns if k not in plan.columns]
     if missing_keys:
@@ -105,7 +117,32 @@ def plan_table(
             f"columns: {', '.join(map(repr, plan.columns))}); names are matched exactly",
             sink_id=sink_id,
         )
+    if options.key_columns and not keyed:
+        keys = ", ".join(options.key_columns)
+        raise ConfigurationError(
+            f"mode={options.mode!r} needs a unique index or primary key of {table} on "
+            f"exactly key_columns ({keys}), for ON CONFLICT: ALTER TABLE {table} ADD "
+            f"PRIMARY KEY ({keys}) (or CREATE UNIQUE INDEX ... ({keys}); not partial, not "
+            "deferrable), or let create_table=True create the table",
+            sink_id=sink_id,
+        )
     return plan
+
+
+def has_unique_index(conn: psycopg.Connection[Any], table: TableName,
+                     keys: tuple[str, ...]) -> bool:
+    """Whether a unique index of ``table`` on exactly ``keys`` (any order) can be the
+    arbiter of ``ON CONFLICT (keys)``: valid, immediate, not partial, no expression."""
+    rows = conn.execute(
+        "SELECT 1 FROM pg_index i WHERE i.indrelid = to_regclass(format('%%I.%%I', %s, %s)) "
+        "AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL "
+        "AND i.indexprs IS NULL AND i.indnkeyatts = %s AND (SELECT array_agg(a.attname::text) "
+        "FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n) JOIN pg_attribute a "
+        "ON a.attrelid = i.indrelid AND a.attnum = k.attnum WHERE k.n <= i.indnkeyatts) "
+        "@> %s::text[] LIMIT 1",
+        (table.schema, table.name, len(keys), list(keys)),
+    ).fetchall()
+    return bool(rows)
 
 
 def check_max_prepared(db: DriverConnection, tasks: int, *, sink_id: str) -> int:

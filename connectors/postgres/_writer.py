@@ -7,7 +7,8 @@ two-phase-commit state of the client library is involved), :class:`TaskWriter`:
      connects, ``BEGIN``;
   2. COPYs the task's Arrow record batches in PostgreSQL's binary format (pgpq encodes,
      psycopg writes), or, with ``mode="upsert"``, runs ``INSERT ... ON CONFLICT DO UPDATE``
-     of the task's rows deduplicated by key;
+     of the task's rows deduplicated by key, or with ``mode="changes"`` the last change of
+     each key (:mod:`connectors.postgres._changes`: ``DELETE`` or upsert);
   3. inserts a receipt (sink, batch, xid, rows, digest) in the same transaction;
   4. ``PREPARE TRANSACTION '<gid>'`` (:func:`~connectors.postgres._gid.gid_of`): the
      transaction now outlives the task and the session is idle again.
@@ -34,6 +35,7 @@ from psycopg.pq import TransactionStatus
 from connectors.core.errors import BadInputError, ConnectorError, FatalError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.naming import TransactionId
+from connectors.postgres._changes import apply_changes, stage
 from connectors.postgres._config import Conninfo, PostgresOptions
 from connectors.postgres._errors import raise_translated, translate
 from connectors.postgres._gid import gid_of
@@ -198,6 +200,12 @@ class TaskWriter:
     def write(self, handle: PgTxn, batch: pa.RecordBatch) -> None:
         """COPY one record batch (upsert: keep it for the prepare)."""
         cast = self._cast(handle, batch)
+        if self.options.mode == "changes":  # keep the rows with their op and sequence
+            handle.pending.append(stage(
+                batch, cast, self.options, values_in_errors=self.values_in_errors,
+                sink_id=self.sink_id, batch_id=handle.tid.batch_id,
+                transaction_id=str(handle.tid)))
+            return
         if self.options.mode == "upsert":
             handle.pending.append(cast)
             return
@@ -228,6 +236,9 @@ class TaskWriter:
                 h.copy.write(h.encoder.finish())
                 h.copy_cm.__exit__(None, None, None)
                 h.copy_cm = None
+            elif self.options.mode == "changes":
+                apply_changes(h.conn, h.pending, self.options, h.plan,
+                              lambda rows: self._upsert_rows(h, rows))
             else:
                 self._upsert(h)
         except Exception as exc:
@@ -281,7 +292,11 @@ class TaskWriter:
         table = table.take(pc.sort_indices(table, sort_keys=order))
         table = table.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
         last = table.group_by(keys, use_threads=False).aggregate([("__row", "max")])
-        table = table.take(last["__row_max"]).drop_columns(["__row"])
+        self._upsert_rows(h, table.take(last["__row_max"]).drop_columns(["__row"]))
+
+    def _upsert_rows(self, h: PgTxn, table: pa.Table) -> None:
+        """``INSERT ... ON CONFLICT (keys) DO UPDATE`` of ``table``'s rows (one per key)."""
+        keys = list(self.options.key_columns)
         cols = list(h.plan.columns)
         others = [c for c in cols if c not in keys]
         action = (
