@@ -3,8 +3,9 @@
 Each row of the batch is one change carrying the full row image (Debezium's "after"), an
 operation (``op_column``) and a sequence value (``sequence_column``). Rows are routed so
 that every key goes to one task (as for upserts); there, per key, the changes are ordered
-by the sequence value, ties broken by every other column (the greatest row wins, as the
-upsert dedup), and only the last one is applied:
+by the sequence value, ties broken by every other column in the batch's order and then by
+the operation (the greatest row wins, as the upsert dedup; a delete beats an upsert), and
+only the last one is applied:
 
 - a delete: ``DELETE`` of the key (a key the table does not hold is fine);
 - anything else: an upsert of the full row, with the upsert SQL
@@ -169,12 +170,13 @@ def stage(raw: pa.RecordBatch, cast: pa.RecordBatch, options: PostgresOptions, *
 # ---- task side: the last change of each key, then the SQL -------------------------------
 
 def latest_changes(staged: Sequence[pa.RecordBatch], keys: Sequence[str],
-                   columns: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+                   columns: Sequence[str], tie_break: Sequence[str] | None = None,
+                   ) -> tuple[pa.Table, pa.Table]:
     """``(upserts, deletes)``: the last change of each key, by sequence value, ties broken
-    by ``columns`` then the delete flag (the greatest wins); upserts with ``columns``,
-    deletes with ``keys`` only."""
+    by ``tie_break`` (default ``columns``) then the delete flag (the greatest wins: a
+    delete beats an upsert); upserts with ``columns``, deletes with ``keys`` only."""
     table = pa.Table.from_batches(list(staged))
-    order = [(SEQ, "ascending"), *((c, "ascending") for c in columns if c in table.column_names),
+    order = [(SEQ, "ascending"), *((c, "ascending") for c in (tie_break or columns)),
              (DELETED, "ascending")]
     table = table.take(pc.sort_indices(table, sort_keys=order))
     table = table.append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
@@ -208,7 +210,10 @@ def apply_changes(conn: psycopg.Connection[Any], staged: Sequence[pa.RecordBatch
     upsert mode's SQL); ``(upserted, deleted)`` keys."""
     if not staged:
         return 0, 0
-    upserts, deletes = latest_changes(staged, options.key_columns, plan.columns)
+    # Ties: the other columns in the batch's order, the op column only as its delete flag
+    # (the same order whether the table has the op column or not).
+    tie_break = [c for c in plan.columns if c != options.op_column]
+    upserts, deletes = latest_changes(staged, options.key_columns, plan.columns, tie_break)
     if deletes.num_rows:
         conn.execute(delete_statement(options, plan),
                      [deletes.column(k).to_pylist() for k in options.key_columns])

@@ -134,12 +134,13 @@ def has_unique_index(conn: psycopg.Connection[Any], table: TableName,
     """Whether a unique index of ``table`` on exactly ``keys`` (any order) can be the
     arbiter of ``ON CONFLICT (keys)``: valid, immediate, not partial, no expression."""
     rows = conn.execute(
-        "SELECT 1 FROM pg_index i WHERE i.indrelid = to_regclass(format('%%I.%%I', %s, %s)) "
+        "SELECT 1 FROM pg_index i "
+        "WHERE i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) "
         "AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL "
-        "AND i.indexprs IS NULL AND i.indnkeyatts = %s AND (SELECT array_agg(a.attname::text) "
-        "FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n) JOIN pg_attribute a "
-        "ON a.attrelid = i.indrelid AND a.attnum = k.attnum WHERE k.n <= i.indnkeyatts) "
-        "@> %s::text[] LIMIT 1",
+        "AND i.indexprs IS NULL AND i.indnkeyatts = %s "
+        "AND (SELECT array_agg(a.attname::text) FROM unnest(i.indkey::int2[]) "
+        "WITH ORDINALITY k(attnum, n) JOIN pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = k.attnum WHERE k.n <= i.indnkeyatts) @> %s::text[] LIMIT 1",
         (table.schema, table.name, len(keys), list(keys)),
     ).fetchall()
     return bool(rows)
