@@ -134,6 +134,13 @@ def check_postgres_users(page: Page, run: sn.Run) -> None:
     sn.exact(rows, [(k, k + 200) for k in range(100)], "public.users after the upsert job")
 
 
+def check_postgres_accounts(page: Page, run: sn.Run) -> None:
+    rows = sn.postgres_rows(page.conninfo,
+                            "SELECT id, seq, name, score FROM public.accounts ORDER BY id")
+    # 1 updated, 2 deleted, 3 deleted and inserted again, 4 deleted though never seen
+    sn.exact(rows, [(1, 4, "ada", 11), (3, 7, "cy", 31)], "public.accounts after the changes")
+
+
 def check_postgres_status_json(page: Page, run: sn.Run) -> None:
     assert '"users-pg"' in run.stdout, f"status --json does not list users-pg:\n{run.stdout}"
 
@@ -220,6 +227,8 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("README.md", "my_sink.py"): Expect(no_target),
     ("README.md", "test_my_sink.py"): Expect(check_pytest_passed),
     ("docs/postgres.md", "upsert_postgres.py"): Expect(check_postgres_users),
+    ("docs/postgres.md", "changes_postgres.py"):
+        Expect(check_postgres_accounts, "after_decision:batch=0", "accounts-cdc"),
     ("docs/postgres.md", "bash#0"): Expect(check_postgres_status_json),
     ("docs/postgres.md", "sql#0"): Expect(check_nothing_prepared),
     ("docs/kafka.md", "kafka_batch_job.py"): Expect(check_kafka_orders),
