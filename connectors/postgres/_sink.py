@@ -99,7 +99,7 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         query = (df.writeStream.foreachBatch(sink)
                  .option("checkpointLocation", ckpt).start())
 
-    A change stream (columns ``id``, ``op``, ``seq`` and the row's other columns)::
+    Example (a change stream: columns ``id``, ``op``, ``seq`` and the row's others)::
 
         sink = PostgresSink(conninfo, "public.users", sink_id="users-cdc", mode="changes",
                             key_columns=["id"], op_column="op", sequence_column="seq")
