@@ -71,7 +71,8 @@ def _plain(t: pa.DataType) -> pa.DataType:
 
 
 def _is_text(t: pa.DataType) -> bool:
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t))
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_string_view(t))
 
 
 def _orderable(t: pa.DataType) -> bool:
@@ -157,6 +158,8 @@ def stage(raw: pa.RecordBatch, cast: pa.RecordBatch, options: PostgresOptions, *
     sequence = raw.column(seq)
     if pa.types.is_dictionary(sequence.type):
         sequence = sequence.dictionary_decode()
+    if pa.types.is_string_view(sequence.type):  # sorted as large_string
+        sequence = sequence.cast(pa.large_string())
     if sequence.null_count:
         raise BadInputError(
             f"sequence_column {seq!r} is NULL in {sequence.null_count} row(s): every "

@@ -116,6 +116,7 @@ class TestOps:
             True, True]
         assert ops(values, pa.large_string()) == ops(values)
         assert ops(values, pa.dictionary(pa.int8(), pa.string())) == ops(values)
+        assert ops(values, pa.string_view()) == ops(values)
 
     def test_boolean_is_a_deleted_flag(self) -> None:
         assert ops([True, False], pa.bool_()) == [True, False]
@@ -199,6 +200,7 @@ class TestLatestChanges:
 
     def test_string_and_timestamp_sequences(self) -> None:
         for t, values in [(pa.string(), ["2026-01-02", "2026-01-10"]),
+                          (pa.string_view(), ["b", "c"]),
                           (pa.timestamp("us"), [1, 2])]:
             schema = SCHEMA.set(2, pa.field("seq", t))
             raw = batch([(1, "u", values[1], "new"), (1, "u", values[0], "old")], schema)
