@@ -1,6 +1,6 @@
 """``PostgresSink(mode="changes")`` on real Spark and a real PostgreSQL.
 
-Every check compares the sink's table row by row with a reference table that a plain
+The Spark tests compare the sink's table row by row with a reference table that a plain
 PostgreSQL script (psycopg, :func:`apply_one_by_one`) builds from the same changes, one
 change at a time in sequence order (ties: the other columns, the greatest last).
 
@@ -12,18 +12,23 @@ change at a time in sequence order (ties: the other columns, the greatest last).
   twice, one holding other changes (another op, another sequence) is refused; an unknown
   op fails the batch, nothing committed, and the rerun with the fixed input is exact; the
   op column written when the table has it; a boolean deleted flag; a key without a unique
-  index refused.
+  index refused;
+- in-process (``LocalBatch``, no JVM): composite keys, a boolean flag, timestamp sequences,
+  partitions and a retried task.
 
 ``EOS_WIDE_MATRIX=1`` adds random kills.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +37,7 @@ from connectors import CrashPoint
 from connectors.core.errors import BadInputError, ConfigurationError, NonDeterministicReplayError
 from connectors.core.protocol import CRASH_POINTS, Family, Side
 from connectors.postgres import PostgresSink
+from connectors.testing import LocalBatch
 from examples.stream_changes_to_postgres import CHANGE_SCHEMA, Change, make_change_files
 from integration._driver import REPO, SEED, KillJob, kill_at_each, kill_at_random
 from integration._pg import DRIVER_PGOPTIONS, PgTarget, check_restart, connect, file_batches
@@ -289,3 +295,41 @@ def test_key_columns_need_a_unique_index(spark: SparkSession, tmp_path: Path,
         assert pg.count(loose) == 0 and 0 not in pg.ledger_states() and not pg.prepared()
     finally:
         pg.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(loose)))
+
+
+# ------------------------------------------------------------------ in-process, no Spark
+
+
+def test_composite_keys_and_flags_across_partitions_and_retries(pg: PgTarget) -> None:
+    """LocalBatch (no JVM): a composite key, a boolean deleted flag and timestamps as the
+    sequence; each batch's rows spread over partitions, a failed first attempt retried.
+    The table after every batch equals applying the changes one by one."""
+    table = f"{pg.table}_pair"
+    pg.create_table("a bigint, b text, v bigint, PRIMARY KEY (b, a)", name=table)
+    sink = PostgresSink(pg.conninfo, table, sink_id=pg.sink_id, ledger_table=pg.ledger,
+                        mode="changes", key_columns=["a", "b"], op_column="gone",
+                        sequence_column="at")
+    rng, state = random.Random(7), {}
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    try:
+        for batch_id in range(3):
+            rows = [(rng.randrange(5), rng.choice("xy"), rng.random() < 0.3,
+                     base + dt.timedelta(seconds=batch_id * 1000 + i), i + 100 * batch_id)
+                    for i in range(200)]
+            for a, b, gone, _, v in rows:  # in sequence order already
+                if gone:
+                    state.pop((a, b), None)
+                else:
+                    state[(a, b)] = v
+            data = pa.table({"a": [r[0] for r in rows], "b": [r[1] for r in rows],
+                             "gone": [r[2] for r in rows],
+                             "at": pa.array([r[3] for r in rows], pa.timestamp("us", "UTC")),
+                             "v": [r[4] for r in rows]})
+            sink.write_batch(LocalBatch(data, partitions=3, fail_first_attempt=[1]), batch_id)
+            got = pg.execute(sql.SQL("SELECT a, b, v FROM {} ORDER BY a, b").format(
+                sql.Identifier(table)))
+            assert got == [(a, b, v) for (a, b), v in sorted(state.items())], batch_id
+        assert not pg.prepared()
+    finally:
+        sink.close()
+        pg.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
