@@ -73,7 +73,8 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
             into the table only when the table has a column of that name.
         sequence_column: ``mode="changes"`` only: the column that orders the changes of a
             key (an integer, decimal, timestamp, date, time or string column, never
-            ``NULL``; ties are broken by every other column, the greatest row wins).
+            ``NULL``; ties are broken by the batch's other columns in their order, then
+            by the operation: the greatest row wins, a delete beats an upsert).
             Written only when the table has a column of that name; ``create_table``
             creates it (and not the op column). Across batches, a later batch's change
             wins: the stream must deliver each key's changes in order (as Debezium does).
