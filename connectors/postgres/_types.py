@@ -9,12 +9,14 @@ overflowing value is a bad-input error, never a wrapped number).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
 from connectors.core.errors import BadInputError, ConfigurationError
 from connectors.postgres._names import MAX_IDENTIFIER_BYTES
+from connectors.postgres._pgtypes import PgType
+from connectors.postgres._special import Special, plan_special
 
 __all__ = ["Column", "WritePlan", "check_column_names", "ddl_type", "plan_write"]
 
@@ -28,6 +30,7 @@ class Column:
     formatted: str  # format_type(), e.g. "timestamp with time zone"
     not_null: bool
     has_default: bool
+    pg: PgType | None = None  # the type resolved (domains, arrays, enums), if read
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class WritePlan:
     schema: pa.Schema
     jsonb: tuple[str, ...]
     sql_types: tuple[str, ...]
+    #: Per column: how the task converts it first (:mod:`connectors.postgres._special`).
+    specials: tuple[Special | None, ...] = ()
 
 
 def _ints(t: pa.DataType) -> bool:
@@ -80,8 +85,26 @@ def _target(col: Column, source: pa.DataType) -> pa.DataType | None:
 
 _SUPPORTED = (
     "smallint, integer, bigint, real, double precision, numeric, boolean, text, varchar, "
-    "char, json, jsonb, bytea, timestamp, timestamptz, date, time"
+    "char, citext, json, jsonb, bytea, timestamp, timestamptz, date, time, timetz, uuid, "
+    "interval, inet, cidr, enums, domains and one-dimensional arrays of these"
 )
+_PROBES = (pa.int64(), pa.string(), pa.timestamp("us"), pa.duration("us"),
+           pa.list_(pa.string()), pa.list_(pa.int64()), pa.map_(pa.string(), pa.string()))
+
+
+def _native(kind: str, source: pa.DataType) -> pa.DataType | None:
+    return _target(Column("", kind, kind, False, False), source)
+
+
+def _plan_column(col: Column, source: pa.DataType) -> tuple[pa.DataType | None, Special | None]:
+    """The Arrow type pgpq encodes for ``col`` and, if the task converts first, how."""
+    pg = col.pg
+    base = col if pg is None or not pg.domain else replace(col, typname=pg.name)
+    target = _target(base, source) if pg is None or not pg.is_array else None
+    if target is not None or pg is None:
+        return target, None
+    spec = plan_special(pg, col.formatted, source, _native)
+    return (spec.target, spec) if spec is not None else (None, None)
 
 
 def check_column_names(schema: pa.Schema, table: str) -> None:
@@ -110,15 +133,14 @@ def plan_write(table: str, input_schema: pa.Schema, columns: Sequence[Column]) -
     """Check ``input_schema`` against the table's columns; raise naming the problem."""
     by_name = {c.name: c for c in columns}
     fields, sql_types, jsonb = [], [], []
+    specials: list[Special | None] = []
     for field in input_schema:
         col = by_name.get(field.name)
         if col is None:
             raise _not_in_table(field.name, table, by_name)
-        target = _target(col, field.type)
+        target, special = _plan_column(col, field.type)
         if target is None:
-            if _target(col, pa.int64()) is None and _target(col, pa.string()) is None and (
-                _target(col, pa.timestamp("us")) is None
-            ):
+            if all(_plan_column(col, probe)[0] is None for probe in _PROBES):
                 raise ConfigurationError(
                     f"column {field.name!r} of {table} has type {col.formatted}, which the "
                     f"sink cannot write with binary COPY (supported: {_SUPPORTED})"
@@ -130,7 +152,9 @@ def plan_write(table: str, input_schema: pa.Schema, columns: Sequence[Column]) -
             )
         fields.append(pa.field(field.name, target, nullable=True))
         sql_types.append(col.formatted)
-        if col.typname == "jsonb":
+        specials.append(special)
+        base = col.pg.name if col.pg is not None else col.typname
+        if base == "jsonb" and (special is None or special.how == "json"):
             jsonb.append(field.name)
     present = {f.name for f in input_schema}
     missing = [
@@ -146,6 +170,7 @@ def plan_write(table: str, input_schema: pa.Schema, columns: Sequence[Column]) -
         schema=pa.schema(fields),
         jsonb=tuple(jsonb),
         sql_types=tuple(sql_types),
+        specials=tuple(specials) if any(s is not None for s in specials) else (),
     )
 
 
@@ -173,6 +198,17 @@ def ddl_type(t: pa.DataType) -> str:
             return name
     if pa.types.is_timestamp(t):
         return "timestamp with time zone" if t.tz else "timestamp"
+    if pa.types.is_duration(t) or t == pa.month_day_nano_interval():
+        return "interval"
+    if pa.types.is_map(t) or pa.types.is_struct(t):
+        return "jsonb"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        inner = t.value_type
+        if pa.types.is_map(inner) or pa.types.is_struct(inner):
+            return "jsonb"
+        if not (pa.types.is_list(inner) or pa.types.is_large_list(inner)
+                or pa.types.is_fixed_size_list(inner)):
+            return f"{ddl_type(inner)}[]"
     if pa.types.is_decimal(t):
         return f"numeric({t.precision},{t.scale})"
     raise ConfigurationError(

@@ -25,6 +25,7 @@ from connectors.postgres._changes import check_change_input, written_schema
 from connectors.postgres._config import PostgresOptions, TableName
 from connectors.postgres._errors import raise_translated
 from connectors.postgres._ledger import DriverConnection
+from connectors.postgres._pgtypes import describe_types
 from connectors.postgres._types import (
     Column,
     WritePlan,
@@ -38,6 +39,9 @@ __all__ = ["OPERATOR_TABLE", "check_max_prepared", "has_unique_index", "plan_tab
 
 logger = logging.getLogger(__name__)
 
+#: Built-in scalar types the sink converts itself (:mod:`connectors.postgres._special`).
+_RESOLVED = frozenset({"uuid", "interval", "inet", "cidr", "timetz", "time", "json", "jsonb"})
+
 #: The placeholder table of :meth:`PostgresSink.operator` instances.
 OPERATOR_TABLE = "pg_catalog.connectors_operator_no_table"
 
@@ -46,13 +50,18 @@ def read_columns(conn: psycopg.Connection[Any], table: TableName) -> list[Column
     """The columns of ``table`` in order; empty if it does not exist."""
     rows = conn.execute(
         "SELECT a.attname, t.typname, format_type(a.atttypid, a.atttypmod), a.attnotnull, "
-        "a.atthasdef FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "a.atthasdef, a.atttypid::int8, t.typtype, t.typcategory "
+        "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
         "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_type t ON t.oid = a.atttypid "
         "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
         "ORDER BY a.attnum",
         (table.schema, table.name),
     ).fetchall()
-    return [Column(r[0], r[1], r[2], bool(r[3]), bool(r[4])) for r in rows]
+    # Types beyond the built-in scalars: resolved (domains, arrays, enums) for the wire.
+    custom = [int(r[5]) for r in rows if r[6] != "b" or r[7] == "A" or r[1] in _RESOLVED]
+    types = describe_types(conn, custom) if custom else {}
+    return [Column(r[0], r[1], r[2], bool(r[3]), bool(r[4]), types.get(int(r[5])))
+            for r in rows]
 
 
 def _create_table(

@@ -40,6 +40,7 @@ from connectors.postgres._config import Conninfo, PostgresOptions
 from connectors.postgres._errors import raise_translated, translate
 from connectors.postgres._gid import gid_of
 from connectors.postgres._pool import TaskConnections, connected_before, record_connected
+from connectors.postgres._special import ColumnRefused, aliases, convert_batch, upsert_sql
 from connectors.postgres._types import WritePlan
 
 __all__ = ["PgTxn", "TaskWriter"]
@@ -175,11 +176,24 @@ class TaskWriter:
 
     # ---- write ----
     def _cast(self, h: PgTxn, batch: pa.RecordBatch) -> pa.RecordBatch:
+        p = h.plan
         try:
+            if p.specials:  # uuid, arrays, enums, ...: converted first (see _special)
+                return convert_batch(p.columns, p.schema, p.sql_types, p.specials, batch,
+                                     upsert=self.options.mode == "upsert")
             return batch.select(list(h.plan.columns)).cast(h.plan.schema)
+        except ColumnRefused as exc:
+            value = f": {exc.value!r}" if self.values_in_errors and exc.value is not None else ""
+            refused = BadInputError(
+                f"a value of column {exc.column!r} ({exc.sql_type}) does not fit its column "
+                f"in {self.options.table}: {exc.reason}{value}", sink_id=self.sink_id,
+                batch_id=h.tid.batch_id, transaction_id=str(h.tid))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             # Arrow's text quotes the value: only with values_in_errors.
             quoted = f": {exc}" if self.values_in_errors else ""
+            refused = None
+        if refused is not None:
+            raise refused
         column = self._failing_column(h, batch)
         raise BadInputError(
             f"a value {column}does not fit its column in {self.options.table}{quoted}",
@@ -285,7 +299,7 @@ class TaskWriter:
     def _upsert(self, h: PgTxn) -> None:
         if not h.pending:
             return
-        table = pa.Table.from_batches(h.pending, schema=h.plan.schema)
+        table = pa.Table.from_batches(h.pending)  # special columns travel as text
         keys = list(self.options.key_columns)
         # Deterministic dedup: order by every column, keep the last (greatest) row per key.
         order = [(c, "ascending") for c in table.column_names]
@@ -298,6 +312,8 @@ class TaskWriter:
         """``INSERT ... ON CONFLICT (keys) DO UPDATE`` of ``table``'s rows (one per key)."""
         keys = list(self.options.key_columns)
         cols = list(h.plan.columns)
+        arrays, select = upsert_sql(cols, h.plan.sql_types,
+                                    [s is not None for s in h.plan.specials or [None] * len(cols)])
         others = [c for c in cols if c not in keys]
         action = (
             sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(
@@ -305,12 +321,12 @@ class TaskWriter:
             if others else sql.SQL("DO NOTHING")
         )
         statement = sql.SQL(
-            "INSERT INTO {t} ({cols}) SELECT * FROM unnest({arrays}) ON CONFLICT ({keys}) {action}"
+            "INSERT INTO {t} ({cols}) SELECT {select} FROM unnest({arrays}) AS u({aliases}) "
+            "ON CONFLICT ({keys}) {action}"
         ).format(
             t=self.options.table.sql(),
             cols=sql.SQL(", ").join(map(sql.Identifier, cols)),
-            arrays=sql.SQL(", ").join(
-                sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in h.plan.sql_types),
+            select=select, arrays=arrays, aliases=aliases(len(cols)),
             keys=sql.SQL(", ").join(map(sql.Identifier, keys)),
             action=action,
         )

@@ -16,6 +16,7 @@ from connectors import (
 from connectors._deps import require
 from connectors.postgres import Conninfo, PostgresSink
 from connectors.postgres._config import TableName, redact
+from connectors.postgres._pgtypes import PgType
 from connectors.postgres._types import Column, ddl_type, plan_write
 
 SECRET = "S3cr3t-pa55"
@@ -116,14 +117,18 @@ class TestWritePlan:
             plan_write("public.t", pa.schema([("name", pa.string())]), self.columns)
 
     def test_unsupported_column_type_is_a_configuration_error(self) -> None:
-        with pytest.raises(ConfigurationError, match="uuid"):
-            plan_write("public.t", pa.schema([("u", pa.string())]), [col("u", "uuid")])
+        point = Column("p", "point", "point", False, False, PgType(600, "point", "b"))
+        with pytest.raises(ConfigurationError, match=r"point.*uuid"):
+            plan_write("public.t", pa.schema([("p", pa.string())]), [point])
 
     def test_ddl_types(self) -> None:
         assert ddl_type(pa.timestamp("us", tz="UTC")) == "timestamp with time zone"
         assert ddl_type(pa.decimal128(10, 2)) == "numeric(10,2)"
+        assert ddl_type(pa.list_(pa.int64())) == "bigint[]"
+        assert ddl_type(pa.duration("us")) == "interval"
+        assert ddl_type(pa.map_(pa.string(), pa.string())) == "jsonb"
         with pytest.raises(ConfigurationError):
-            ddl_type(pa.list_(pa.int64()))
+            ddl_type(pa.list_(pa.list_(pa.int64())))
 
 
 def test_missing_extra_names_it() -> None:
