@@ -4,6 +4,8 @@ Run from the repository root, with PostgreSQL up (``scripts/services start``)::
 
     python -m benchmarks.postgres_bench            # 2,000,000 rows, 9 timed runs each
     python -m benchmarks.postgres_bench --quick    # 200,000 rows, 1 run: a smoke test
+    python -m benchmarks.postgres_bench --types    # + a uuid and an integer[] column: the
+                                                   # sink/COPY ratio with and without them
 
 Every contender writes the same cached DataFrame (``--rows`` rows of ``id bigint, name
 text, amount double precision, ts timestamptz``, ``--partitions`` partitions, generated
@@ -436,6 +438,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated contender keys (jdbc, jdbc-tuned, copy-binary, copy-csv, "
         "postgres-sink); default all",
     )
+    p.add_argument("--types", action="store_true",
+                   help="instead: COPY and the sink on the table and on the table plus a "
+                        "uuid and an integer[] column, interleaved (benchmarks/"
+                        "_pg_types_variant.py)")
     p.add_argument("--conninfo", default=None, help="default: $EOS_POSTGRES_CONNINFO")
     p.add_argument("--jdbc-version", default=DEFAULT_JDBC_VERSION)
     p.add_argument("--driver-memory", default="4g")
@@ -501,6 +507,24 @@ def main(argv: list[str] | None = None) -> int:
         },
     ).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if args.types:
+        from benchmarks import _pg_types_variant
+
+        args.checkpoint = checkpoint
+        try:
+            lines = _pg_types_variant.run(args, spark, conninfo, conn)
+        finally:
+            n_prepared = prepared_xacts(conn)
+            conn.close()
+            spark.catalog.clearCache()
+            spark.stop()
+        for line in lines:
+            print(f"* {line}")
+        print(f"* PostgreSQL {pg_version}, " + ", ".join(f"{k} {v}" for k, v in
+                                                       versions().items())
+              + f"; prepared transactions left: {n_prepared}; 1-min load average "
+              f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after")
+        return 0
 
     params = conninfo_to_dict(conninfo)
     url = (

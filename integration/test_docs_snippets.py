@@ -141,6 +141,17 @@ def check_postgres_accounts(page: Page, run: sn.Run) -> None:
     sn.exact(rows, [(1, 4, "ada", 11), (3, 7, "cy", 31)], "public.accounts after the changes")
 
 
+def check_postgres_profiles(page: Page, run: sn.Run) -> None:
+    from datetime import timedelta
+
+    rows = sn.postgres_rows(page.conninfo, "SELECT id, token::text, scores, tags, session, "
+                            "mood::text FROM public.profiles")
+    rows = [tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in rows]
+    sn.exact(rows, [(i, f"00000000-0000-4000-8000-{i:012d}", (i, None, 7), ("a", str(i)),
+                     timedelta(days=i, seconds=90), ["sad", "ok", "happy"][i])
+                    for i in range(3)], "public.profiles after the column types example")
+
+
 def check_postgres_status_json(page: Page, run: sn.Run) -> None:
     assert '"users-pg"' in run.stdout, f"status --json does not list users-pg:\n{run.stdout}"
 
@@ -229,6 +240,7 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/postgres.md", "upsert_postgres.py"): Expect(check_postgres_users),
     ("docs/postgres.md", "changes_postgres.py"):
         Expect(check_postgres_accounts, "after_decision:batch=0", "accounts-cdc"),
+    ("docs/postgres.md", "column_types_postgres.py"): Expect(check_postgres_profiles),
     ("docs/postgres.md", "bash#0"): Expect(check_postgres_status_json),
     ("docs/postgres.md", "sql#0"): Expect(check_nothing_prepared),
     ("docs/kafka.md", "kafka_batch_job.py"): Expect(check_kafka_orders),

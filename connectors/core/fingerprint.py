@@ -8,8 +8,10 @@ row changes it. Fingerprints of tasks combine with ``+``.
 
 Hashing is vectorised with numpy: fixed-width columns are mixed with splitmix64;
 variable-width columns (strings, binary) use a position-normalised polynomial hash over
-their data buffer (per-value sums modulo 2**64), so no Python object is made per row. Nested
-types (lists, structs, maps) fall back to hashing each value's Python form, which is slower.
+their data buffer (per-value sums modulo 2**64), so no Python object is made per row; a
+list column hashes its elements so (recursively) and combines them per row with the same
+position-normalised polynomial. Structs and maps fall back to hashing each value's Python
+form, which is slower.
 
 This is a consistency check, not a cryptographic hash: it detects a non-deterministic
 replay, it does not resist an adversary.
@@ -161,6 +163,29 @@ def _hash_fixed(arr: pa.Array) -> np.ndarray:
     return _mix((rows * powers[:nbytes]).sum(axis=1, dtype=_U64) + _GOLDEN)
 
 
+def _hash_list(arr: pa.Array) -> np.ndarray:
+    """Per row: the polynomial over its elements' hashes (by position), and its length."""
+    n = len(arr)
+    if pa.types.is_fixed_size_list(arr.type):
+        size = arr.type.list_size
+        offsets = (arr.offset + np.arange(n + 1, dtype=np.int64)) * size
+    else:
+        offsets = np.asarray(arr.offsets.to_numpy(), dtype=np.int64)
+    start, end = int(offsets[0]), int(offsets[-1])
+    if end - start > _MAX_CHUNK_BYTES and n > 1:
+        half = n // 2
+        return np.concatenate([_hash_list(arr.slice(0, half)), _hash_list(arr.slice(half))])
+    lengths = np.diff(offsets)
+    h = np.zeros(n, dtype=_U64)
+    if end > start:
+        powers, inverse = _power_tables(end - start)
+        elements = _hash_column(arr.values.slice(start, end - start)) * powers[: end - start]
+        nonempty = lengths > 0
+        starts = np.asarray((offsets[:-1] - start)[nonempty], dtype=np.int64)
+        h[nonempty] = np.add.reduceat(elements, starts) * inverse[starts]
+    return _mix(h ^ _mix(lengths.astype(_U64) + _U64(_P)))
+
+
 def _hash_python(arr: pa.Array) -> np.ndarray:
     out = np.empty(len(arr), dtype=_U64)
     for i, value in enumerate(arr.to_pylist()):
@@ -188,6 +213,8 @@ def _hash_column(arr: pa.Array) -> np.ndarray:
         h = _hash_varwidth(arr)
     elif pa.types.is_primitive(t) or pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t):
         h = _hash_fixed(arr)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        h = _hash_list(arr)
     else:
         h = _hash_python(arr)
     if arr.null_count:

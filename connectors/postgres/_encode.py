@@ -34,13 +34,12 @@ TEXT_KINDS = frozenset({"text", "varchar", "bpchar", "name", "citext", "json", "
 _PG_EPOCH_DAYS = 10957  # 2000-01-01 - 1970-01-01
 _PG_EPOCH_US = _PG_EPOCH_DAYS * 86_400_000_000
 _UUID_RE = re.compile(r"[0-9a-fA-F]{4}(?:-?[0-9a-fA-F]{4}){7}")
-_HEX = np.full(256, -1, dtype=np.int16)
+_HEX8 = np.full(256, 255, dtype=np.uint8)  # hex digit -> value; 255: not a hex digit
 for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX[_c] = _i
+    _HEX8[_c] = _i
 for _i, _c in enumerate(b"ABCDEF"):
-    _HEX[_c] = 10 + _i
+    _HEX8[_c] = 10 + _i
 _HYPHENS = np.array([8, 13, 18, 23])
-_HEXCOLS = np.array([i for i in range(36) if i not in (8, 13, 18, 23)])
 
 
 class ValueRefused(ValueError):
@@ -129,6 +128,33 @@ def parse_uuid(text: str) -> bytes:
     return bytes.fromhex(body.replace("-", ""))
 
 
+def _uuid_rows(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Canonical uuid texts (m x 36 bytes) -> (m x 16 bytes, which rows were canonical)."""
+    digits = np.concatenate([chars[:, 0:8], chars[:, 9:13], chars[:, 14:18], chars[:, 19:23],
+                             chars[:, 24:36]], axis=1)
+    # Two hex digits at once: their native uint16 -> the byte (>= 256: not hex).
+    values = np.take(_hex_pairs(), digits.view(np.uint16))
+    ok = (chars[:, _HYPHENS] == ord("-")).all(axis=1) & (values < 256).all(axis=1)
+    return values.astype(np.uint8), ok
+
+
+_PAIRS: list[np.ndarray] = []
+
+
+def _hex_pairs() -> np.ndarray:
+    """uint16 of two ASCII bytes (native order) -> their byte value, 256 if not hex."""
+    if not _PAIRS:
+        first, second = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+        hi, lo = _HEX8[first].astype(np.uint16), _HEX8[second].astype(np.uint16)
+        table = np.where((hi < 16) & (lo < 16), hi * 16 + lo, 256).astype(np.uint16)
+        pair = np.empty((256, 256, 2), dtype=np.uint8)
+        pair[..., 0], pair[..., 1] = first, second
+        lut = np.full(65536, 256, dtype=np.uint16)
+        lut[pair.reshape(-1, 2).copy().view(np.uint16).ravel()] = table.ravel()
+        _PAIRS.append(lut)
+    return _PAIRS[0]
+
+
 def _uuid(arr: pa.Array) -> pa.Array:
     t = arr.type
     if pa.types.is_fixed_size_binary(t) and t.byte_width == 16:
@@ -145,13 +171,22 @@ def _uuid(arr: pa.Array) -> pa.Array:
     offsets, data = _parts(arr)
     lengths = np.diff(offsets)
     canonical = valid & (lengths == 36)
-    rows = np.zeros((len(arr), 16), dtype=np.uint8)
-    if canonical.any():
-        chars = data[offsets[:-1][canonical, None] + np.arange(36)]
-        digits = _HEX[chars[:, _HEXCOLS]]
-        ok = (chars[:, _HYPHENS] == ord("-")).all(axis=1) & (digits >= 0).all(axis=1)
-        rows[canonical] = (digits[:, 0::2] * 16 + digits[:, 1::2]).astype(np.uint8)
-        canonical[np.flatnonzero(canonical)[~ok]] = False
+    if canonical.sum() == int(lengths.sum()) // 36 and not np.any(lengths[~canonical]):
+        # Every value is 36 bytes (NULLs 0): the texts are one contiguous m x 36 block.
+        chars = data[offsets[0]: offsets[-1]].reshape(-1, 36)
+        decoded, ok = _uuid_rows(chars)
+        if ok.all() and canonical.all():
+            return _fixed(decoded, valid)  # the common case: no copy of the texts
+        rows = np.zeros((len(arr), 16), dtype=np.uint8)
+        rows[canonical] = decoded
+    else:
+        rows = np.zeros((len(arr), 16), dtype=np.uint8)
+        ok = np.ones(0, dtype=bool)
+        if canonical.any():
+            chars = data[offsets[:-1][canonical, None] + np.arange(36)]
+            decoded, ok = _uuid_rows(chars)
+            rows[canonical] = decoded
+    canonical[np.flatnonzero(canonical)[~ok]] = False
     for i in np.flatnonzero(valid & ~canonical):  # other spellings (and malformed values)
         rows[i] = np.frombuffer(parse_uuid(arr[int(i)].as_py()), dtype=np.uint8)
     return _fixed(rows, valid)
@@ -253,6 +288,8 @@ def encode(kind: str, arr: pa.Array) -> pa.Array:
     """``arr`` as a large_binary array of ``kind``'s binary values (NULLs kept)."""
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
+    if arr.null_count == len(arr):  # also Spark's array() (Arrow null elements)
+        return pa.nulls(len(arr), pa.large_binary())
     if kind in _FIXED:
         arrow_type, dtype = _FIXED[kind]
         source = arr.cast(pa.bool_()) if kind == "bool" else arr

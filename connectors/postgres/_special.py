@@ -240,10 +240,10 @@ def _texts(spec: Special, arr: pa.Array) -> pa.Array:
         return pa.array([_text_value(spec.kind, v) for v in arr.to_pylist()], pa.large_string())
     if spec.how == "binary":
         _binary(spec, arr)
-    values = _elements(spec, arr.values) if spec.how == "binary" else arr.values
+    flat = arr.flatten()  # the elements of the non-NULL rows, slicing respected
+    values = _elements(spec, flat) if spec.how == "binary" else flat
     rows = arr.to_pylist()
-    flat = [_text_value(spec.kind, v) for v in values.to_pylist()] if len(rows) else []
-    it = iter(flat)
+    it = iter([_text_value(spec.kind, v) for v in values.to_pylist()])
     out: list[str | None] = []
     tx = adapt.Transformer()
     for row in rows:

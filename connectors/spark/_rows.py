@@ -101,10 +101,15 @@ def has_map(t: DataType) -> bool:
 
 def flat_schema(schema: StructType) -> bool:
     """Whether every column is of an atomic type (numbers, strings, binary, dates,
-    timestamps, decimals, booleans, nulls): what tasks hash without the JVM's help."""
-    from pyspark.sql.types import AtomicType, NullType
+    timestamps, decimals, booleans, nulls) or an array of one: what tasks hash without the
+    JVM's help (numpy, :mod:`connectors.core.fingerprint`)."""
+    from pyspark.sql.types import ArrayType, AtomicType, NullType
 
-    return all(isinstance(f.dataType, (AtomicType, NullType)) for f in schema.fields)
+    def flat(t: object) -> bool:
+        return isinstance(t, (AtomicType, NullType)) or (
+            isinstance(t, ArrayType) and isinstance(t.elementType, (AtomicType, NullType)))
+
+    return all(flat(f.dataType) for f in schema.fields)
 
 
 def check_columns(df: DataFrame) -> None:

@@ -88,6 +88,12 @@ TYPED_CASES: dict[str, tuple[pa.DataType, list[Any], list[Any]]] = {
     ),
     "list": (pa.list_(pa.int64()), [[1, 2], [], None, [3], [4, 5, 6], [None]],
              [[1, 2], [], None, [3], [4, 6, 5], [None]]),
+    "list_of_strings": (pa.large_list(pa.string()), [["a", "b"], [], None, [""], ["x", None],
+                                                      ["ab", "c"]],
+                        [["a", "b"], [], None, [""], ["x", None], ["a", "bc"]]),
+    "nested_list": (pa.list_(pa.list_(pa.int32())), [[[1], [2, 3]], [], None, [[]], [None],
+                                                      [[4]]],
+                    [[[1], [2, 3]], [], None, [[]], [None], [[4], []]]),
     "struct": (
         pa.struct([("a", pa.int64()), ("b", pa.string())]),
         [{"a": 1, "b": "x"}, {"a": 2, "b": None}, None, {"a": None, "b": "y"},
@@ -390,3 +396,15 @@ def test_the_row_hash_column_counts_only_as_the_last_column() -> None:
     data = pa.record_batch({ROW_HASH_COLUMN: [1, 2], "a": [1, 2]})
     fp, same = split_row_hash(data)
     assert same is data and fp == fingerprint_batch(data) and fp.digest != 3
+
+
+def test_list_hashes_are_vectorized_and_tell_moved_elements_apart() -> None:
+    rows = [[1, 2], [3]], [[1], [2, 3]], [[2, 1], [3]]
+    digests = {fingerprint_batch(pa.record_batch({"c": pa.array(r, pa.list_(pa.int64()))}))
+               for r in rows}
+    assert len(digests) == 3
+    big = pa.array([[i, i + 1, None] for i in range(200_000)], pa.list_(pa.int32()))
+    whole = fingerprint_batch(pa.record_batch({"c": big}))  # hashed in row slices
+    assert whole == fingerprint_batch(pa.record_batch({"c": big.slice(0, 77)})) + \
+        fingerprint_batch(pa.record_batch({"c": big.slice(77)}))
+

@@ -220,3 +220,22 @@ def _native(kind: str, t: pa.DataType) -> pa.DataType | None:
     from connectors.postgres._types import _native as native
 
     return native(kind, t)
+
+
+def test_sliced_lists_and_null_typed_elements_in_both_modes() -> None:
+    ints = Column("a", "_int4", "integer[]", False, False,
+                  _pg("_int4", elem=_pg("int4"), elem_oid=23))
+    uids = Column("u", "_uuid", "uuid[]", False, False,
+                  _pg("_uuid", elem=_pg("uuid"), elem_oid=2950))
+    lists = pa.array([[9], None, [1, None], [], [2]], pa.list_(pa.int32())).slice(1)
+    nulls = pa.array([[None], None, [], [None, None], []], pa.list_(pa.null())).slice(1)
+    batch = pa.record_batch({"a": lists, "u": nulls})
+    plan = plan_write("public.t", batch.schema, [ints, uids])
+    text = convert_batch(plan.columns, plan.schema, plan.sql_types, plan.specials, batch,
+                         upsert=True)
+    assert text.column(0).to_pylist() == [None, "{1,NULL}", "{}", "{2}"]
+    assert text.column(1).to_pylist() == [None, "{}", "{NULL,NULL}", "{}"]
+    binary = convert_batch(plan.columns, plan.schema, plan.sql_types, plan.specials, batch,
+                           upsert=False)
+    assert binary.column(1).to_pylist() == [
+        None, ref_array(2950, []), ref_array(2950, [None, None]), ref_array(2950, [])]
