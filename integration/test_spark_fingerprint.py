@@ -153,6 +153,26 @@ def test_nested_types_keep_the_jvm_row_hashes_even_when_tasks_would_hash(
     assert _task_sum(batch) == batch.fingerprint()
 
 
+def test_tasks_hash_arrays_of_atomic_types_and_agree_with_the_replay_job(
+    spark: SparkSession,
+) -> None:
+    """Arrays of atomic types (PostgresSink's array columns) are hashed by the tasks with
+    numpy; the replay job hashes them the same way, whatever the partitioning."""
+    df = _flat_df(spark).select(
+        "id", "name", F.array(F.col("small"), F.lit(None).cast("int"), F.col("id").cast("int"))
+        .alias("nums"), F.when(F.col("id") % 3 == 0, F.array()).otherwise(
+            F.array(F.col("name"), F.lit("x"))).cast("array<string>").alias("tags"))
+    batch = SparkBatch(df, hash_in_tasks=True)
+    assert batch.hashes_in_tasks
+    job = batch.fingerprint()
+    assert job.rows == 500 and _task_sum(batch) == job
+    assert _task_sum(SparkBatch(df.repartition(5).orderBy(F.desc("id")),
+                                hash_in_tasks=True)) == job
+    moved = df.withColumn("nums", F.when(F.col("id") == 117, F.reverse("nums"))
+                          .otherwise(F.col("nums")))
+    assert SparkBatch(moved, hash_in_tasks=True).fingerprint() != job
+
+
 def test_tasks_that_hash_refuse_reserved_and_ambiguous_column_names(
     spark: SparkSession,
 ) -> None:
