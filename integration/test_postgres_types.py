@@ -233,15 +233,17 @@ def test_create_table_maps_lists_durations_and_maps(spark: Any, pg: Any) -> None
         pg.cleanup(table)
 
 
-def test_native_arrays_and_a_domain_check(spark: Any, pg: Any) -> None:
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_native_arrays_and_a_domain_check(mode: str, spark: Any, pg: Any) -> None:
     """The arrays pgpq encodes itself (its element OID is the column's) that the round trip
     above does not cover; a domain's CHECK refusing a value is a BadInputError."""
     from connectors.core.errors import BadInputError
 
     table = f"{pg.table}_native"
     pos = f"{pg.table}_pos"
-    pg.create_table(f"id bigint, s smallint[], r real[], b bytea[], t timestamp[], d {pos}",
-                    name=table)
+    pg.execute(f"CREATE DOMAIN {pos}2 AS {pos} CHECK (VALUE < 100)")  # a domain's domain
+    pg.create_table(f"id bigint PRIMARY KEY, s smallint[], r real[], b bytea[], t timestamp[], "
+                    f"d {pos}2", name=table)
     ts = datetime(2026, 1, 2, 3, 4, 5, 6)
     data = [(1, [-32768, None, 32767], [1.5, None], [b"\x00\xff", None, b""], [ts, None], 1),
             (2, [], [], [], [], None)]
@@ -250,7 +252,9 @@ def test_native_arrays_and_a_domain_check(spark: Any, pg: Any) -> None:
     try:
         from connectors.postgres import PostgresSink
 
-        sink = PostgresSink(pg.conninfo, table, sink_id=pg.sink_id, ledger_table=pg.ledger)
+        keys = {"key_columns": ["id"]} if mode == "upsert" else {}
+        sink = PostgresSink(pg.conninfo, table, sink_id=pg.sink_id, ledger_table=pg.ledger,
+                            mode=mode, **keys)
         with pytest.raises(BadInputError, match="constraint"):
             sink(spark.createDataFrame([*data, (3, [], [], [], [], 0)], schema), 0)
         assert pg.count(table) == 0 and not pg.prepared()
@@ -263,3 +267,4 @@ def test_native_arrays_and_a_domain_check(spark: Any, pg: Any) -> None:
         assert [tuple(r) for r in got] == [(*r,) for r in data]
     finally:
         pg.cleanup(table)
+        pg.execute(f"DROP DOMAIN IF EXISTS {pos}2")

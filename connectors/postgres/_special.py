@@ -53,6 +53,7 @@ NATIVE_ARRAY_OIDS = {
     "int2": 21, "int4": 23, "int8": 20, "float4": 700, "float8": 701, "bool": 16,
     "text": 25, "bytea": 17, "numeric": 1700, "date": 1082, "timestamp": 1114,
 }  # not timestamptz: pgpq 0.12 writes its lists with timestamp's OID 1114
+_MAX_LABELS = 20  # enum labels an error lists
 _STRINGS = (pa.types.is_string, pa.types.is_large_string)
 _BINARIES = (pa.types.is_binary, pa.types.is_large_binary)
 
@@ -186,8 +187,10 @@ def _check_labels(arr: pa.Array, labels: frozenset[str]) -> pa.Array:
     bad = pc.and_(pc.invert(known), arr.is_valid())
     if pc.any(bad).as_py():
         first = arr.filter(bad)[0].as_py()
+        shown = sorted(labels)[:_MAX_LABELS]
+        more = ", ..." if len(labels) > _MAX_LABELS else ""
         raise ValueRefused(f"a value is not a label of the enum (labels: "
-                           f"{', '.join(sorted(labels))})", first)
+                           f"{', '.join(shown)}{more})", first)
     return arr
 
 
