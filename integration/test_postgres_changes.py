@@ -333,3 +333,40 @@ def test_composite_keys_and_flags_across_partitions_and_retries(pg: PgTarget) ->
     finally:
         sink.close()
         pg.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def test_uuid_keys_and_array_columns(pg: PgTarget) -> None:
+    """The column types of the binary COPY path in a change stream: a uuid key (deleted
+    through ``unnest(%s::uuid[])``), an ``integer[]`` and an enum column upserted; the table
+    equals applying the changes one by one."""
+    table, mood = f"{pg.table}_uuid", f"{pg.table}_mood"
+    pg.execute(sql.SQL("CREATE TYPE {} AS ENUM ('sad', 'ok')").format(sql.Identifier(mood)))
+    pg.execute(sql.SQL("CREATE TABLE {} (id uuid PRIMARY KEY, scores integer[], mood {})")
+               .format(sql.Identifier(table), sql.Identifier(mood)))
+    sink = PostgresSink(pg.conninfo, table, sink_id=pg.sink_id, ledger_table=pg.ledger,
+                        mode="changes", key_columns=["id"], op_column="op",
+                        sequence_column="seq")
+    ids = [f"00000000-0000-4000-8000-{i:012d}" for i in range(4)]
+    rng, state = random.Random(11), {}
+    try:
+        for batch_id in range(3):
+            rows = [(rng.choice(ids), rng.choice("cud"), batch_id * 100 + i,
+                     [i, None] if i % 3 else [], rng.choice(["sad", "ok"])) for i in range(40)]
+            for key, op, _, scores, m in rows:
+                if op == "d":
+                    state.pop(key, None)
+                else:
+                    state[key] = (scores, m)
+            data = pa.table({"id": [r[0] for r in rows], "op": [r[1] for r in rows],
+                             "seq": [r[2] for r in rows],
+                             "scores": pa.array([r[3] for r in rows], pa.list_(pa.int32())),
+                             "mood": [r[4] for r in rows]})
+            sink.write_batch(LocalBatch(data, partitions=2), batch_id)
+            got = pg.execute(sql.SQL("SELECT id::text, scores, mood::text FROM {} ORDER BY 1")
+                             .format(sql.Identifier(table)))
+            assert got == [(k, *v) for k, v in sorted(state.items())], batch_id
+        assert not pg.prepared()
+    finally:
+        sink.close()
+        pg.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+        pg.execute(sql.SQL("DROP TYPE IF EXISTS {}").format(sql.Identifier(mood)))

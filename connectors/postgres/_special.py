@@ -150,35 +150,46 @@ def plan_special(pg: PgType, formatted: str, source: pa.DataType,
 
 
 # ---------------------------------------------------------------- in the task
-def _jsonable(value: Any, t: pa.DataType) -> Any:
+def _json(value: Any, t: pa.DataType) -> str:
+    """``value`` (of Arrow type ``t``, as ``to_pylist`` gives it) as JSON text, exact:
+    decimals keep every digit (PostgreSQL's jsonb stores numbers as ``numeric``), like
+    Spark's ``to_json``; bytes are base64, dates and times ISO 8601, durations seconds."""
     if value is None:
-        return None
+        return "null"
     if pa.types.is_map(t):
-        return {k if isinstance(k, str) else json.dumps(_jsonable(k, t.key_type)):
-                _jsonable(v, t.item_type) for k, v in value}
+        return "{" + ",".join(
+            _key(k, t.key_type) + ":" + _json(v, t.item_type) for k, v in value) + "}"
     if pa.types.is_struct(t):
-        return {f.name: _jsonable(value.get(f.name), f.type) for f in t}
+        return "{" + ",".join(
+            _dumps(f.name) + ":" + _json(value.get(f.name), f.type) for f in t) + "}"
     if _is_list(t):
-        return [_jsonable(v, t.value_type) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(value).decode()
+        return "[" + ",".join(_json(v, t.value_type) for v in value) + "]"
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
+        return str(value) if value.is_finite() else _dumps(str(value))
     if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return _dumps("NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity"))
+    if isinstance(value, (bytes, bytearray)):
+        return _dumps(base64.b64encode(value).decode())
     if isinstance(value, (datetime, date, time)):
-        return value.isoformat()
+        return _dumps(value.isoformat())
     if isinstance(value, timedelta):
-        return value.total_seconds()
-    return value
+        return _dumps(value.total_seconds())
+    return _dumps(value)
+
+
+def _key(k: Any, t: pa.DataType) -> str:
+    """A map key: a string as it is, any other key as the JSON text of its value."""
+    return _dumps(k if isinstance(k, str) else _json(k, t))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _json_text(arr: pa.Array) -> pa.Array:
     t = arr.type
-    texts = [None if v is None else json.dumps(_jsonable(v, t), ensure_ascii=False,
-                                               separators=(",", ":"))
-             for v in arr.to_pylist()]
-    return pa.array(texts, pa.large_string())
+    return pa.array([None if v is None else _json(v, t) for v in arr.to_pylist()],
+                    pa.large_string())
 
 
 def _check_labels(arr: pa.Array, labels: frozenset[str]) -> pa.Array:

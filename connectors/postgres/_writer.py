@@ -180,7 +180,7 @@ class TaskWriter:
         try:
             if p.specials:  # uuid, arrays, enums, ...: converted first (see _special)
                 return convert_batch(p.columns, p.schema, p.sql_types, p.specials, batch,
-                                     upsert=self.options.mode == "upsert")
+                                     upsert=self.options.mode != "append")
             return batch.select(list(h.plan.columns)).cast(h.plan.schema)
         except ColumnRefused as exc:
             value = f": {exc.value!r}" if self.values_in_errors and exc.value is not None else ""

@@ -239,3 +239,24 @@ def test_sliced_lists_and_null_typed_elements_in_both_modes() -> None:
                            upsert=False)
     assert binary.column(1).to_pylist() == [
         None, ref_array(2950, []), ref_array(2950, [None, None]), ref_array(2950, [])]
+
+
+def test_json_of_maps_and_structs_is_exact() -> None:
+    """Maps, structs and lists into json/jsonb: decimals keep every digit (jsonb stores
+    numbers as numeric; a float would round 12345678901234567.89), keys of other types
+    become strings, bytes base64, times ISO 8601, NULL elements null."""
+    import datetime as dt
+    import json
+
+    from connectors.postgres._special import _json_text
+
+    t = pa.struct([("price", pa.decimal128(20, 2)), ("tags", pa.map_(pa.int32(), pa.string())),
+                   ("raw", pa.binary()), ("at", pa.date32()), ("xs", pa.list_(pa.float64()))])
+    arr = pa.array([{"price": Decimal("12345678901234567.89"), "tags": [(1, "a"), (2, None)],
+                     "raw": b"\x00\xff", "at": dt.date(2026, 11, 27), "xs": [1.5, None]},
+                    None], t)
+    text = _json_text(arr).to_pylist()
+    assert text[1] is None
+    assert text[0] == ('{"price":12345678901234567.89,"tags":{"1":"a","2":null},'
+                       '"raw":"AP8=","at":"2026-11-27","xs":[1.5,null]}')
+    assert json.loads(text[0], parse_float=Decimal)["price"] == Decimal("12345678901234567.89")
