@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from connectors.spark._binding import is_connect
-from connectors.spark._names import quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    from connectors.delta._changes import ChangeSpec
 
 __all__ = ["history", "is_delta_table", "merge", "properties", "table_schema"]
 
@@ -91,18 +92,21 @@ def table_schema(session: SparkSession, location: str) -> StructType:
 _views = iter(range(1 << 62))
 
 
-def merge(session: SparkSession, location: str, source: DataFrame, keys: list[str], *,
+def merge(session: SparkSession, location: str, source: DataFrame, spec: ChangeSpec, *,
           schema_evolution: bool) -> None:
-    """``MERGE`` ``source`` into the table on ``keys`` (null-safe equality): update every
-    column of a matched row, insert the others. The commit's session settings (its tag,
-    the txn id) are the caller's."""
-    condition = " AND ".join(f"t.{quoted(k)} <=> s.{quoted(k)}" for k in keys)
+    """``MERGE`` ``source`` into the table on ``spec.merge_on`` (null-safe equality) with
+    the condition form's clauses (:func:`~connectors.delta._changes.clauses`: without
+    conditions, update every column of a matched row and insert the others). The commit's
+    session settings (its tag, the txn id) are the caller's."""
+    from connectors.delta._changes import apply_clauses, clauses, merge_sql, on_keys
+
+    condition = on_keys(spec.merge_on)
+    parts = clauses(spec, source.columns)
     if not is_connect(session):
         from delta.tables import DeltaTable
 
-        builder = (DeltaTable.forPath(session, location).alias("t")
-                   .merge(source.alias("s"), condition)
-                   .whenMatchedUpdateAll().whenNotMatchedInsertAll())
+        builder = apply_clauses(DeltaTable.forPath(session, location).alias("t")
+                                .merge(source.alias("s"), condition), parts)
         if schema_evolution:
             builder = builder.withSchemaEvolution()
         builder.execute()
@@ -112,10 +116,7 @@ def merge(session: SparkSession, location: str, source: DataFrame, keys: list[st
     view = f"connectors_merge_{os.getpid()}_{next(_views)}"
     source.createOrReplaceTempView(view)
     try:
-        evolution = " WITH SCHEMA EVOLUTION" if schema_evolution else ""
-        session.sql(
-            f"MERGE{evolution} INTO {_path_table(location)} t USING `{view}` s "
-            f"ON {condition} WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-        ).collect()
+        session.sql(merge_sql(_path_table(location), view, condition, parts,
+                              schema_evolution=schema_evolution)).collect()
     finally:
         session.catalog.dropTempView(view)

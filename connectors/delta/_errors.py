@@ -23,12 +23,15 @@ original is the ``__cause__``. An error no rule covers is, by default, a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.core.errors import BadInputError, ConnectorError, TransientError
 
 __all__ = ["ErrorFacts", "error_facts", "translate"]
+
+_LOST_CONDITION = re.compile(r"Cannot find main error class '([A-Z0-9_]+)'")
 
 #: Causes followed along a Java exception chain (a job failure nests 3-5 deep).
 _MAX_CHAIN = 12
@@ -53,6 +56,24 @@ _CONCURRENT_CLASSES = (
 
 # Order matters: the first rule that any condition or class of the chain fits wins.
 _TABLE: tuple[_Rule, ...] = (
+    _Rule(
+        ("DELTA_REPLACE_WHERE_MISMATCH",),
+        (),
+        BadInputError,
+        "a row of the batch is outside the sink's replace_where, which Delta refuses: "
+        "filter the batch to the rows replace_where selects, or widen "
+        "DeltaSink(replace_where=...)",
+        ("replaceWhere",),
+    ),
+    _Rule(
+        ("DELTA_MERGE_UNRESOLVED_EXPRESSION", "UNRESOLVED_COLUMN"),
+        (),
+        BadInputError,
+        "an expression names a column that neither the batch (s) nor the table (t) has "
+        "(the sink's replace_where, delete_when, update_when, insert_when, or a clause of "
+        "the merge function): fix the expression, or select the column in the query",
+        ("objectName", "sqlExpr", "clause"),
+    ),
     _Rule(
         ("DELTA_NOT_NULL_CONSTRAINT_VIOLATED", "DELTA_MISSING_NOT_NULL_COLUMN_VALUE"),
         (),
@@ -183,6 +204,13 @@ def error_facts(exc: BaseException) -> ErrorFacts:
             facts.messages[str(condition)] = str(_call(exc, "getMessage") or "")
     if java is not None:
         _java_facts(java, facts)
+    for params in list(facts.params.values()):
+        # Delta 4.4 on Spark 4.2 raises some of its conditions (DELTA_MERGE_UNRESOLVED_
+        # EXPRESSION) as INTERNAL_ERROR "Cannot find main error class 'X'": X is the one.
+        lost = _LOST_CONDITION.match(params.get("message", ""))
+        if lost and lost.group(1) not in facts.conditions:
+            facts.conditions.append(lost.group(1))
+            facts.params.setdefault(lost.group(1), {})
     return facts
 
 

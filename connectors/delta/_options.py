@@ -7,11 +7,12 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Literal
 
 from connectors.core.errors import BadInputError, ConfigurationError
+from connectors.delta._changes import ChangeSpec, MergeFunction
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
-__all__ = ["Mode", "check_batch", "check_options", "schema_problems"]
+__all__ = ["Mode", "check_batch", "check_changes", "check_options", "schema_problems"]
 
 Mode = Literal["append", "overwrite"]
 
@@ -69,6 +70,97 @@ def check_options(
             sink_id=sink_id,
         )
     return keys
+
+
+def _text(sink_id: str, name: str, value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigurationError(f"{name} must be a non-empty string (a SQL expression or a "
+                                 f"column name), not {value!r}", sink_id=sink_id)
+    return value
+
+
+def check_changes(
+    sink_id: str,
+    *,
+    merge_on: tuple[str, ...],
+    mode: str,
+    merge: MergeFunction | None,
+    sequence_column: str | None,
+    delete_when: str | None,
+    update_when: str | None,
+    insert_when: str | None,
+    exclude_columns: Iterable[str] | None,
+    replace_where: str | None,
+    partition_overwrite_mode: str | None,
+    partition_by: tuple[str, ...],
+) -> ChangeSpec:
+    """Constructor: the MERGE and overwrite options fit together (the message names the
+    fix); return the sink's :class:`ChangeSpec`."""
+    seq = _text(sink_id, "sequence_column", sequence_column)
+    conditions = {name: _text(sink_id, name, value) for name, value in (
+        ("delete_when", delete_when), ("update_when", update_when),
+        ("insert_when", insert_when))}
+    given = [name for name, value in conditions.items() if value is not None]
+    _text(sink_id, "replace_where", replace_where)
+    if isinstance(exclude_columns, str):
+        exclude_columns = [exclude_columns]
+    excluded = tuple(exclude_columns or ())
+    if not all(isinstance(c, str) and c for c in excluded):
+        raise ConfigurationError("exclude_columns must be a list of column names, e.g. "
+                                 "exclude_columns=['op']", sink_id=sink_id)
+    if len({c.lower() for c in excluded}) != len(excluded):
+        raise ConfigurationError(f"exclude_columns repeats a column: {list(excluded)}",
+                                 sink_id=sink_id)
+    if merge is not None and not callable(merge):
+        raise ConfigurationError(
+            "merge must be a function (target, source) -> DeltaMergeBuilder, e.g. "
+            "merge=lambda t, s: t.alias('t').merge(s.alias('s'), 't.id = s.id')"
+            ".whenMatchedUpdateAll().whenNotMatchedInsertAll()", sink_id=sink_id)
+    merges = bool(merge_on) or merge is not None
+    if merge is not None and given:
+        raise ConfigurationError(
+            f"{', '.join(given)} belong(s) to the condition form (merge_on=[...]); with "
+            "merge= write the conditions into the function's when...() clauses",
+            sink_id=sink_id)
+    if (given or seq) and not merge_on:
+        raise ConfigurationError(
+            f"{', '.join([*(['sequence_column'] if seq else []), *given])} need(s) "
+            "merge_on=[...] (the key columns the changes are applied on)", sink_id=sink_id)
+    if seq and seq.lower() in {k.lower() for k in merge_on}:
+        raise ConfigurationError(f"sequence_column {seq!r} is a merge_on key: name the "
+                                 "column that orders a key's changes", sink_id=sink_id)
+    if excluded and not merges:
+        raise ConfigurationError(
+            "exclude_columns applies to a MERGE (merge_on or merge=); for an append or "
+            "overwrite select the columns in the query instead", sink_id=sink_id)
+    kept = [c for c in excluded if c.lower() in {k.lower() for k in merge_on}]
+    if kept:
+        raise ConfigurationError(f"exclude_columns names merge_on key(s) {kept}: the table "
+                                 "must store its keys", sink_id=sink_id)
+    if merge is not None and mode != "append":
+        raise ConfigurationError("merge= merges each batch; it cannot be combined with "
+                                 f"mode={mode!r}", sink_id=sink_id)
+    if partition_overwrite_mode not in (None, "static", "dynamic"):
+        raise ConfigurationError(
+            "partition_overwrite_mode must be 'static' or 'dynamic', not "
+            f"{partition_overwrite_mode!r}", sink_id=sink_id)
+    for name, value in (("replace_where", replace_where),
+                        ("partition_overwrite_mode", partition_overwrite_mode)):
+        if value is not None and mode != "overwrite":
+            raise ConfigurationError(f"{name} applies to mode='overwrite': pass "
+                                     f"mode='overwrite', or drop {name}", sink_id=sink_id)
+    if replace_where is not None and partition_overwrite_mode == "dynamic":
+        raise ConfigurationError(
+            "replace_where and partition_overwrite_mode='dynamic' cannot be combined (Delta "
+            "refuses it): replace_where replaces the rows it selects, dynamic mode the "
+            "partitions the batch holds; pick one", sink_id=sink_id)
+    if partition_overwrite_mode == "dynamic" and not partition_by:
+        raise ConfigurationError(
+            "partition_overwrite_mode='dynamic' replaces the partitions a batch holds: pass "
+            "partition_by=[...] (the table's partition columns; on an unpartitioned table "
+            "Delta would replace the whole table)", sink_id=sink_id)
+    return ChangeSpec(merge_on, seq, conditions["delete_when"], conditions["update_when"],
+                      conditions["insert_when"], excluded, merge)
 
 
 def schema_problems(

@@ -30,10 +30,10 @@ from urllib.parse import unquote
 from connectors.core.errors import NonDeterministicReplayError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.rules import check_replay
+from connectors.delta._changes import ChangeSpec
 from connectors.delta._fingerprint import fingerprint_now
 from connectors.delta._history import Commit
 from connectors.delta._table import local_path
-from connectors.delta._writer import dedupe_by_key
 from connectors.spark._names import quoted
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ class ReplayCheck:
     session: SparkSession
     location: str
     df: DataFrame
-    merge_on: tuple[str, ...]
+    changes: ChangeSpec
     on_replay_mismatch: ReplayPolicy
     sink_id: str
     batch_id: int
@@ -182,7 +182,7 @@ class ReplayCheck:
         nothing to compare)."""
         if found is None:
             return
-        if not self.merge_on:
+        if not self.changes.merges:
             committed = self.content(found[0])
             if committed is not None:
                 check_replay(self.sink_id, self.on_replay_mismatch, self.batch_id, committed,
@@ -205,15 +205,14 @@ class ReplayCheck:
 
     def check_count(self, found: Commit) -> None:
         """The replay has as many rows as commit ``found`` wrote (a MERGE: as many
-        deduplicated source rows), by its ``operationMetrics``; otherwise
+        deduplicated source rows: :meth:`ChangeSpec.source`), by its ``operationMetrics``; otherwise
         :class:`NonDeterministicReplayError` is raised, or logged with ``"warn"``."""
         version, metrics = found
-        key = "numSourceRows" if self.merge_on else "numOutputRows"
+        key = "numSourceRows" if self.changes.merges else "numOutputRows"
         if key not in metrics:
             return
         committed = int(metrics[key])
-        source = dedupe_by_key(self.df, self.merge_on) if self.merge_on else self.df
-        actual = source.count()
+        actual = self.changes.source(self.df).count()
         if actual == committed:
             return
         err = NonDeterministicReplayError(

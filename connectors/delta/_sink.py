@@ -9,20 +9,10 @@ Its two commit paths (**tag**, the default; **txn**, Delta's own txn id) are des
 ledger (``_ledger``); ``DeltaSinks`` is in ``_sinks``.
 
 Driver side, per batch (the template's ``run_driver_batch`` calls the hooks in this order):
-  1. the ledger already records the batch (crash after the commit was recorded): a replay;
-     its fingerprint is recomputed (one Spark job, replays only) and compared with the
-     recorded one (MERGE) or with that of the rows its commit added, read back from the
-     commit's files (append/overwrite: :meth:`committed_fingerprint`);
-  2. :meth:`validate_input`: the table exists (or is created), the batch's columns fit;
-  3. :meth:`is_committed`: tag path: an intent without a decision sends the batch to the
-     table's history; txn path: the Delta log (read once per driver run, then kept up to
-     date locally) holds ``(app id, batch id)``. Either way a batch the table has (crash
-     between the Delta commit and the ledger record) is compared with that commit (a MERGE
-     by its row count, from the commit's ``operationMetrics``) and recorded, not rewritten;
-  4. :meth:`commit_batch`: tag path: the intent first; one Delta commit with the tag (and
-     on the txn path the txn id); a MERGE's fingerprint is observed inside its job (no
-     extra job); an append hashes nothing;
-  5. the template records the batch in the ledger (with that fingerprint, if any).
+a replay the ledger records is compared with what its commit wrote
+(:meth:`committed_fingerprint`); :meth:`validate_input`; :meth:`is_committed` (the table
+holds a batch the ledger lacks: compared and recorded, not rewritten); :meth:`commit_batch`;
+the template records the batch in the ledger (with a MERGE's observed fingerprint).
 """
 
 from __future__ import annotations
@@ -38,13 +28,13 @@ from connectors.core.families import DriverCommitSink
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
+from connectors.delta._changes import MergeFunction
 from connectors.delta._committer import DeltaCommitter, DeltaPath
 from connectors.delta._fingerprint import fingerprint_now, observe
-from connectors.delta._history import Commit
 from connectors.delta._meta import CommitTag
 from connectors.delta._object_ledger import open_ledger
-from connectors.delta._options import Mode, check_batch, check_options
-from connectors.delta._replay import ReplayCheck
+from connectors.delta._options import Mode, check_batch, check_changes, check_options
+from connectors.delta._replay_hooks import ReplayHooks
 from connectors.delta._store import spark_conf
 from connectors.delta._table import local_path, read_schema, resolve_table, snapshot_schema
 from connectors.delta._txn_seed import seed_txn_lookup
@@ -60,7 +50,7 @@ __all__ = ["DeltaSink"]
 logger = logging.getLogger(__name__)
 
 
-class DeltaSink(DriverCommitSink):
+class DeltaSink(ReplayHooks, DriverCommitSink):
     """Exactly-once sink into a Delta table, for ``foreachBatch`` and batch jobs.
 
     Args:
@@ -71,10 +61,35 @@ class DeltaSink(DriverCommitSink):
             ``txnAppId`` derives from it (``<sink_id>``, then ``<sink_id>.g<n>`` after the
             n-th ``reset_binding``): two sinks writing one table need distinct sink ids.
         merge_on: key columns: MERGE (upsert) each batch on them instead of appending.
-            Source rows are deduplicated per key deterministically (the greatest row by
-            value wins); keys match NULL-safely (``<=>``).
+            Source rows are deduplicated per key deterministically (the greatest
+            ``sequence_column`` wins, then the greatest row by value); keys match
+            NULL-safely (``<=>``).
+        sequence_column: with ``merge_on``: the column ordering a key's changes (a CDC
+            sequence number, LSN, timestamp): per key the batch's change with the
+            greatest value wins (NULL lowest; ties: the greatest row by value).
+        delete_when, update_when, insert_when: with ``merge_on``: SQL conditions over the
+            source row ``s`` (the key's winning change) and the target row ``t``. A
+            matched row is deleted where ``delete_when`` holds, else updated where
+            ``update_when`` holds (default: always); a key the table lacks is inserted
+            unless ``delete_when`` holds (a delete of an unknown key inserts nothing) and
+            where ``insert_when`` holds. ``delete_when`` and ``insert_when`` see ``s`` only,
+            ``update_when`` ``s`` and ``t`` (e.g. ``"s.seq > t.seq"``). NULL counts as false.
+        exclude_columns: with a MERGE: batch columns the table does not store (control
+            columns such as ``op``): the conditions see them, the update and insert write
+            every other column by name, and ``create_table`` leaves them out.
+        merge: a function ``(target DeltaTable, source DataFrame) -> DeltaMergeBuilder``
+            (``target.alias("t").merge(source.alias("s"), ...).when...()``, not executed):
+            the sink executes it inside its idempotent commit. ``source`` is the batch,
+            deduplicated per ``merge_on`` key when given; use it unchanged as the MERGE's
+            source (its row count is a replay's check). Classic PySpark only.
         mode: ``"append"`` (default) or ``"overwrite"`` (each batch replaces the table);
-            not with ``merge_on``.
+            not with a MERGE.
+        replace_where: with ``mode="overwrite"``: replace only the rows matching this SQL
+            predicate (Delta's ``replaceWhere``); a batch row outside it fails the batch
+            with :class:`~connectors.core.errors.BadInputError` and commits nothing.
+        partition_overwrite_mode: with ``mode="overwrite"``: ``"dynamic"`` replaces only
+            the partitions the batch holds (Delta's ``partitionOverwriteMode``; needs
+            ``partition_by``), ``"static"`` the whole table (or ``replace_where``).
         merge_schema: let a batch add columns to the table (Delta's ``mergeSchema`` /
             MERGE schema evolution). Without it, a batch whose columns do not fit raises
             :class:`~connectors.core.errors.BadInputError` naming them.
@@ -137,6 +152,14 @@ class DeltaSink(DriverCommitSink):
         table: str | None = None,
         merge_on: Iterable[str] | None = None,
         mode: Mode = "append",
+        sequence_column: str | None = None,
+        delete_when: str | None = None,
+        update_when: str | None = None,
+        insert_when: str | None = None,
+        exclude_columns: Iterable[str] | None = None,
+        merge: MergeFunction | None = None,
+        replace_where: str | None = None,
+        partition_overwrite_mode: str | None = None,
         merge_schema: bool = False,
         create_table: bool = False,
         partition_by: Iterable[str] | None = None,
@@ -159,6 +182,14 @@ class DeltaSink(DriverCommitSink):
         self.merge_schema = bool(merge_schema)
         self.create_table = bool(create_table)
         self.partition_by = tuple(partition_by or ())
+        self.changes = check_changes(
+            self.sink_id, merge_on=keys, mode=mode, merge=merge,
+            sequence_column=sequence_column, delete_when=delete_when,
+            update_when=update_when, insert_when=insert_when,
+            exclude_columns=exclude_columns, replace_where=replace_where,
+            partition_overwrite_mode=partition_overwrite_mode, partition_by=self.partition_by)
+        self.replace_where = replace_where
+        self.partition_overwrite_mode = partition_overwrite_mode
         self.ledger_path = ledger_path
         self.storage_options = dict(storage_options or {})
         self.verify_replay = bool(verify_replay)
@@ -179,6 +210,7 @@ class DeltaSink(DriverCommitSink):
     def __repr__(self) -> str:
         target = f"{self.path!r}" if self.path is not None else f"table={self.table!r}"
         merge = f", merge_on={list(self.merge_on)!r}" if self.merge_on else ""
+        merge += ", merge=<function>" if self.changes.merge is not None else ""
         return f"DeltaSink({target}, sink_id={self.sink_id!r}{merge})"
 
     def __getstate__(self) -> dict[str, Any]:
@@ -267,11 +299,14 @@ class DeltaSink(DriverCommitSink):
     def validate_input(self, schema: pa.Schema) -> None:
         """Driver, before a fresh write: the table exists (or will be created) and the
         batch's columns fit it (names, types, NOT NULL columns, merge keys)."""
+        df = self._batch_df
         check_batch(
-            self._batch_df.schema, self._table_schema(),
+            self.changes.table_df(df).schema, self._table_schema(),
             refresh=lambda: self._table_schema(refresh=True), location=self.location,
             merge_schema=self.merge_schema, merge_on=self.merge_on, sink_id=self.sink_id,
         )
+        if self.changes.merges:  # the options' columns, the conditions (no Spark job)
+            self.changes.validate(df, self._schema, sink_id=self.sink_id)
 
     def _table_schema(self, *, refresh: bool = False) -> StructType | None:
         if self._schema is not None and not refresh:
@@ -290,65 +325,16 @@ class DeltaSink(DriverCommitSink):
             return None
         return fingerprint_now(batch.spark_df)
 
-    def is_committed(self, ctx: BatchContext) -> bool:
-        """Driver: does the table hold the commit of ``(ctx.app_id, ctx.batch_id)``?
-
-        Tag path (default): committed by this driver run (kept locally), or an intent
-        without a decision that the table's history settles; the first batch of every run
-        also looks at the newest commits once (a commit of a release that wrote no intents,
-        or an intent lost with an operating-system crash). No intent: never attempted.
-        Txn path: answered from the log as read once at the start of the run, kept up to
-        date by :meth:`commit_batch`. A transaction id that Delta forgot (expired, or the
-        table was restored or recreated) is settled from the table's history, or refused.
-        :class:`DeltaCommitter` answers; a batch found committed is compared with its
-        commit (:meth:`_check_reconciled`).
-        """
-        return self._committer.is_committed(self._session, self.location(), ctx,
-                                            self._check_reconciled)
-
-    def committed_fingerprint(self, ctx: BatchContext) -> Fingerprint | None:
-        """Driver, on the replay of an append/overwrite batch the ledger recorded: the
-        fingerprint of the rows its Delta commit added, read back from that commit's files
-        (:mod:`connectors.delta._replay`). Where they cannot be read, the replay's row
-        count is compared with the commit's instead, and ``None`` is returned."""
-        if self.merge_on or not self.verify_replay or self._df is None:
-            return None
-        return self._replay_check(ctx).committed_fingerprint(self._find_commit(ctx))
-
-    def _check_reconciled(self, ctx: BatchContext) -> None:
-        """A batch committed to Delta but not recorded: an append's replay must hold the rows
-        its commit wrote (a MERGE's: as many source rows)."""
-        if self.verify_replay and self._df is not None:
-            self._replay_check(ctx).reconciled(self._find_commit(ctx))
-
-    def _find_commit(self, ctx: BatchContext) -> Commit | None:
-        session = self._session
-        return self._committer.find_commit(session, self.location(), ctx.app_id, ctx.batch_id)
-
-    def _replay_check(self, ctx: BatchContext) -> ReplayCheck:
-        assert self._df is not None
-        return ReplayCheck(self._session, self.location(), self._df, self.merge_on,
-                           self.on_replay_mismatch, self.sink_id, ctx.batch_id)
-
     def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> Fingerprint | None:
         """Driver: the batch as one Delta commit tagged ``(ctx.app_id, ctx.batch_id)``.
 
-        Steps:
-          1. tag path: a retry after a failed attempt in this process first asks the
-             table's history whether that attempt landed (then nothing is written); every
-             attempt is preceded by the ledger's intent (fsynced);
-          2. MERGE only: attach the fingerprint aggregates to the batch (observed by the
-             write job); an append records none (a replay is compared with the files its
-             commit added: :meth:`committed_fingerprint`);
-          3. append/overwrite with the ``userMetadata`` tag (txn path: and the
-             ``txnAppId``/``txnVersion`` writer options), or MERGE with the matching session
-             confs set on the query's own session (and unset after):
-             :class:`~connectors.delta._writer.DeltaWriter`;
-          4. keep the committed version locally; txn path with the accelerator: fill the
-             post-commit snapshot's txn ids from its checksum so that the next batch's
-             write skips Delta's state reconstruction
-             (:func:`~connectors.delta._txn_seed.seed_txn_lookup`); return the observed
-             fingerprint (the template records it in the ledger), or ``None``.
+        Steps: 1. tag path: a retry in this process first asks the history whether the
+        failed attempt landed; the ledger's intent (fsynced); 2. a MERGE observes its
+        fingerprint in its own job; 3. the write
+        (:class:`~connectors.delta._writer.DeltaWriter`: append/overwrite options, or a
+        MERGE under session confs); 4. the committed version kept locally, the txn lookup
+        seeded (:func:`~connectors.delta._txn_seed.seed_txn_lookup`), the fingerprint
+        returned for the ledger.
 
         Calling it again is harmless: the tag path settles an earlier attempt from the
         history first; on the txn path Delta skips a version it holds.
@@ -363,17 +349,19 @@ class DeltaSink(DriverCommitSink):
             self._batch_path = path
             return None
         writer = DeltaWriter(
-            self.location(), self.sink_id, mode=self.mode, merge_on=self.merge_on,
+            self.location(), self.sink_id, mode=self.mode, changes=self.changes,
             merge_schema=self.merge_schema, partition_by=self.partition_by,
             delta_txn_id=self.delta_txn_id, values_in_errors=self.values_in_errors,
+            replace_where=self.replace_where,
+            partition_overwrite_mode=self.partition_overwrite_mode,
         )
-        if self.merge_on and self._schema is None:
+        if self.changes.merges and self._schema is None:
             writer.create_empty(df)
         # Step 2: only a MERGE is fingerprinted while it runs (its commit holds merged rows,
         # not the batch's); an append's replay is compared with its commit's files instead.
         observed = (
             observe(df, f"connectors_{self.sink_id}_{ctx.batch_id}_{uuid.uuid4().hex[:8]}")
-            if self.verify_replay and self.merge_on else None
+            if self.verify_replay and self.changes.merges else None
         )
         source = observed.df if observed is not None else df
         # Step 3 (an object-store ledger's lease may have lapsed: never commit without it)

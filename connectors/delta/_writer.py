@@ -1,6 +1,8 @@
-"""The write of a DeltaSink's commit: an append/overwrite with the ``userMetadata`` tag (and
-Delta's txn id on the txn path), or a MERGE with the same as session confs; the empty table
-a MERGE creates; :func:`dedupe_by_key`, which gives a MERGE one source row per key."""
+"""The write of a DeltaSink's commit: an append/overwrite (``replaceWhere``, dynamic
+partition overwrite) with the ``userMetadata`` tag (and Delta's txn id on the txn path), or
+a MERGE (:mod:`connectors.delta._changes`: the condition form or the user's function) with
+the same as session confs; the empty table a MERGE creates. :func:`dedupe_by_key`, which
+gives a MERGE one source row per key, is re-exported from ``_changes``."""
 
 from __future__ import annotations
 
@@ -8,17 +10,17 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from connectors.core.batch import BatchContext
+from connectors.core.errors import ConfigurationError
 from connectors.core.ledger import BATCH_JOB_QUERY_ID
+from connectors.delta._changes import CONNECT_MERGE_FUNCTION, ChangeSpec, dedupe_by_key
 from connectors.delta._errors import translate
 from connectors.delta._meta import CommitTag
 from connectors.delta._options import Mode
-from connectors.spark._names import quoted
-from connectors.spark.batch import has_map
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -28,6 +30,7 @@ __all__ = [
     "CONF_TXN_AUTO_RESET",
     "CONF_TXN_VERSION",
     "CONF_USER_METADATA",
+    "CONNECT_MERGE_FUNCTION",
     "DeltaWriter",
     "dedupe_by_key",
 ]
@@ -45,32 +48,6 @@ _MERGE_CONFS = (CONF_TXN_APP_ID, CONF_TXN_VERSION, CONF_TXN_AUTO_RESET, CONF_USE
 #: Serializes MERGEs that run on a session that is not a streaming query's own clone (a
 #: batch job's ``sink(df, run_id)``): the txn confs are session-wide there.
 _SHARED_SESSION_LOCK = threading.Lock()
-_RANK = "__connectors_rank"
-
-
-def dedupe_by_key(df: DataFrame, keys: Sequence[str]) -> DataFrame:
-    """One row per key, chosen deterministically: the greatest row by value wins.
-
-    Rows are ranked within each key by every other column, descending, NULLs last
-    (columns holding maps, which Spark cannot order, by their JSON form); two rows that
-    tie on every column are identical, so whichever is kept, the result is the same.
-    MERGE then never sees two source rows for one target row.
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F  # noqa: N812
-
-    order = []
-    for f in df.schema.fields:
-        if f.name in keys:
-            continue
-        col = F.col(quoted(f.name))
-        order.append((F.to_json(F.struct(col)) if has_map(f.dataType) else col).desc_nulls_last())
-    if not order:
-        return df.dropDuplicates(list(keys))
-    window = Window.partitionBy(*[F.col(quoted(k)) for k in keys]).orderBy(*order)
-    return df.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1).drop(_RANK)
-
-
 @dataclass(frozen=True)
 class DeltaWriter:
     """One batch's write into the table at ``location``, with the sink's options; the
@@ -79,11 +56,13 @@ class DeltaWriter:
     location: str
     sink_id: str
     mode: Mode
-    merge_on: tuple[str, ...]
+    changes: ChangeSpec
     merge_schema: bool
     partition_by: tuple[str, ...]
     delta_txn_id: bool
     values_in_errors: bool
+    replace_where: str | None = None
+    partition_overwrite_mode: str | None = None
 
     def write(self, df: DataFrame, ctx: BatchContext, tag: CommitTag, *,
               new_table: bool) -> float:
@@ -94,7 +73,7 @@ class DeltaWriter:
         original, which may quote row values, is not chained."""
         started = time.monotonic()
         try:
-            if self.merge_on:
+            if self.changes.merges:
                 self._merge(df, ctx, tag)
             else:
                 self._append(df, ctx, tag, new_table=new_table)
@@ -123,6 +102,10 @@ class DeltaWriter:
                       .option("txnVersion", str(ctx.batch_id)))
         if self.merge_schema:
             writer = writer.option("mergeSchema", "true")
+        if self.replace_where is not None:
+            writer = writer.option("replaceWhere", self.replace_where)
+        if self.partition_overwrite_mode is not None:
+            writer = writer.option("partitionOverwriteMode", self.partition_overwrite_mode)
         if self.partition_by and new_table:
             writer = writer.partitionBy(*self.partition_by)
         writer.save(self.location)
@@ -134,7 +117,7 @@ class DeltaWriter:
 
         if _api.is_delta_table(df.sparkSession, self.location):
             return
-        writer = df.limit(0).write.format("delta").mode("append")
+        writer = self.changes.table_df(df).limit(0).write.format("delta").mode("append")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         writer.save(self.location)
@@ -142,12 +125,29 @@ class DeltaWriter:
 
     def _merge(self, df: DataFrame, ctx: BatchContext, tag: CommitTag) -> None:
         from connectors.delta import _api
+        from connectors.spark._binding import is_connect
 
         session = df.sparkSession
-        source = dedupe_by_key(df, self.merge_on)
+        source = self.changes.source(df)
+        if self.changes.merge is None:
+            with self._merge_confs(session, ctx, tag):
+                _api.merge(session, self.location, source, self.changes,
+                           schema_evolution=self.merge_schema)
+            return
+        if is_connect(session):
+            raise ConfigurationError(CONNECT_MERGE_FUNCTION, sink_id=self.sink_id)
+        from delta.tables import DeltaTable
+
+        from connectors.delta._changes import user_merge
+
+        # The user's function builds the MERGE outside the commit's confs (a MERGE it
+        # executed itself would carry no tag); the sink executes what it returns inside.
+        builder = user_merge(self.changes, DeltaTable.forPath(session, self.location),
+                             source, sink_id=self.sink_id)
+        if self.merge_schema:
+            builder = builder.withSchemaEvolution()
         with self._merge_confs(session, ctx, tag):
-            _api.merge(session, self.location, source, list(self.merge_on),
-                       schema_evolution=self.merge_schema)
+            builder.execute()
 
     @contextlib.contextmanager
     def _merge_confs(
