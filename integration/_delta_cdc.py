@@ -43,7 +43,7 @@ def change(v: int, rows_per_batch: int) -> tuple[Any, ...]:
 
 def changes(df: Any, rows_per_batch: int) -> Any:
     """The rate source's ``(timestamp, value)`` as changes (the same as :func:`change`)."""
-    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql import functions as F
 
     v = F.col("value")
     return df.select(
