@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -319,8 +320,9 @@ def exact(got: Iterable[Any], want: Iterable[Any], what: str) -> None:
 
 def delta_rows(table: Path) -> list[dict[str, Any]]:
     """The rows of a Delta table as a reader that follows the log sees them: the JSON
-    commits' ``add`` actions minus their ``remove`` actions, read with pyarrow. Refuses what
-    this small reader does not handle (checkpoints, deletion vectors) instead of guessing."""
+    commits' ``add`` actions minus their ``remove`` actions, read with pyarrow, with the
+    partition columns' values (as the log's strings). Refuses what this small reader does
+    not handle (checkpoints, deletion vectors) instead of guessing."""
     import pyarrow.parquet as pq
 
     log = table / "_delta_log"
@@ -338,9 +340,8 @@ def delta_rows(table: Path) -> list[dict[str, Any]]:
                 files.pop(action["remove"]["path"], None)
     rows: list[dict[str, Any]] = []
     for path, add in sorted(files.items()):
-        if add.get("partitionValues"):
-            raise AssertionError(f"{table}: partitioned tables are not handled here")
-        rows += pq.read_table(table / path).to_pylist()
+        parts = add.get("partitionValues") or {}
+        rows += [{**r, **parts} for r in pq.read_table(table / unquote(path)).to_pylist()]
     return rows
 
 

@@ -181,6 +181,24 @@ def check_delta_merge(page: Page, run: sn.Run) -> None:
              [(k, k + 200) for k in range(100)], "the merged Delta table")
 
 
+def check_delta_cdc(page: Page, run: sn.Run) -> None:
+    want = [(1, 3, "anna"), (2, 7, "bobby")]
+    for name in ("customers", "mirror"):
+        rows = sn.delta_rows(page.work / "tables" / name)
+        assert all("op" not in r for r in rows), f"{name} stores op: {rows}"
+        sn.exact([(r["id"], r["seq"], r["name"]) for r in rows], want, f"the {name} table")
+
+
+def check_delta_overwrite(page: Page, run: sn.Run) -> None:
+    recent = sn.delta_rows(page.work / "tables" / "recent")
+    sn.exact([(r["day"], r["n"]) for r in recent],
+             [("2026-01-01", n) for n in range(3)] + [("2026-01-02", 0)], "the recent table")
+    daily = sn.delta_rows(page.work / "tables" / "daily")
+    sn.exact([(r["day"], r["n"]) for r in daily],
+             [("2026-01-01", n) for n in range(2)] + [("2026-01-02", n) for n in range(5)]
+             + [("2026-01-03", 0)], "the daily table")
+
+
 def _no_secret(page: Page, run: sn.Run) -> None:
     leaks = [n for n, s in enumerate(page.secrets) if s and s in run.stdout + run.stderr]
     assert not leaks, f"secrets #{leaks} of the page's services in the block's output"
@@ -246,6 +264,8 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/kafka.md", "kafka_batch_job.py"): Expect(check_kafka_orders),
     ("docs/kafka.md", "consume_orders.py"): Expect(check_consumer_output),
     ("docs/delta.md", "delta_merge.py"): Expect(check_delta_merge),
+    ("docs/delta.md", "delta_cdc.py"): Expect(check_delta_cdc),
+    ("docs/delta.md", "delta_overwrite.py"): Expect(check_delta_overwrite),
     ("docs/stopping.md", "graceful_stop.py"): Expect(check_delta_events),
     ("docs/connector-guide.md", "staged_files_sink.py"): Expect(no_target),
     ("docs/connector-guide.md", "test_staged_files_sink.py"): Expect(check_pytest_passed),
