@@ -88,8 +88,14 @@ def expected_dynamic(batches: int, rows_per_batch: int) -> list[tuple[Any, ...]]
     return sorted(r for rows in last.values() for r in rows)
 
 
-def make_sinks(root: str, names: list[str]) -> Any:
-    from connectors.delta import DeltaSink, DeltaSinks
+def make_sinks(root: str, names: list[str], query_name: str | None = None) -> Any:
+    import functools
+
+    from connectors.delta import DeltaSink as Sink
+    from connectors.delta import DeltaSinks
+
+    # (under Spark Connect a sink knows its query by name)
+    DeltaSink = functools.partial(Sink, query_name=query_name)
 
     made = {
         "cond": lambda: DeltaSink(
@@ -125,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     log = logging.getLogger("integration._delta_cdc")
 
     def run(args: Any) -> int:
-        sinks = make_sinks(args.root, [s for s in args.sinks.split(",") if s])
-        spark = build_session(args.master, args.conf)
+        sinks = make_sinks(args.root, [s for s in args.sinks.split(",") if s],
+                           args.query_name or None)
+        spark = build_session(args.master, args.conf, connect=args.connect)
         return stream(spark, args, sinks,
                       rate=lambda df: changes(df, args.rows_per_batch))
 

@@ -102,6 +102,19 @@ def test_a_merge_function_that_returns_no_builder_is_refused_and_commits_nothing
     assert tagged_commits(path, "nob") == {}
 
 
+def test_the_function_form_is_refused_under_spark_connect(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Spark Connect made to answer true: the refusal comes before anything is written.)"""
+    monkeypatch.setattr("connectors.delta._changes.is_connect", lambda session: True)
+    path = tmp_path / "connect"
+    sink = DeltaSink(str(path), sink_id="fnc", merge_on=["id"], merge=apply_changes,
+                     create_table=True)
+    fails(lambda: sink(batch(spark, 0), 0), ConfigurationError, "needs classic PySpark",
+          "condition form")
+    assert not path.exists() or tagged_commits(path, "fnc") == {}
+
+
 @pytest.mark.parametrize(("form", "recorded"), [
     ("cond", True), ("fn", False),
     *([("cond", False), ("fn", True)] if os.environ.get("EOS_WIDE_MATRIX") == "1" else [])])

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.errors import BadInputError, ConfigurationError
+from connectors.spark._binding import is_connect
 from connectors.spark._names import quoted
 from connectors.spark.batch import has_map
 
@@ -137,11 +138,8 @@ class ChangeSpec:
         every condition resolves over the batch and the table (``table``: its schema;
         ``None``: the table the batch creates)."""
         self.check_batch(df.schema, sink_id=sink_id)
-        if self.merge is not None:
-            from connectors.spark._binding import is_connect
-
-            if is_connect(df.sparkSession):
-                raise ConfigurationError(CONNECT_MERGE_FUNCTION, sink_id=sink_id)
+        if self.merge is not None and is_connect(df.sparkSession):
+            raise ConfigurationError(CONNECT_MERGE_FUNCTION, sink_id=sink_id)
         if self.delete_when or self.update_when or self.insert_when:
             session = df.sparkSession
             target = session.createDataFrame([], table if table is not None else
