@@ -1,18 +1,15 @@
 """``DeltaSink``: exactly-once appends, overwrites and MERGEs into a Delta table.
 
 Family COMMIT_ON_DRIVER: the driver commits the whole batch as one Delta commit tagged with
-``userMetadata`` ``{"connectors": {sink, app, batch, ...}}`` (:mod:`connectors.delta._meta`).
-Its two commit paths (**tag**, the default; **txn**, Delta's own txn id) are described in
-:mod:`connectors.delta._committer`. The hooks here delegate by role: options and batch checks
-(``_options``), where the table is (``_table``), the commit path and what the table holds
-(``_committer``, ``_history``), the write (``_writer``), replay checks (``_replay``), the
-ledger (``_ledger``); ``DeltaSinks`` is in ``_sinks``.
+``userMetadata`` ``{"connectors": {sink, app, batch, ...}}`` (:mod:`connectors.delta._meta`),
+on one of two paths (**tag**, the default; **txn**, Delta's txn id:
+:mod:`connectors.delta._committer`). The hooks delegate by role: options (``_options``),
+the table's place (``_table``), commits (``_committer``, ``_history``), what the table holds
+(``_replay_hooks``, ``_replay``), the write (``_writer``, ``_changes``), the ledger.
 
-Driver side, per batch (the template's ``run_driver_batch`` calls the hooks in this order):
-a replay the ledger records is compared with what its commit wrote
-(:meth:`committed_fingerprint`); :meth:`validate_input`; :meth:`is_committed` (the table
-holds a batch the ledger lacks: compared and recorded, not rewritten); :meth:`commit_batch`;
-the template records the batch in the ledger (with a MERGE's observed fingerprint).
+Per batch the template calls: :meth:`committed_fingerprint` (a replay the ledger records),
+:meth:`validate_input`, :meth:`is_committed` (the table holds a batch the ledger lacks:
+compared and recorded, not rewritten), :meth:`commit_batch`, then records the ledger.
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ from connectors.delta._fingerprint import fingerprint_now, observe
 from connectors.delta._meta import CommitTag
 from connectors.delta._object_ledger import open_ledger
 from connectors.delta._options import Mode, check_batch, check_changes, check_options
-from connectors.delta._replay_hooks import ReplayHooks
+from connectors.delta._replay_hooks import TableReplay
 from connectors.delta._store import spark_conf
 from connectors.delta._table import local_path, read_schema, resolve_table, snapshot_schema
 from connectors.delta._txn_seed import seed_txn_lookup
@@ -50,7 +47,7 @@ __all__ = ["DeltaSink"]
 logger = logging.getLogger(__name__)
 
 
-class DeltaSink(ReplayHooks, DriverCommitSink):
+class DeltaSink(DriverCommitSink):
     """Exactly-once sink into a Delta table, for ``foreachBatch`` and batch jobs.
 
     Args:
@@ -294,6 +291,21 @@ class DeltaSink(ReplayHooks, DriverCommitSink):
         """The ledger is empty: the table's last batch of ``app_id`` (DeltaCommitter.probe)."""
         session = self._session
         return self._committer.probe(session, self.location(), app_id)
+
+    # ---- what the table holds (TableReplay answers) ----
+    def _table_replay(self) -> TableReplay:
+        return TableReplay(self.sink_id, self.changes, self.verify_replay,
+                           self.on_replay_mismatch, self._committer, self._session,
+                           self.location(), self._df)
+
+    def is_committed(self, ctx: BatchContext) -> bool:
+        """Driver: does the table hold the batch's commit (:class:`TableReplay`)?"""
+        return self._table_replay().is_committed(ctx)
+
+    def committed_fingerprint(self, ctx: BatchContext) -> Fingerprint | None:
+        """Driver: the fingerprint of the rows a recorded batch's commit added, or
+        ``None`` where only counts compare (:class:`TableReplay`)."""
+        return self._table_replay().committed_fingerprint(ctx)
 
     # ---- hooks ----
     def validate_input(self, schema: pa.Schema) -> None:
