@@ -12,9 +12,9 @@ last run the tables are compared row by row with a plain application of the whol
 (the last change of a key winning; a delete deleting), and each sink's Delta log holds
 exactly one tagged commit per batch.
 
-CI runs four kills (every point once, every sink once) and one random kill over three
-batches;
-``EOS_WIDE_MATRIX=1`` kills every sink at every point (16 kills) over four.
+CI kills both change-stream forms at every point and each overwrite variant once (10
+kills), then once at random, over four batches; ``EOS_WIDE_MATRIX=1`` kills every sink at
+every point (16 kills).
 """
 
 from __future__ import annotations
@@ -152,14 +152,15 @@ def kill_plan_then_random(job: CdcJob, plan: list[tuple[CrashPoint, str, int]]) 
     assert len(reached(job.crash_log)) >= len(plan)
 
 
-# The CI plan (CI's time budget): every crash point of the family once, every sink once;
-# the change-stream forms where the table and the ledger disagree (after_decision: the
-# restart reconciles from the table; after_commit: the ledger's fingerprint).
+# The CI plan: both change-stream forms at every crash point of the family (the issue's
+# proof), the overwrite variants where the table and the ledger disagree (after_decision:
+# the restart reconciles from the table; after_commit: the ledger's fingerprint).
 CI_PLAN = [
-    (CrashPoint.AFTER_DECISION, COND, 1),
-    (CrashPoint.AFTER_COMMIT, FN, 1),
-    (CrashPoint.BEFORE_TASKS, REPLACE, 1),
-    (CrashPoint.BEFORE_DECISION, DYNAMIC, 1),
+    *[(p, s, 1) for s in (COND, FN) for p in (CrashPoint.BEFORE_TASKS,
+                                              CrashPoint.BEFORE_DECISION,
+                                              CrashPoint.AFTER_DECISION)],
+    (CrashPoint.AFTER_DECISION, REPLACE, 1),
+    *[(CrashPoint.AFTER_COMMIT, s, 2) for s in (COND, FN, DYNAMIC)],
 ]
 # Wide: every sink at every point (the reconciled path passes no after_commit, so that one
 # is in the next batch).
@@ -173,7 +174,7 @@ WIDE_PLAN = [
 def test_change_streams_and_overwrites_sigkilled_at_crash_points_and_at_random_are_exact(
     tmp_path: Path, spark: SparkSession
 ) -> None:
-    job = CdcJob(tmp_path, batches=4 if WIDE else 3)
+    job = CdcJob(tmp_path, batches=4)
     job.seed(spark)
     plan: list[Any] = WIDE_PLAN if WIDE else CI_PLAN
     kill_plan_then_random(job, plan)
