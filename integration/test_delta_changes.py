@@ -90,6 +90,22 @@ def test_sequence_column_decides_and_ties_break_by_value(
         (1, "u", 5, "a"), (2, "u", 1, "y")]
 
 
+def test_a_column_named_like_the_sinks_rank_column_is_kept(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The per-key ranking adds a column of its own; a batch column of that name (any
+    case) is neither overwritten nor dropped."""
+    path = tmp_path / "rank"
+    rows = [(1, 5, 50), (1, 7, 70), (2, 1, 10)]
+    df = spark.createDataFrame(rows, "id LONG, seq LONG, __Connectors_Rank LONG")
+    sink = DeltaSink(str(path), sink_id="rank", merge_on=["id"], sequence_column="seq",
+                     create_table=True)
+    sink(df, 0)
+    sink.close()
+    assert table_rows(spark, path, ["id", "seq", "__Connectors_Rank"]) == [(1, 7, 70),
+                                                                           (2, 1, 10)]
+
+
 def test_a_merge_function_that_returns_no_builder_is_refused_and_commits_nothing(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -51,7 +51,6 @@ CONNECT_MERGE_FUNCTION = (
     "exclude_columns), which the sink runs as SQL MERGE")
 
 
-
 def dedupe_by_key(df: DataFrame, keys: Sequence[str], sequence: str | None = None) -> DataFrame:
     """One row per key, chosen deterministically: the greatest ``sequence`` wins (NULLs
     lowest); ties, and every key without ``sequence``, go to the greatest row by value.
@@ -73,7 +72,10 @@ def dedupe_by_key(df: DataFrame, keys: Sequence[str], sequence: str | None = Non
     if not order:
         return df.dropDuplicates(list(keys))
     window = Window.partitionBy(*[F.col(quoted(k)) for k in keys]).orderBy(*order)
-    return df.withColumn(_RANK, F.row_number().over(window)).where(F.col(_RANK) == 1).drop(_RANK)
+    rank = _RANK
+    while rank.lower() in {c.lower() for c in df.columns}:  # never a column of the batch
+        rank += "_"
+    return df.withColumn(rank, F.row_number().over(window)).where(F.col(rank) == 1).drop(rank)
 
 
 @dataclass(frozen=True)
