@@ -11,6 +11,7 @@ decides its fate (:func:`classify`):
   ``bash -euo pipefail``. A block mixing both is refused.
 - ``sql``: executed against PostgreSQL.
 - ``text``: output or a diagram, not run.
+- ``mermaid``: a diagram GitHub draws (docs/architecture.md's package picture), not run.
 - any other info string, or none: refused.
 
 A block that needs what CI cannot have is *illustrative*: an HTML comment
@@ -39,7 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTHON_LANGS = frozenset({"python"})
 SHELL_LANGS = frozenset({"bash", "sh", "shell", "console"})
 SQL_LANGS = frozenset({"sql"})
-TEXT_LANGS = frozenset({"text"})
+TEXT_LANGS = frozenset({"text", "mermaid"})
 
 EXECUTED = "executed"
 RUN_BY_CI = "run by .ci/run"
@@ -228,7 +229,7 @@ def classify(blocks: Iterable[Block], run_by_ci: Mapping[str, str],
         else:
             out.problems.append(
                 f"{b.where}: fenced block with info string {b.info!r}: use python, bash, "
-                "sql (run by the tests) or text (output, diagrams)")
+                "sql (run by the tests), text (output, diagrams) or mermaid (diagrams)")
     illustrative = [b for b in out.of_kind(ILLUSTRATIVE) if b.doc == readme]
     if len(illustrative) > readme_max_illustrative:
         out.problems.append(

@@ -365,9 +365,11 @@ def test_classifier_refuses_what_is_not_accounted_for() -> None:
         assert expected in text, f"no problem {expected!r} in:\n{text}"
     ok = sn.classify(sn.parse_markdown(
         "Not run: needs an S3 bucket.\n<!-- illustrative: needs an S3 bucket -->\n"
-        "```bash\naws s3 ls\n```\n```bash\nbash scripts/demo  # the demo\n```\n", "README.md"),
+        "```bash\naws s3 ls\n```\n```bash\nbash scripts/demo  # the demo\n```\n"
+        "```mermaid\nflowchart TD\n    a --> b\n```\n", "README.md"),
         RUN_BY_CI)
-    assert not ok.problems and ok.counts() == {sn.ILLUSTRATIVE: 1, sn.RUN_BY_CI: 1}
+    assert not ok.problems and ok.counts() == {sn.ILLUSTRATIVE: 1, sn.RUN_BY_CI: 1,
+                                               sn.NOT_RUN: 1}
 
 
 # --------------------------------------------------------------------------- running pages

@@ -9,58 +9,26 @@ module would otherwise depend on ``connectors/__init__.py``).
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "connectors"
+# The walker is the one scripts/architecture.py draws docs/architecture.md's picture with.
+_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "architecture.py"
+_spec = importlib.util.spec_from_file_location("architecture_script", _SCRIPT)
+assert _spec is not None and _spec.loader is not None
+architecture = sys.modules.get(_spec.name) or importlib.util.module_from_spec(_spec)
+if _spec.name not in sys.modules:
+    sys.modules[_spec.name] = architecture
+    _spec.loader.exec_module(architecture)
 
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-
-
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every module of ``known`` that ``path`` imports (``from a import b``: ``a.b`` when
-    that is a module, else ``a``)."""
-    tree = ast.parse(path.read_text(), str(path))
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
-                       for alias in node.names]
-        else:
-            continue
-        for target in targets:
-            # "import a.b.c" imports a.b.c; keep the longest known prefix
-            while target and target not in known and "." in target:
-                target = target.rpartition(".")[0]
-            if target in known and target != name:
-                found.add(target)
-    return found
-
-
-def graph() -> dict[str, set[str]]:
-    mods = modules()
-    known = set(mods)
-    return {name: imports_of(name, path, known) for name, path in mods.items()}
+PACKAGE: Path = architecture.PACKAGE
+modules = architecture.modules
+imports_of = architecture.imports_of
+graph = architecture.graph
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -170,7 +138,7 @@ def test_pyspark_only_in_the_adapter_and_the_declared_spark_facing_modules() -> 
     direct = {m: pyspark_imports(p) for m, p in modules().items() if not _facing(m)}
     assert not {m: ln for m, ln in direct.items() if ln}, direct
     doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
-    section = doc.split("Spark-facing modules", 1)[1][:1500]
+    section = doc.split("**Spark-facing modules.**", 1)[1][:1500]
     for name in SPARK_FACING:
         path = name.replace(".", "/")
         assert path in section, f"docs/architecture.md does not name {path} as Spark-facing"
