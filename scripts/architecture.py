@@ -209,7 +209,8 @@ def nodes(package: Path = PACKAGE) -> list[str]:
 
 
 def _node_id(node: str) -> str:
-    # connectors/__init__.py is "init" (an id "connectors[" reads like an old install hint)
+    # connectors/__init__.py is "init": the package's name and a "[" would read like an old
+    # install hint (tests/test_install_hints.py)
     return "init" if node == PACKAGE.name else node.strip("_")
 
 
