@@ -157,7 +157,14 @@ def check_postgres_status_json(page: Page, run: sn.Run) -> None:
 
 
 def check_nothing_prepared(page: Page, rows: list[tuple[object, ...]]) -> None:
-    assert rows == [], f"the monitoring query found prepared transactions: {rows}"
+    """Nothing prepared in the page's database (``pg_prepared_xacts`` lists the whole
+    server's, and other tests' drivers are killed beside this one)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    database = conninfo_to_dict(page.conninfo).get("dbname")
+    assert database, "the page's conninfo names no database"
+    mine = [row for row in rows if row[1] == database]
+    assert mine == [], f"the monitoring query found prepared transactions: {mine}"
 
 
 def check_kafka_orders(page: Page, run: sn.Run) -> None:
