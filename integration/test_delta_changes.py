@@ -118,6 +118,27 @@ def test_a_merge_function_that_returns_no_builder_is_refused_and_commits_nothing
     assert tagged_commits(path, "nob") == {}
 
 
+def test_a_merge_function_that_executes_itself_is_refused_and_not_applied_twice(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The common slip: the function ends in ``.execute()``. The batch fails naming it;
+    the MERGE it ran carries the batch's tag, so after the fix the same batch is found
+    committed and not applied again (one tagged commit, the table as one application)."""
+    path = tmp_path / "self"
+    options: dict[str, Any] = {"sink_id": "self", "merge_on": ["id"],
+                               "sequence_column": "seq", "create_table": True}
+    wrong = DeltaSink(str(path), merge=lambda t, s: apply_changes(t, s).execute(), **options)
+    fails(lambda: wrong(batch(spark, 0), 0), ConfigurationError, "did it call .execute()")
+    wrong.close()
+    fixed = DeltaSink(str(path), merge=apply_changes, **options)
+    for b in range(2):
+        fixed(batch(spark, b), b)
+    fixed.close()
+    commits = tagged_commits(path, "self")
+    assert sorted(commits) == [0, 1] and all(len(v) == 1 for v in commits.values()), commits
+    assert table_rows(spark, path, COLUMNS) == sorted(expected_merge(range(2 * R), R).values())
+
+
 def test_the_function_form_is_refused_under_spark_connect(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -249,14 +249,16 @@ def user_merge(spec: ChangeSpec, target: Any, source: DataFrame, *, sink_id: str
     executed: the sink executes it inside its commit confs), or raise
     :class:`ConfigurationError` saying what it returned instead."""
     from delta.tables import DeltaMergeBuilder
+    from pyspark.sql import DataFrame
 
     assert spec.merge is not None
     got = spec.merge(target, source)
     if isinstance(got, DeltaMergeBuilder):
         return got
-    hint = (" (did it call .execute()? A MERGE the function executes itself commits "
-            "without the sink's tag, so a replay would apply it again: return the builder)"
-            if got is None else "")
+    hint = (" (did it call .execute()? Return the builder instead: the MERGE the function "
+            "executed ran inside the sink's commit confs and carries the batch's tag, so "
+            "the restarted query finds that batch committed and does not apply it again)"
+            if got is None or isinstance(got, DataFrame) else "")  # execute() gives either
     raise ConfigurationError(
         "merge= must return the delta.tables.DeltaMergeBuilder of target.merge(source, ...)"
         f".when...() without calling .execute(): the sink executes it inside its idempotent "

@@ -140,13 +140,14 @@ class DeltaWriter:
 
         from connectors.delta._changes import user_merge
 
-        # The user's function builds the MERGE outside the commit's confs (a MERGE it
-        # executed itself would carry no tag); the sink executes what it returns inside.
-        builder = user_merge(self.changes, DeltaTable.forPath(session, self.location),
-                             source, sink_id=self.sink_id)
-        if self.merge_schema:
-            builder = builder.withSchemaEvolution()
+        # The user's function runs inside the commit's confs too: a MERGE it wrongly
+        # executes itself is refused below, but it carries the batch's tag (and txn id), so
+        # a replay after the fix finds it committed instead of applying it twice.
         with self._merge_confs(session, ctx, tag):
+            builder = user_merge(self.changes, DeltaTable.forPath(session, self.location),
+                                 source, sink_id=self.sink_id)
+            if self.merge_schema:
+                builder = builder.withSchemaEvolution()
             builder.execute()
 
     @contextlib.contextmanager
