@@ -4,7 +4,6 @@ command that redraws it."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -13,12 +12,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "architecture.py"
 
-_spec = importlib.util.spec_from_file_location("architecture_script", SCRIPT)
-assert _spec is not None and _spec.loader is not None
-architecture = sys.modules.get(_spec.name) or importlib.util.module_from_spec(_spec)
-if _spec.name not in sys.modules:
-    sys.modules[_spec.name] = architecture
-    _spec.loader.exec_module(architecture)
+from tests import _architecture  # noqa: E402
+
+# The walker is the one scripts/architecture.py draws docs/architecture.md's picture with.
+architecture = _architecture.load()
 
 
 def test_the_package_picture_in_the_doc_is_current() -> None:

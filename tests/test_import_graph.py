@@ -9,21 +9,16 @@ module would otherwise depend on ``connectors/__init__.py``).
 from __future__ import annotations
 
 import ast
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import _architecture
+
 # The walker is the one scripts/architecture.py draws docs/architecture.md's picture with.
-_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "architecture.py"
-_spec = importlib.util.spec_from_file_location("architecture_script", _SCRIPT)
-assert _spec is not None and _spec.loader is not None
-architecture = sys.modules.get(_spec.name) or importlib.util.module_from_spec(_spec)
-if _spec.name not in sys.modules:
-    sys.modules[_spec.name] = architecture
-    _spec.loader.exec_module(architecture)
+architecture = _architecture.load()
 
 PACKAGE: Path = architecture.PACKAGE
 modules = architecture.modules
