@@ -309,7 +309,7 @@ def test_a_decision_torn_by_an_os_crash_is_settled_from_the_table(
     (path / "_connectors" / "torn" / "decisions" / f"{1:020d}.json").write_bytes(torn)
     other = DeltaSink(str(path), sink_id="torn")
     fails(lambda: other(events(spark, ROWS + 1), 1), NonDeterministicReplayError,
-          "differs from the committed one")
+          "differs from what was committed")
     other.close()
     again = DeltaSink(str(path), sink_id="torn")
     again(events(spark, ROWS), 1)

@@ -170,9 +170,9 @@ class PostgresTarget(Target):
                 [item.transaction for item in lingering], commit_decided=commit_decided,
                 abort_undecided=abort_undecided,
                 keep=frozenset(item.transaction for item in young)))
-            report.committed += done["committed"]
-            report.aborted += done["aborted"]
-            left = set(done["left"])
+            report.committed += done.committed
+            report.aborted += done.aborted
+            left = set(done.left)
             report.left += [item for item in lingering if item.transaction in left]
             if abort_undecided:
                 report.notes += [

@@ -3,8 +3,8 @@
 Layout (a picture of the protocol):
 
 - :mod:`~connectors.core.coordinator`  every protocol step, in order, recovery included:
-  a sans-I/O generator of commands (:mod:`~connectors.core.steps`), each checked by the
-  guard in :mod:`~connectors.core.rules` before its side effect
+  a sans-I/O generator of commands (:mod:`~connectors.core.commands`), each checked by the
+  guard in :mod:`~connectors.core.guard` before its side effect
 - :mod:`~connectors.core.executor`     performs the commands: ledger, engine, hooks, retries
 - :mod:`~connectors.core.tasks`        executor side: what one task does
 - :mod:`~connectors.core.template`     ``TwoPhaseCommitSink`` and the three family templates

@@ -38,6 +38,18 @@ class BatchContext:
     run_id: str
     generation: int = 0
     query_id: str | None = None
+    #: On the driver, the batch being written (the hooks of ``DriverCommitSink`` read it
+    #: there); never shipped to a task (dropped when pickled), never compared.
+    batch: BatchInput | None = field(default=None, compare=False, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["batch"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            object.__setattr__(self, key, value)
 
     @property
     def app_id(self) -> str:
@@ -203,6 +215,13 @@ class BatchInput(ABC):
         cancelled job): wait, briefly and bounded, until no task of the batch still runs,
         so that the roll-back that follows sees every transaction a task could still
         prepare. Default: nothing (tasks ran in-process and are over)."""
+
+    def tasks_ended(self) -> bool:
+        """After :meth:`run_tasks` returned: has every attempt of the batch's tasks ended
+        (failed attempts, speculative copies the engine is killing)? Asked without
+        waiting; ``False`` when the engine cannot tell. Default: ``True`` (tasks ran
+        in-process and are over)."""
+        return True
 
     def publish_metrics(self, metrics: dict[str, object]) -> None:  # noqa: B027 - optional
         """After every batch (a failed one too): hand the batch's metrics

@@ -15,14 +15,16 @@ Crash points are commands too (:class:`Crash`): the list of crash points is the 
 places where the coordinator yields one (task-side points are the tasks' own, in
 :mod:`connectors.core.tasks`). Recovery is not a second code path: the start of a driver
 run (:meth:`Coordinator.start`) finishes the ledger's unfinished decisions with the same
-:meth:`Coordinator.finish` a batch uses, and settles stray transactions with the same
-:meth:`Coordinator.sweep` that runs before and after every batch.
+:meth:`Recovery.finish <connectors.core.recovery.Recovery.finish>` a batch uses, and settles
+stray transactions with the same sweep that closes every PREPARE_IN_TASK batch. The
+coordinator also decides when a driver run starts (the first batch, another query, the
+batch after a failure: :class:`RunFacts`) and ends it when a batch fails (:class:`NewRun`).
 
 Example, driving a coordinator by hand (what the executor does)::
 
-    >>> from connectors.core.coordinator import Coordinator, ReadDecision, LastBatchId
+    >>> from connectors.core.coordinator import Coordinator, ReadDecision, LastBatchId, RunFacts
     >>> c = Coordinator(Family.COMMIT_ON_DRIVER, "events", run_id="r1", query_id="q")
-    >>> steps = c.write(0, start=False)
+    >>> steps = c.write(0, RunFacts(started=True, query_id="q"))
     >>> next(steps)
     LastBatchId()
     >>> steps.send(None)
@@ -34,46 +36,64 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from connectors.core.batch import TaskOutcome
-from connectors.core.errors import ProtocolStateError, QueryBindingError
-from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import LedgerEntry
-from connectors.core.metrics import BatchMetrics
-from connectors.core.naming import TransactionId
-from connectors.core.protocol import BatchProtocol, BatchState, CrashPoint, Family
-from connectors.core.rules import Guard, check_replay, split_outcomes
-from connectors.core.steps import (
+from connectors.core.commands import (
     Abort,
     BindQuery,
     Command,
-    Commit,
     CommitBatch,
     CommittedFingerprint,
     Crash,
     Decide,
     FenceAll,
-    ForbidDecision,
     InputFingerprint,
     LastBatchId,
-    ListPrepared,
-    MarkCommitted,
+    NewRun,
+    NoteSwept,
     OpenRun,
     PrepareInput,
     Prune,
     ReadDecision,
-    ReadUnfinished,
+    RecordIntent,
     RunTasks,
     TargetHasBatch,
+    TasksEnded,
 )
+from connectors.core.errors import ProtocolStateError, QueryBindingError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.guard import Guard, split_outcomes
+from connectors.core.ledger import LedgerEntry
+from connectors.core.metrics import BatchMetrics
+from connectors.core.protocol import BatchState, CrashPoint, Family
+from connectors.core.recovery import Recovery, Settled
+from connectors.core.replay import check_replay
 
-__all__ = ["Coordinator", "Steps"]
+__all__ = ["Coordinator", "RunFacts", "Steps"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 #: A coordinator's steps: yields commands, receives their results, returns at the end.
 Steps = Generator[Command, Any, T]
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the driver run knows before a batch, from which the coordinator decides
+    whether the run starts (RECONCILING) first.
+
+    ``started``: this run reconciled and bound already; ``query_id``: the query it bound;
+    ``swept``: the run's last batch closed with a sweep after every task of it had ended,
+    so nothing of this sink can be prepared that the sweep did not settle (the next
+    PREPARE_IN_TASK batch then skips its opening sweep: one listing of the target's
+    prepared transactions per batch).
+    """
+
+    started: bool = False
+    query_id: str | None = None
+    swept: bool = False
 
 
 class Coordinator:
@@ -114,7 +134,10 @@ class Coordinator:
         self.fingerprint_in_commit = fingerprint_in_commit
         self.keep_batches = keep_batches
         self.metrics = metrics or BatchMetrics(sink_id, -1, family.value)
+        #: The one keeper of what this coordinator knows: decisions, transactions, and
+        #: the state of each batch it touched.
         self.guard = Guard(family, sink_id, run_id)
+        self.recovery = Recovery(sink_id, self._do, self.metrics)
 
     # ---- the one door every command goes through ----
     def _do(self, command: Command) -> Generator[Command, Any, Any]:
@@ -127,24 +150,34 @@ class Coordinator:
         yield from self._do(Crash(point, batch_id))
 
     # ---- a whole write: start of the run if needed, the batch, pruning ----
-    def write(self, batch_id: int, *, start: bool) -> Steps[None]:
-        """Steps of ``sink.write_batch``: the run's start (if ``start``), the batch-id
-        check, the batch, then pruning the ledger."""
-        if start:
-            yield from self.start()
-        last = cast("int | None", (yield from self._do(LastBatchId())))
-        if last is not None and batch_id < last:
-            raise QueryBindingError(
-                f"batch id went backwards: got {batch_id}, but batch {last} is already "
-                "decided. Spark only replays the last batch; this is another query or a "
-                "reused run id. Use the original checkpoint or a new sink_id; "
-                "reset_binding=True forgets the ledger, and rows the new query reads "
-                "again are then written again (duplicates)",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
-            )
-        yield from self.batch(batch_id)
-        yield from self._do(Prune(self.keep_batches))
+    def write(self, batch_id: int, run: RunFacts) -> Steps[None]:
+        """Steps of ``sink.write_batch``: the run's start when ``run`` has not started for
+        this query, the batch-id check, the batch, then pruning the ledger. When any step
+        fails, the run ends (:class:`NewRun`): its leftovers get swept and may be aborted
+        in the ledger, which must not fence the next attempt."""
+        try:
+            swept = run.swept
+            if not run.started or run.query_id != self.query_id:
+                yield from self.start()
+                swept = True
+            last = cast("int | None", (yield from self._do(LastBatchId())))
+            if last is not None and batch_id < last:
+                raise QueryBindingError(
+                    f"batch id went backwards: got {batch_id}, but batch {last} is already "
+                    "decided. Spark only replays the last batch; this is another query or a "
+                    "reused run id. Use the original checkpoint or a new sink_id; "
+                    "reset_binding=True forgets the ledger, and rows the new query reads "
+                    "again are then written again (duplicates)",
+                    sink_id=self.sink_id,
+                    batch_id=batch_id,
+                )
+            yield from self.batch(batch_id, swept=swept)
+            yield from self._do(Prune(self.keep_batches))
+        except GeneratorExit:
+            raise
+        except BaseException:
+            yield from self._do(NewRun())
+            raise
 
     def start(self) -> Steps[int]:
         """RECONCILING, the start of a driver run: open the run, settle what earlier runs
@@ -153,23 +186,49 @@ class Coordinator:
         logger.info("sink %s: RECONCILING (run %s, query %s)", self.sink_id, self.run_id,
                     self.query_id)
         yield from self._do(OpenRun(self.run_id))
-        if self.family is Family.PREPARE_IN_TASK:
-            for entry in cast("Sequence[LedgerEntry]", (yield from self._do(ReadUnfinished()))):
-                logger.info(
-                    "sink %s: RECONCILING batch %d: committing %d decided transaction(s)",
-                    self.sink_id, entry.batch_id, len(entry.commits),
-                )
-                yield from self.finish(entry)
-                self.metrics.reconciled += len(entry.commits)
-            yield from self.sweep()
-        elif self.family is Family.COMMIT_IN_TASK:
-            self.metrics.reconciled += cast("int", (yield from self._do(FenceAll())))
-        # COMMIT_ON_DRIVER: the target's commit is the decision; nothing stays prepared.
+        yield from self.reconcile()
         generation = yield from self._do(BindQuery(self.query_id, self.reset_binding))
         return cast("int", generation)
 
-    def batch(self, batch_id: int) -> Steps[None]:
-        """The steps of one batch, for the sink's family."""
+    def reconcile(self) -> Steps[None]:
+        """Settle what earlier runs left, for the family: finish decided batches and sweep
+        (PREPARE_IN_TASK), fence every slot (COMMIT_IN_TASK). COMMIT_ON_DRIVER: the
+        target's commit is the decision; nothing stays prepared (an attempt's intent is
+        settled by the batch's own ``TargetHasBatch``)."""
+        if self.family is Family.PREPARE_IN_TASK:
+            yield from self.recovery.finish_unfinished()
+            yield from self.recovery.sweep()
+        elif self.family is Family.COMMIT_IN_TASK:
+            self.metrics.reconciled += cast("int", (yield from self._do(FenceAll())))
+
+    def settle(
+        self,
+        transactions: Sequence[str],
+        *,
+        commit_decided: bool,
+        abort_undecided: bool,
+        keep: frozenset[str] = frozenset(),
+    ) -> Steps[Settled]:
+        """``connectors recover``, an operator's recovery: the steps a driver's start runs,
+        with the operator's choices. PREPARE_IN_TASK: finish the decided batches
+        (``commit_decided``), then sweep ``transactions`` (those in ``keep`` are left).
+        COMMIT_IN_TASK: fence every slot (``abort_undecided``)."""
+        if self.family is Family.COMMIT_IN_TASK:
+            if abort_undecided:
+                yield from self.reconcile()
+            return Settled()
+        committed: list[str] = []
+        if commit_decided:
+            committed = yield from self.recovery.finish_unfinished()
+        settled = yield from self.recovery.sweep(
+            transactions, commit_decided=commit_decided, abort_undecided=abort_undecided,
+            keep=keep, done=frozenset(committed))
+        settled.committed[:0] = committed
+        return settled
+
+    def batch(self, batch_id: int, *, swept: bool = False) -> Steps[None]:
+        """The steps of one batch, for the sink's family (``swept``: see
+        :class:`RunFacts`)."""
         self.metrics.batch_id = batch_id
         entry = cast("LedgerEntry | None", (yield from self._do(ReadDecision(batch_id))))
         if entry is not None:
@@ -177,13 +236,12 @@ class Coordinator:
             self.metrics.outcome = "replayed"
             return
         if self.family is Family.PREPARE_IN_TASK:
-            yield from self._prepared_batch(batch_id)
+            yield from self._prepared_batch(batch_id, swept)
         elif self.family is Family.COMMIT_IN_TASK:
             yield from self._slot_batch(batch_id)
         else:
             yield from self._driver_batch(batch_id)
 
-    # ---- shared pieces: replay, finish, sweep ----
     def _replay(self, entry: LedgerEntry) -> Steps[None]:
         """A batch the ledger has: check the replay holds the recorded rows; finish the
         commits of a decision (PREPARE_IN_TASK); write nothing."""
@@ -194,88 +252,12 @@ class Coordinator:
             recorded = yield from self._do(CommittedFingerprint(entry.batch_id))
         check_replay(self.sink_id, self.on_replay_mismatch, entry.batch_id, recorded, actual)
         if entry.state is BatchState.DECIDED:
-            yield from self.finish(entry)
-
-    def finish(self, entry: LedgerEntry) -> Steps[None]:
-        """Commit every transaction of a durable decision, then record the batch committed.
-
-        Idempotent: runs again after any crash; the participant proves (never presumes)
-        what is already committed."""
-        for i, commit in enumerate(entry.commits):
-            yield from self._do(Commit(entry.batch_id, commit))
-            if i == 0 and len(entry.commits) > 1:
-                yield from self._crash(CrashPoint.BETWEEN_COMMITS, entry.batch_id)
-        yield from self._do(MarkCommitted(entry.batch_id))
-
-    def sweep(self) -> Steps[None]:
-        """Settle every prepared transaction of exactly this sink: commit what a decision
-        lists, roll back the rest after forbidding its run's decision (presumed abort)."""
-        prepared = cast("Sequence[str]", (yield from self._do(ListPrepared())))
-        for raw in prepared:
-            tid = TransactionId.parse(raw)
-            if tid is None or not tid.belongs_to(self.sink_id):
-                continue  # another sink's, or not ours at all: never touched
-            entry = yield from self._do(ReadDecision(tid.batch_id))
-            if entry is None:
-                # No decision: forbid this run's decision first, then roll back.
-                entry = yield from self._do(ForbidDecision(tid.batch_id, tid.run_id))
-            listed = [c for c in entry.commits if c.transaction_id == raw] if entry else []
-            if entry is not None and listed:
-                if entry.state is BatchState.DECIDED:
-                    yield from self.finish(entry)
-                else:  # recorded committed, yet still prepared: commit again (idempotent)
-                    yield from self._do(Commit(entry.batch_id, listed[0]))
-                self.metrics.reconciled += 1
-                continue
-            logger.info("sink %s: rolling back undecided transaction %s (batch %d, run %s)",
-                        self.sink_id, raw, tid.batch_id, tid.run_id)
-            yield from self._do(Abort(tid.batch_id, raw))
-            self.metrics.aborted += 1
-
-    def settle(
-        self,
-        transactions: Sequence[str],
-        *,
-        commit_decided: bool,
-        abort_undecided: bool,
-        keep: frozenset[str] = frozenset(),
-    ) -> Steps[dict[str, list[str]]]:
-        """``connectors recover``, an operator's recovery of a PREPARE_IN_TASK sink:
-        finish the decided batches (``commit_decided``), then settle ``transactions``
-        (prepared ones of this sink): commit what a decision lists, roll back the rest
-        after forbidding its run's decision (``abort_undecided``; never those in
-        ``keep``). Returns the ids ``committed``, ``aborted`` and ``left``."""
-        done: dict[str, list[str]] = {"committed": [], "aborted": [], "left": []}
-        if commit_decided:
-            for entry in cast("Sequence[LedgerEntry]", (yield from self._do(ReadUnfinished()))):
-                yield from self.finish(entry)
-                done["committed"] += [c.transaction_id for c in entry.commits]
-        for raw in transactions:
-            tid = TransactionId.parse(raw)
-            if tid is None or not tid.belongs_to(self.sink_id) or raw in done["committed"]:
-                continue
-            entry = yield from self._do(ReadDecision(tid.batch_id))
-            listed = [c for c in entry.commits if c.transaction_id == raw] if entry else []
-            if listed:
-                if commit_decided:
-                    yield from self._do(Commit(tid.batch_id, listed[0]))
-                done["committed" if commit_decided else "left"].append(raw)
-                continue
-            if not abort_undecided or raw in keep:
-                done["left"].append(raw)
-                continue
-            found = yield from self._do(ForbidDecision(tid.batch_id, tid.run_id))
-            if found is not None and raw in {c.transaction_id for c in found.commits}:
-                done["left"].append(raw)  # decided meanwhile: never roll it back
-                continue
-            yield from self._do(Abort(tid.batch_id, raw))
-            done["aborted"].append(raw)
-        return done
+            yield from self.recovery.finish(entry)
 
     # ---- PREPARE_IN_TASK ----
-    def _prepared_batch(self, batch_id: int) -> Steps[None]:
-        protocol = BatchProtocol(self.family, self.sink_id, batch_id)
-        yield from self.sweep()
+    def _prepared_batch(self, batch_id: int, swept: bool) -> Steps[None]:
+        if not swept:  # a losing attempt of an earlier batch may have prepared since
+            yield from self.recovery.sweep()
         yield from self._do(PrepareInput(batch_id))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         try:
@@ -291,9 +273,7 @@ class Coordinator:
         if errors:
             for commit in commits:
                 yield from self._do(Abort(batch_id, commit.transaction_id, quiet=True))
-            protocol.advance(BatchState.ABORTED)
             raise errors[0]
-        protocol.advance(BatchState.PREPARED)
         yield from self._crash(CrashPoint.BEFORE_DECISION, batch_id)
         fp = sum((c.fingerprint for c in commits), Fingerprint())
         mine = LedgerEntry(self.sink_id, batch_id, self.run_id, BatchState.DECIDED,
@@ -310,17 +290,18 @@ class Coordinator:
             check_replay(self.sink_id, self.on_replay_mismatch, batch_id,
                          decision.fingerprint, fp)
             if decision.state is BatchState.DECIDED:
-                yield from self.finish(decision)
+                yield from self.recovery.finish(decision)
             self.metrics.outcome = "replayed"
             return
-        protocol.advance(BatchState.DECIDED)
         yield from self._crash(CrashPoint.AFTER_DECISION, batch_id)
-        yield from self.finish(decision)
-        protocol.advance(BatchState.COMMITTED)
+        yield from self.recovery.finish(decision)
         self.metrics.rows, self.metrics.bytes = fp.rows, sum(c.nbytes for c in commits)
         self.metrics.outcome = "committed"
-        # Losing attempts (retries, speculation) of this batch.
-        yield from self.sweep()
+        # Losing attempts (retries, speculation) of this batch; once every attempt ended,
+        # nothing can prepare after this sweep and the next batch need not sweep again.
+        ended = cast("bool", (yield from self._do(TasksEnded(batch_id))))
+        yield from self.recovery.sweep()
+        yield from self._do(NoteSwept(ended))
         yield from self._crash(CrashPoint.AFTER_COMMIT, batch_id)
 
     def _roll_back_undecided(self, batch_id: int) -> Steps[None]:
@@ -328,7 +309,7 @@ class Coordinator:
         transaction of this sink). Best effort: when it fails, the next start's sweep does
         it, and the tasks' own error is the one raised."""
         try:
-            yield from self.sweep()
+            yield from self.recovery.sweep()
         except Exception as exc:
             logger.warning("sink %s batch %d: rolling back after the tasks failed did not "
                            "finish (%s); the next start does it", self.sink_id, batch_id,
@@ -336,7 +317,6 @@ class Coordinator:
 
     # ---- COMMIT_IN_TASK ----
     def _slot_batch(self, batch_id: int) -> Steps[None]:
-        protocol = BatchProtocol(self.family, self.sink_id, batch_id)
         slots = cast("int", (yield from self._do(PrepareInput(batch_id))))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         try:
@@ -348,21 +328,17 @@ class Coordinator:
         self.metrics.tasks = len(commits) + len(errors)
         if errors:
             yield from self._do(FenceAll())
-            protocol.advance(BatchState.ABORTED)
             raise errors[0]
         if sorted(c.partition for c in commits) != list(range(slots)):
             raise ProtocolStateError(
                 f"expected one result per slot 0..{slots - 1}, got partitions "
                 f"{[c.partition for c in commits]}", sink_id=self.sink_id, batch_id=batch_id)
-        protocol.advance(BatchState.PREPARED)
         yield from self._crash(CrashPoint.BEFORE_DECISION, batch_id)
         fp = sum((c.fingerprint for c in commits), Fingerprint())
         done = LedgerEntry(self.sink_id, batch_id, self.run_id, BatchState.COMMITTED,
                            tuple(commits), fp, self.query_id)
         recorded = cast("LedgerEntry", (yield from self._do(Decide(done))))
         check_replay(self.sink_id, self.on_replay_mismatch, batch_id, recorded.fingerprint, fp)
-        protocol.advance(BatchState.DECIDED)
-        protocol.advance(BatchState.COMMITTED)
         written = [c for c in commits if not c.replayed]
         self.metrics.rows = sum(c.fingerprint.rows for c in written)
         self.metrics.bytes = sum(c.nbytes for c in written)
@@ -371,7 +347,6 @@ class Coordinator:
 
     # ---- COMMIT_ON_DRIVER ----
     def _driver_batch(self, batch_id: int) -> Steps[None]:
-        protocol = BatchProtocol(self.family, self.sink_id, batch_id)
         yield from self._do(PrepareInput(batch_id))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         fp: Fingerprint | None = None
@@ -386,14 +361,13 @@ class Coordinator:
             self.metrics.outcome, self.metrics.reconciled = "replayed", 1
             return
         yield from self._crash(CrashPoint.BEFORE_DECISION, batch_id)
+        yield from self._do(RecordIntent(batch_id))
         observed = cast("Fingerprint | None", (yield from self._do(CommitBatch(batch_id))))
         if observed is not None:
             fp = observed
             record = dataclasses.replace(record, fingerprint=fp)
-        protocol.advance(BatchState.DECIDED)
         yield from self._crash(CrashPoint.AFTER_DECISION, batch_id)
         yield from self._do(Decide(record))
-        protocol.advance(BatchState.COMMITTED)
         self.metrics.rows = fp.rows if fp else 0
         self.metrics.outcome = "committed"
         yield from self._crash(CrashPoint.AFTER_COMMIT, batch_id)

@@ -5,7 +5,7 @@ This is where every protocol step becomes I/O, and the only place that does: the
 of the steps is the coordinator's (:mod:`connectors.core.coordinator`). Here are the I/O
 concerns: retries of transient failures (counted in the metrics), the re-read after an
 ambiguous decision write, timings, the task functions the engine runs, and crash points
-(a :class:`~connectors.core.steps.Crash` command calls
+(a :class:`~connectors.core.commands.Crash` command calls
 :func:`~connectors.core.crash.crash_point`).
 
 An exception a command raises is thrown into the coordinator at the step that yielded
@@ -23,20 +23,7 @@ from functools import partial
 from typing import Any, cast
 
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.crash import crash_point
-from connectors.core.errors import TransientError
-from connectors.core.ledger import Ledger, LedgerEntry
-from connectors.core.metrics import BatchMetrics
-from connectors.core.naming import new_run_id
-from connectors.core.participants import (
-    DriverParticipant,
-    Participant,
-    PreparedParticipant,
-    SlotParticipant,
-)
-from connectors.core.protocol import Family
-from connectors.core.retry import call_with_retry
-from connectors.core.steps import (
+from connectors.core.commands import (
     Abort,
     BindQuery,
     Command,
@@ -51,14 +38,32 @@ from connectors.core.steps import (
     LastBatchId,
     ListPrepared,
     MarkCommitted,
+    NewRun,
+    NoteSwept,
     OpenRun,
     PrepareInput,
     Prune,
     ReadDecision,
     ReadUnfinished,
+    RecordIntent,
     RunTasks,
     TargetHasBatch,
+    TasksEnded,
 )
+from connectors.core.coordinator import RunFacts
+from connectors.core.crash import crash_point
+from connectors.core.errors import TransientError
+from connectors.core.ledger import Ledger, LedgerEntry
+from connectors.core.metrics import BatchMetrics
+from connectors.core.naming import new_run_id
+from connectors.core.participants import (
+    DriverParticipant,
+    Participant,
+    PreparedParticipant,
+    SlotParticipant,
+)
+from connectors.core.protocol import Family
+from connectors.core.retry import call_with_retry
 from connectors.core.tasks import prepare_task, slot_task
 
 __all__ = ["DriverState", "Executor", "run_steps"]
@@ -75,14 +80,23 @@ class DriverState:
     query_id: str | None = None
     generation: int = 0
     started: bool = False
+    #: The run's last batch closed with a sweep after all its tasks ended (RunFacts).
+    swept: bool = False
 
-    def context(self, sink_id: str, batch_id: int) -> BatchContext:
-        return BatchContext(sink_id, batch_id, self.run_id, self.generation, self.query_id)
+    def context(self, sink_id: str, batch_id: int, batch: BatchInput | None = None
+                ) -> BatchContext:
+        return BatchContext(sink_id, batch_id, self.run_id, self.generation, self.query_id,
+                            batch=batch)
+
+    def facts(self) -> RunFacts:
+        """What the coordinator decides the run's start from."""
+        return RunFacts(self.started, self.query_id, self.swept)
 
     def new_run(self) -> None:
         """Start a new run: new run id, and reconcile again before the next batch."""
         self.run_id = new_run_id()
         self.started = False
+        self.swept = False
 
 
 def run_steps(steps: Generator[Command, Any, Any], perform: Callable[[Command], Any]) -> Any:
@@ -122,7 +136,8 @@ class Executor:
 
     # ---- helpers ----
     def _context(self, batch_id: int) -> BatchContext:
-        return self.state.context(self.sink.sink_id, batch_id)
+        """The driver-side hooks' context: it carries the batch's input."""
+        return self.state.context(self.sink.sink_id, batch_id, self.batch)
 
     def _input(self) -> BatchInput:
         if self.batch is None:
@@ -158,7 +173,22 @@ class Executor:
             return self._retry(lambda: list(sink.recover()), "listing prepared transactions")
         if isinstance(command, OpenRun):
             ledger.open_run(command.run_id)
+            self.sink.begin_run()
             return None
+        if isinstance(command, NewRun):
+            self.state.new_run()
+            return None
+        if isinstance(command, NoteSwept):
+            self.state.swept = command.swept
+            return None
+        if isinstance(command, TasksEnded):
+            return self._input().tasks_ended()
+        if isinstance(command, RecordIntent):
+            sink_i = cast("DriverParticipant", self.sink)
+            ctx = self._context(command.batch_id)
+            return self._retry(partial(sink_i.record_intent, ctx),
+                               f"recording the intent of batch {command.batch_id}",
+                               batch_id=command.batch_id)
         if isinstance(command, BindQuery):
             generation = ledger.bind_query(command.query_id, reset=command.reset)
             self.state.generation, self.state.query_id = generation, command.query_id
@@ -231,7 +261,8 @@ class Executor:
             return batch.run_tasks(
                 partial(prepare_task, sink_p, self.state.run_id, batch_id, batch.schema))
         sink_s = cast("SlotParticipant[Any]", self.sink)
-        task = partial(slot_task, sink_s, self._context(batch_id), batch.schema)
+        ctx = self.state.context(self.sink.sink_id, batch_id)  # shipped: no batch input
+        task = partial(slot_task, sink_s, ctx, batch.schema)
         try:
             return batch.run_tasks(task, barrier=sink_s.barrier)
         finally:  # where the slots ran, for the batch's metrics (a failed one's too)

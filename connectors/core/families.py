@@ -210,6 +210,13 @@ class DriverCommitSink(TwoPhaseCommitSink):
         (:attr:`fingerprint_in_commit`), else ``None``.
         """
 
+    def record_intent(self, ctx: BatchContext) -> None:
+        """Driver, before :meth:`commit_batch` of a batch neither the ledger nor the target
+        holds (once per batch, retried on a transient error): record in the sink's ledger
+        that run ``ctx.run_id`` is about to commit it, where :meth:`is_committed` needs
+        that to settle a crash after it (Delta's tag path). ``ctx.batch`` is the batch.
+        Default: nothing."""
+
     def committed_fingerprint(self, ctx: BatchContext) -> Fingerprint | None:
         """Driver, on the replay of a batch the ledger recorded *without* a fingerprint
         (:meth:`commit_batch` returned ``None``): the fingerprint of what the target holds

@@ -19,9 +19,10 @@ family                 who commits, and how a replay stays exact   example
 States of a batch (logs name them): ``OPEN -> PREPARED -> DECIDED -> COMMITTED``, or
 ``ABORTED`` before a decision. A driver that settles what an earlier run left is
 ``RECONCILING``. :class:`BatchProtocol` refuses any other transition with an error that
-names it. The coordinator (:mod:`connectors.core.coordinator`) advances it along its steps;
-what stops an illegal *side effect* (a commit before a durable decision, say) is the guard
-every command passes before it is performed (:mod:`connectors.core.rules`).
+names it. The guard (:mod:`connectors.core.guard`) keeps one per batch and advances it from
+the results of the coordinator's commands; what stops an illegal *side effect* (a commit
+before a durable decision, say) is the same guard's check of every command before it is
+performed.
 
 Crash points are named places in the protocol where tests kill the process (see
 :mod:`connectors.core.crash`); :data:`CRASH_POINTS` lists which apply to each family.
@@ -128,7 +129,8 @@ CRASH_POINTS: Mapping[Family, tuple[CrashPoint, ...]] = {
 
 _S = BatchState
 # For COMMIT_IN_TASK the tasks' commits are the PREPARED step (each slot is durable and
-# marked), and the ledger record that all slots are done is the decision. For
+# marked), and the ledger record that all slots are done is the decision and the commit
+# at once: PREPARED -> COMMITTED. For
 # COMMIT_ON_DRIVER the target's idempotent commit is the decision itself.
 _TRANSITIONS: Mapping[Family, Mapping[BatchState, frozenset[BatchState]]] = {
     Family.PREPARE_IN_TASK: {
@@ -138,8 +140,7 @@ _TRANSITIONS: Mapping[Family, Mapping[BatchState, frozenset[BatchState]]] = {
     },
     Family.COMMIT_IN_TASK: {
         _S.OPEN: frozenset({_S.PREPARED, _S.ABORTED}),
-        _S.PREPARED: frozenset({_S.DECIDED}),
-        _S.DECIDED: frozenset({_S.COMMITTED}),
+        _S.PREPARED: frozenset({_S.COMMITTED}),
     },
     Family.COMMIT_ON_DRIVER: {
         _S.OPEN: frozenset({_S.DECIDED, _S.ABORTED}),

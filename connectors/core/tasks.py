@@ -29,6 +29,7 @@ from connectors.core.ledger import TaskCommit
 from connectors.core.naming import TransactionId
 from connectors.core.participants import PreparedParticipant, SlotParticipant
 from connectors.core.protocol import CrashPoint
+from connectors.core.replay import replay_mismatch
 from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
 
 __all__ = ["SlotMarker", "SlotTransaction", "TaskTransaction", "prepare_task", "slot_task"]
@@ -58,18 +59,6 @@ def _returned(
     exc.sink_id, exc.batch_id = sink_id, batch_id
     exc.transaction_id = exc.transaction_id or transaction_id
     return TaskOutcome(error=exc)
-
-
-def _replay_mismatch(
-    sink_id: str, batch_id: int, what: str, recorded: Fingerprint, actual: Fingerprint
-) -> NonDeterministicReplayError:
-    return NonDeterministicReplayError(
-        f"replay of {what} differs from what was committed: committed {recorded}, replay has "
-        f"{actual}. The query is not deterministic (rand(), uuid(), a changed source?). "
-        'Make it deterministic, or pass on_replay_mismatch="warn" to keep the committed rows',
-        sink_id=sink_id,
-        batch_id=batch_id,
-    )
 
 
 def prepare_task(
@@ -160,12 +149,11 @@ def slot_task(
                 fp = fp + fingerprint_batch(batch)
             _abort_quietly("abort_slot", sink.abort_slot, handle)
             if marker.fingerprint != fp:
-                err = _replay_mismatch(
-                    sink.sink_id, batch_id, f"slot {slot}", marker.fingerprint, fp
-                )
-                if sink.on_replay_mismatch == "fail":
+                err = replay_mismatch(sink.sink_id, sink.on_replay_mismatch, batch_id,
+                                      marker.fingerprint, fp, what=f"slot {slot}",
+                                      transaction_id=ctx.name)
+                if err is not None:
                     return TaskOutcome(error=err)
-                logger.warning("%s", err)
             commit = TaskCommit(ctx.name, slot, info.task_attempt_id, fp, replayed=True)
             return TaskOutcome(commit=commit)
         # Step 3

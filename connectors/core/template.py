@@ -185,6 +185,11 @@ class TwoPhaseCommitSink(ABC):
         """
         return batch.fingerprint()
 
+    def begin_run(self) -> None:  # noqa: B027 - optional hook
+        """Driver, when a driver run starts (its first batch, and the batch after a failed
+        one), before it reconciles: drop what an earlier run believed about the target
+        (caches of its state), since a failed step's outcome is known only to the target."""
+
     def report_metrics(self, metrics: BatchMetrics) -> None:  # noqa: B027 - optional hook
         """Driver, after every batch (also a failed one), before its metrics line is
         logged: add the sink's own figures to ``metrics.extra``."""
@@ -262,14 +267,10 @@ class TwoPhaseCommitSink(ABC):
             fingerprint_in_commit=self.fingerprint_in_commit,
             keep_batches=self.keep_batches, metrics=metrics,
         )
-        start = not state.started or state.query_id != qid
         try:
-            Executor(self, state, metrics, batch).run(coordinator.write(batch_id, start=start))
+            Executor(self, state, metrics, batch).run(coordinator.write(batch_id, state.facts()))
         except BaseException:
             metrics.outcome = "failed"
-            # A new run id for the next attempt: this run's leftovers get swept and may be
-            # aborted in the ledger, which must not fence the retry.
-            state.new_run()
             raise
         finally:
             metrics.extra["total_ms"] = (time.monotonic() - started) * 1000

@@ -279,24 +279,32 @@ class DeltaCommitter:
         return committed
 
     # ---- around the commit ----
+    def record_intent(self, session: SparkSession, ctx: BatchContext) -> None:
+        """Tag path, before the batch's first attempt (the coordinator's ``RecordIntent``):
+        the ledger's intent (fsynced), so that a crash after it is settled from the
+        table's history. The txn path needs none: Delta's own txn id settles it."""
+        if self.choose_path(session) == "tag":
+            self._ledger().intend(ctx.batch_id, ctx.app_id, ctx.run_id)
+
     def landed_before(self, session: SparkSession, location: str, ctx: BatchContext) -> bool:
         """Tag path, before each attempt: true when an earlier attempt in this process that
         reported a failure did commit (the history has it: nothing is written); otherwise
-        the ledger's intent is recorded (fsynced) and the attempt noted."""
+        the attempt is noted."""
         ledger = self._ledger()
         key = (ctx.app_id, ctx.batch_id)
-        intent = ledger.intent(ctx.batch_id, ctx.app_id)
-        if key in self.attempted and intent is not None and settle_from_history(
-                session, location, ctx, float(intent.get("at") or 0.0),
-                ledger.last_batch_id(), sink_id=self.sink_id):
-            logger.warning(
-                "sink %s batch %d: an earlier attempt that reported a failure did commit "
-                "(the table's history has it); it is not written again",
-                self.sink_id, ctx.batch_id,
-            )
-            self.versions[ctx.app_id] = max(ctx.batch_id, self.versions.get(ctx.app_id, -1))
-            return True
-        ledger.intend(ctx.batch_id, ctx.app_id, ctx.run_id)
+        if key in self.attempted:
+            intent = ledger.intent(ctx.batch_id, ctx.app_id)
+            if intent is not None and settle_from_history(
+                    session, location, ctx, float(intent.get("at") or 0.0),
+                    ledger.last_batch_id(), sink_id=self.sink_id):
+                logger.warning(
+                    "sink %s batch %d: an earlier attempt that reported a failure did commit "
+                    "(the table's history has it); it is not written again",
+                    self.sink_id, ctx.batch_id,
+                )
+                self.versions[ctx.app_id] = max(ctx.batch_id,
+                                                self.versions.get(ctx.app_id, -1))
+                return True
         self.attempted.add(key)
         return False
 

@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from connectors.core.errors import NonDeterministicReplayError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.rules import check_replay
+from connectors.core.replay import check_replay
 from connectors.delta._changes import ChangeSpec
 from connectors.delta._fingerprint import fingerprint_now
 from connectors.delta._history import Commit
@@ -213,16 +212,6 @@ class ReplayCheck:
             return
         committed = int(metrics[key])
         actual = self.changes.source(self.df).count()
-        if actual == committed:
-            return
-        err = NonDeterministicReplayError(
-            f"replayed batch has {actual} row(s), but Delta commit {version} of this batch "
-            f"wrote {committed}. The query is not deterministic (rand(), uuid(), a changed "
-            "source?). Make it deterministic, or pass on_replay_mismatch=\"warn\" to keep the "
-            "committed rows",
-            sink_id=self.sink_id,
-            batch_id=self.batch_id,
-        )
-        if self.on_replay_mismatch == "fail":
-            raise err
-        logger.warning("%s", err)
+        if actual != committed:
+            check_replay(self.sink_id, self.on_replay_mismatch, self.batch_id,
+                         f"{committed} row(s) (Delta commit {version})", f"{actual} row(s)")

@@ -222,21 +222,20 @@ class DeltaSink(DriverCommitSink):
     ) -> BatchMetrics:
         df = batch.spark_df
         if df is None:
-            raise ConfigurationError(
-                "DeltaSink writes Spark DataFrames: call it from foreachBatch or as "
-                "sink(df, batch_id)",
-                sink_id=self.sink_id,
-            )
+            raise ConfigurationError("DeltaSink writes Spark DataFrames: call it from "
+                                     "foreachBatch or as sink(df, batch_id)", sink_id=self.sink_id)
         self._df, self._write_ms, self._batch_path = df, None, None
         try:
             return super().write_batch(batch, batch_id, query_id=query_id)
-        except BaseException:
-            # The outcome of a failed commit is known only to the log: read it again.
-            self._schema = None
-            self._committer.forget()
-            raise
         finally:
             self._df = None
+
+    def begin_run(self) -> None:  # a failed commit's outcome is known only to the log
+        self._schema = None
+        self._committer.forget()
+
+    def record_intent(self, ctx: BatchContext) -> None:  # the tag path's intent
+        self._committer.record_intent(self._session, ctx)
 
     def report_metrics(self, metrics: BatchMetrics) -> None:
         """Delta's own write time, the commit path, the ledger's object-store requests."""
@@ -253,8 +252,8 @@ class DeltaSink(DriverCommitSink):
         self._location = None
 
     @property
-    def _batch_df(self) -> DataFrame:
-        if self._df is None:  # pragma: no cover - hooks run inside write_batch only
+    def _batch_df(self) -> DataFrame:  # hooks run inside write_batch only
+        if self._df is None:  # pragma: no cover
             raise ConfigurationError("no batch in progress", sink_id=self.sink_id)
         return self._df
 
@@ -340,9 +339,9 @@ class DeltaSink(DriverCommitSink):
     def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> Fingerprint | None:
         """Driver: the batch as one Delta commit tagged ``(ctx.app_id, ctx.batch_id)``.
 
-        Steps: 1. tag path: a retry in this process first asks the history whether the
-        failed attempt landed; the ledger's intent (fsynced); 2. a MERGE observes its
-        fingerprint in its own job; 3. the write
+        Steps (after the coordinator's ``RecordIntent``): 1. tag path: a retry in this
+        process first asks the history whether the failed attempt landed; 2. a MERGE
+        observes its fingerprint in its own job; 3. the write
         (:class:`~connectors.delta._writer.DeltaWriter`: append/overwrite options, or a
         MERGE under session confs); 4. the committed version kept locally, the txn lookup
         seeded (:func:`~connectors.delta._txn_seed.seed_txn_lookup`), the fingerprint

@@ -38,6 +38,7 @@ from connectors.spark._binding import is_connect, set_stop_flag
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
+    from pyspark.sql import DataFrame
 
 __all__ = ["StopReport", "await_termination", "stop_gracefully", "stop_on_sigterm"]
 
@@ -272,27 +273,52 @@ def await_termination(query: Any, timeout: float | None = None) -> bool:
     return bool(ended)
 
 
+def await_batch_tasks(df: DataFrame, connect: bool) -> None:
+    """Classic: until the status tracker shows no running task in the batch's job group
+    (at most 10 s). Connect has no status tracker: a fixed 3 s, longer than
+    ``spark.python.task.killTimeout``."""
+    if connect:
+        time.sleep(CONNECT_TASKS_END_WAIT)
+    else:
+        await_tasks_ended(df.sparkSession.sparkContext)
+
+
+def batch_tasks_ended(df: DataFrame, connect: bool) -> bool:
+    """Classic: the status tracker shows no running task in the batch's job group, asked
+    without waiting. Connect has no status tracker: ``False`` (cannot tell)."""
+    return not connect and running_tasks(df.sparkSession.sparkContext) == 0
+
+
+def running_tasks(sc: SparkContext) -> int | None:
+    """How many tasks of the calling thread's job group (the batch's jobs) still run, by
+    the status tracker; ``None`` when the thread has no job group (no way to tell)."""
+    group = sc.getLocalProperty("spark.jobGroup.id")
+    if not group:
+        return None
+    tracker = sc.statusTracker()
+    active = 0
+    for job_id in sorted(tracker.getJobIdsForGroup(group))[-8:]:  # this batch's jobs
+        info = tracker.getJobInfo(job_id)
+        for stage_id in info.stageIds if info is not None else ():
+            stage = tracker.getStageInfo(stage_id)
+            active += stage.numActiveTasks if stage is not None else 0
+    return active
+
+
 def await_tasks_ended(sc: SparkContext, timeout: float = TASKS_END_TIMEOUT) -> None:
     """Wait (up to ``timeout`` s) until no task of the calling thread's job group runs:
     after a job of the batch was cancelled (a stopped query), its tasks may still run."""
-    group = sc.getLocalProperty("spark.jobGroup.id")
-    if not group:
-        time.sleep(CONNECT_TASKS_END_WAIT)
-        return
-    tracker = sc.statusTracker()
     deadline = time.monotonic() + timeout
     while True:
-        active = 0
-        for job_id in sorted(tracker.getJobIdsForGroup(group))[-8:]:  # this batch's jobs
-            info = tracker.getJobInfo(job_id)
-            for stage_id in info.stageIds if info is not None else ():
-                stage = tracker.getStageInfo(stage_id)
-                active += stage.numActiveTasks if stage is not None else 0
+        active = running_tasks(sc)
+        if active is None:
+            time.sleep(CONNECT_TASKS_END_WAIT)
+            return
         if active == 0:
             return
         if time.monotonic() > deadline:
             logger.warning("%d task(s) of job group %s still run %.0f s after the batch was "
                            "interrupted; the next start settles what they leave", active,
-                           group, timeout)
+                           sc.getLocalProperty("spark.jobGroup.id"), timeout)
             return
         time.sleep(0.2)

@@ -21,7 +21,6 @@ from here too):
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -251,16 +250,13 @@ class SparkBatch(BatchInput):
         return query_id is not None and is_connect(self._base) \
             and stop_flag(self._base.sparkSession, query_id)
 
-    def await_tasks_ended(self) -> None:
-        """Classic: until the status tracker shows no running task in the batch's job
-        group (at most 10 s). Connect has no status tracker: a fixed 3 s, longer than
-        ``spark.python.task.killTimeout``."""
-        from connectors.spark._stop import CONNECT_TASKS_END_WAIT, await_tasks_ended
+    def await_tasks_ended(self) -> None:  # connectors.spark._stop.await_batch_tasks
+        from connectors.spark._stop import await_batch_tasks
+        await_batch_tasks(self._base, is_connect(self._base))
 
-        if is_connect(self._base):
-            time.sleep(CONNECT_TASKS_END_WAIT)
-        else:
-            await_tasks_ended(self._base.sparkSession.sparkContext)
+    def tasks_ended(self) -> bool:  # connectors.spark._stop.batch_tasks_ended
+        from connectors.spark._stop import batch_tasks_ended
+        return batch_tasks_ended(self._base, is_connect(self._base))
 
     def publish_metrics(self, metrics: dict[str, object]) -> None:
         """Under Spark Connect, into the session's configuration (the client's session,

@@ -38,13 +38,14 @@ from typing import Any
 import pytest
 
 from connectors.core import crash, template
+from connectors.core.commands import Abort, Commit, Crash, Decide, MarkCommitted, RunTasks
 from connectors.core.coordinator import Coordinator, Steps
 from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import ProtocolStateError, TransientError
 from connectors.core.ledger import LedgerEntry, TaskCommit
 from connectors.core.protocol import CRASH_POINTS, BatchState, CrashPoint, Family
+from connectors.core.recovery import Recovery, Settled
 from connectors.core.retry import FixedDelay
-from connectors.core.steps import Abort, Commit, Crash, Decide, MarkCommitted, RunTasks
 from connectors.core.template import TwoPhaseCommitSink
 from connectors.testing import (
     InMemoryDriverCommitSink,
@@ -331,17 +332,22 @@ class CommitBeforeDecide(Coordinator):
         return result
 
 
-class SkippedSweep(Coordinator):
-    """Never settles stray prepared transactions."""
-
-    def sweep(self) -> Steps[None]:
-        return
+class _NoSweep(Recovery):
+    def sweep(self, *args: Any, **kwargs: Any) -> Steps[Settled]:
+        return Settled()
         yield
 
 
-class AbortDecided(Coordinator):
-    """Rolls back the transactions of a decision an earlier run left, instead of
-    committing them."""
+class SkippedSweep(Coordinator):
+    """Never settles stray prepared transactions."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.recovery = _NoSweep(self.sink_id, self._do, self.metrics)
+
+
+class _AbortingRecovery(Recovery):
+    run_id = ""
 
     def finish(self, entry: LedgerEntry) -> Steps[None]:
         if entry.run_id == self.run_id:
@@ -350,6 +356,16 @@ class AbortDecided(Coordinator):
         for commit in entry.commits:
             yield from self._do(Abort(entry.batch_id, commit.transaction_id))
         yield from self._do(MarkCommitted(entry.batch_id))
+
+
+class AbortDecided(Coordinator):
+    """Rolls back the transactions of a decision an earlier run left, instead of
+    committing them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.recovery = _AbortingRecovery(self.sink_id, self._do, self.metrics)
+        self.recovery.run_id = self.run_id
 
 
 class LostMarkCommitted(Coordinator):
@@ -369,7 +385,7 @@ class ReDecide(Coordinator):
         if self.family is not Family.PREPARE_IN_TASK:
             yield from super()._replay(entry)
             return
-        yield from self._prepared_batch(entry.batch_id)
+        yield from self._prepared_batch(entry.batch_id, False)
 
     def _do(self, command: Any) -> Steps[Any]:
         result = yield from super()._do(command)
@@ -431,7 +447,7 @@ def test_the_architecture_diagram_names_the_crash_points_of_the_code() -> None:
     diagram = section[section.index("```text"):section.index("```\n", section.index("```text") + 7)]
     in_doc = set(re.findall(r"crash point (\w+)", diagram))
     in_code: set[str] = set()
-    for module in ("coordinator.py", "tasks.py"):
+    for module in ("coordinator.py", "recovery.py", "tasks.py"):
         tree = ast.parse((root / "connectors" / "core" / module).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \

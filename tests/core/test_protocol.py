@@ -26,11 +26,10 @@ LEGAL: dict[Family, set[tuple[BatchState, BatchState]]] = {
         (S.PREPARED, S.ABORTED),
         (S.DECIDED, S.COMMITTED),
     },
-    Family.COMMIT_IN_TASK: {
+    Family.COMMIT_IN_TASK: {  # the ledger's record of the slots' commits decides
         (S.OPEN, S.PREPARED),
         (S.OPEN, S.ABORTED),
-        (S.PREPARED, S.DECIDED),
-        (S.DECIDED, S.COMMITTED),
+        (S.PREPARED, S.COMMITTED),
     },
     Family.COMMIT_ON_DRIVER: {
         (S.OPEN, S.DECIDED),
@@ -107,7 +106,7 @@ def test_slots_committed_in_tasks_cannot_be_aborted_after_preparing() -> None:
     ("family", "path"),
     [
         (Family.PREPARE_IN_TASK, [S.PREPARED, S.DECIDED, S.COMMITTED]),
-        (Family.COMMIT_IN_TASK, [S.PREPARED, S.DECIDED, S.COMMITTED]),
+        (Family.COMMIT_IN_TASK, [S.PREPARED, S.COMMITTED]),
         (Family.COMMIT_ON_DRIVER, [S.DECIDED, S.COMMITTED]),
     ],
 )

@@ -27,13 +27,17 @@ __all__ = [
     "LastBatchId",
     "ListPrepared",
     "MarkCommitted",
+    "NewRun",
+    "NoteSwept",
     "OpenRun",
     "PrepareInput",
     "Prune",
     "ReadDecision",
     "ReadUnfinished",
+    "RecordIntent",
     "RunTasks",
     "TargetHasBatch",
+    "TasksEnded",
 ]
 
 
@@ -111,6 +115,22 @@ class FenceAll(Command):
     how many were fenced, ``int``."""
 
 
+@dataclass(frozen=True)
+class NewRun(Command):
+    """End this driver run after a failed step: the next batch starts a new run (a new
+    run id, RECONCILING again), so this run's leftovers may be swept and aborted in the
+    ledger without fencing the retry -> ``None``."""
+
+
+@dataclass(frozen=True)
+class NoteSwept(Command):
+    """Remember for the run's next batch whether this batch closed with a sweep after every
+    task of it had ended (``swept``; see
+    :class:`~connectors.core.coordinator.RunFacts`) -> ``None``."""
+
+    swept: bool
+
+
 # ---- the batch ----
 @dataclass(frozen=True)
 class PrepareInput(Command):
@@ -123,6 +143,23 @@ class PrepareInput(Command):
 @dataclass(frozen=True)
 class RunTasks(Command):
     """Run the family's task on every partition -> one ``TaskOutcome`` per partition."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class TasksEnded(Command):
+    """Has every attempt of the batch's tasks ended (retries and speculative copies
+    included; ``False`` when the engine cannot tell) -> ``bool``."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class RecordIntent(Command):
+    """COMMIT_ON_DRIVER: record in the ledger that this run is about to commit the batch
+    (the sink's ``record_intent``; a no-op for sinks that need none), so that a crash
+    after it is settled from the target -> ``None``."""
 
     batch_id: int
 

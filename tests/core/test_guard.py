@@ -5,13 +5,7 @@ from __future__ import annotations
 import pytest
 
 from connectors.core.batch import TaskOutcome
-from connectors.core.errors import ProtocolStateError
-from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import LedgerEntry, TaskCommit
-from connectors.core.naming import TransactionId
-from connectors.core.protocol import BatchState, Family
-from connectors.core.rules import Guard
-from connectors.core.steps import (
+from connectors.core.commands import (
     Abort,
     Commit,
     CommitBatch,
@@ -19,9 +13,16 @@ from connectors.core.steps import (
     ForbidDecision,
     MarkCommitted,
     ReadDecision,
+    RecordIntent,
     RunTasks,
     TargetHasBatch,
 )
+from connectors.core.errors import ProtocolStateError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.guard import Guard
+from connectors.core.ledger import LedgerEntry, TaskCommit
+from connectors.core.naming import TransactionId
+from connectors.core.protocol import BatchState, Family
 
 RUN = "0000000a"
 OLD, OTHER = "0000000b", "0000000c"
@@ -118,8 +119,12 @@ def test_driver_commit_needs_the_batch_absent_and_the_record_needs_it_held() -> 
     g = Guard(Family.COMMIT_ON_DRIVER, "s", RUN)
     record = entry(0, state=BatchState.COMMITTED)
     refused(g, CommitBatch(0), "before the ledger and the target were both found without")
+    refused(g, RecordIntent(0), "before the ledger and the target were both found without")
     refused(g, Decide(record), "before the target holds it")
     g.after(TargetHasBatch(0), False)
+    refused(g, CommitBatch(0), "before its intent was recorded")
+    g.before(RecordIntent(0))
+    g.after(RecordIntent(0), None)
     g.before(CommitBatch(0))
     g.after(CommitBatch(0), None)
     g.before(Decide(record))

@@ -15,25 +15,25 @@ executor never performs it:
   decision of the batch, or with a transaction already rolled back; of another run; of a
   COMMIT_ON_DRIVER batch the target does not hold;
 - ``MarkCommitted`` before every transaction of the decision committed;
-- ``CommitBatch`` of a batch not first found absent from the ledger and the target.
+- ``CommitBatch`` of a batch not first found absent from the ledger and the target, or
+  without the attempt's intent recorded (``RecordIntent``, itself only for such a batch).
 
-Also here: the replay rule (:func:`check_replay`) and the split of task outcomes.
+The guard is also the one keeper of each batch's state (``OPEN -> PREPARED -> DECIDED ->
+COMMITTED``, or ``ABORTED``): it advances a :class:`~connectors.core.protocol.BatchProtocol`
+per batch from the results it sees (:meth:`Guard.state`), and adopts the ledger's state for
+a batch another run decided.
+
+Also here: the split of task outcomes. The replay rule is :mod:`connectors.core.replay`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 from connectors.core.batch import TaskOutcome
-from connectors.core.errors import ConnectorError, NonDeterministicReplayError, ProtocolStateError
-from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import LedgerEntry, TaskCommit
-from connectors.core.naming import TransactionId
-from connectors.core.protocol import BatchState, Family
-from connectors.core.steps import (
+from connectors.core.commands import (
     Abort,
     Command,
     Commit,
@@ -43,38 +43,16 @@ from connectors.core.steps import (
     MarkCommitted,
     ReadDecision,
     ReadUnfinished,
+    RecordIntent,
     RunTasks,
     TargetHasBatch,
 )
+from connectors.core.errors import ConnectorError, ProtocolStateError
+from connectors.core.ledger import LedgerEntry, TaskCommit
+from connectors.core.naming import TransactionId
+from connectors.core.protocol import BatchProtocol, BatchState, Family
 
-__all__ = ["Guard", "check_replay", "split_outcomes"]
-
-logger = logging.getLogger(__name__)
-
-
-def check_replay(
-    sink_id: str,
-    policy: str,
-    batch_id: int,
-    recorded: Fingerprint | None,
-    actual: Fingerprint | None,
-) -> None:
-    """The one replay rule: a replay must hold the rows that were committed.
-
-    ``policy`` ``"fail"`` raises :class:`NonDeterministicReplayError`; ``"warn"`` logs."""
-    if recorded is None or actual is None or recorded == actual:
-        return
-    err = NonDeterministicReplayError(
-        f"replayed batch differs from the committed one: committed {recorded}, replay has "
-        f"{actual}. The query is not deterministic (rand(), uuid(), a changed source?). "
-        'Make it deterministic, or pass on_replay_mismatch="warn" to keep the committed rows',
-        sink_id=sink_id,
-        batch_id=batch_id,
-    )
-    if policy == "fail":
-        raise err
-    logger.warning("%s", err)
-
+__all__ = ["Guard", "split_outcomes"]
 
 def split_outcomes(
     sink_id: str, outcomes: Sequence[TaskOutcome], batch_id: int
@@ -112,6 +90,28 @@ class Guard:
         self.deciding: set[int] = set()  # batches this run sent a decision for
         self.absent: set[int] = set()  # COMMIT_ON_DRIVER: neither ledger nor target has it
         self.held: set[int] = set()  # COMMIT_ON_DRIVER: the target holds the batch
+        self.intended: set[int] = set()  # COMMIT_ON_DRIVER: the attempt's intent is recorded
+        self.batches: dict[int, BatchProtocol] = {}  # the state of each batch seen
+
+    def state(self, batch_id: int) -> BatchState | None:
+        """The state of ``batch_id`` as this coordinator knows it (``None``: not seen)."""
+        protocol = self.batches.get(batch_id)
+        return protocol.state if protocol is not None else None
+
+    def _advance(self, batch_id: int, to: BatchState) -> None:
+        protocol = self.batches.setdefault(
+            batch_id, BatchProtocol(self.family, self.sink_id, batch_id))
+        if protocol.state is not to:
+            protocol.advance(to)
+
+    def _learn(self, entry: LedgerEntry) -> None:
+        """A durable entry read from the ledger (or another run's decision): its state is
+        the batch's, unless this run already took the batch further itself."""
+        self.decisions[entry.batch_id] = entry
+        protocol = self.batches.get(entry.batch_id)
+        if protocol is None or entry.run_id != self.run_id:
+            self.batches[entry.batch_id] = BatchProtocol(
+                self.family, self.sink_id, entry.batch_id, state=entry.state)
 
     def _refuse(self, why: str, batch_id: int, transaction_id: str | None = None) -> None:
         raise ProtocolStateError(f"refused before its side effect: {why}",
@@ -136,9 +136,13 @@ class Guard:
                 if missing:
                     self._refuse(f"batch {command.batch_id} recorded committed while "
                                  f"{missing} are not committed", command.batch_id)
-        elif isinstance(command, CommitBatch) and command.batch_id not in self.absent:
-            self._refuse(f"batch {command.batch_id} committed to the target before the "
+        elif isinstance(command, CommitBatch | RecordIntent) and (
+                command.batch_id not in self.absent):
+            self._refuse(f"batch {command.batch_id} attempted on the target before the "
                          "ledger and the target were both found without it", command.batch_id)
+        elif isinstance(command, CommitBatch) and command.batch_id not in self.intended:
+            self._refuse(f"batch {command.batch_id} committed to the target before its "
+                         "intent was recorded", command.batch_id)
 
     def _check_commit(self, command: Commit) -> None:
         tid = command.commit.transaction_id
@@ -192,27 +196,43 @@ class Guard:
 
     def after(self, command: Command, result: Any) -> None:
         """Learn from a performed command's result."""
-        if isinstance(command, ReadDecision | ForbidDecision | Decide) and result is not None:
-            self.decisions[result.batch_id] = result
+        if isinstance(command, ReadDecision | ForbidDecision) and result is not None:
+            self._learn(result)
+        elif isinstance(command, Decide):
+            entry: LedgerEntry = result
+            if entry.run_id != self.run_id:
+                self._learn(entry)
+            else:
+                self.decisions[entry.batch_id] = entry
+                self._advance(entry.batch_id, entry.state)
         elif isinstance(command, ForbidDecision):
             self.forbidden.add((command.batch_id, command.run_id))
         elif isinstance(command, ReadUnfinished):
-            for entry in result:
-                self.decisions[entry.batch_id] = entry
+            for found in result:
+                self._learn(found)
         elif isinstance(command, Commit):
             self.committed.add(command.commit.transaction_id)
         elif isinstance(command, Abort):
             self.aborted.add(command.transaction_id)
         elif isinstance(command, MarkCommitted):
-            entry = self.decisions[command.batch_id]
+            decided = self.decisions[command.batch_id]
             self.decisions[command.batch_id] = dataclasses.replace(
-                entry, state=BatchState.COMMITTED)
+                decided, state=BatchState.COMMITTED)
+            self._advance(command.batch_id, BatchState.COMMITTED)
         elif isinstance(command, RunTasks):
             outcomes: Sequence[TaskOutcome] = result
             if all(o.error is None for o in outcomes):
                 self.accepted[command.batch_id] = frozenset(
                     o.commit.transaction_id for o in outcomes if o.commit is not None)
+                self._advance(command.batch_id, BatchState.PREPARED)
+            else:
+                self._advance(command.batch_id, BatchState.ABORTED)
         elif isinstance(command, TargetHasBatch):
             (self.held if result else self.absent).add(command.batch_id)
+            if result:  # COMMIT_ON_DRIVER: the target's commit is the decision
+                self._advance(command.batch_id, BatchState.DECIDED)
+        elif isinstance(command, RecordIntent):
+            self.intended.add(command.batch_id)
         elif isinstance(command, CommitBatch):
             self.held.add(command.batch_id)
+            self._advance(command.batch_id, BatchState.DECIDED)
