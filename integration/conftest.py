@@ -1,6 +1,6 @@
 """pytest configuration for the integration tests (real PostgreSQL, Kafka and Spark).
 
-Service fixtures live in ``integration/_fixtures_services.py`` and are re-exported here:
+Service fixtures live in ``integration/support/_fixtures_services.py`` and are re-exported here:
 ``postgres_conninfo``, ``kafka_bootstrap``, ``s3_service`` (session-scoped),
 ``native_postgres``, ``native_kafka`` and ``native_s3`` (restart hooks). See that module
 for how services are found or started.
@@ -22,9 +22,9 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from integration._standalone import StandaloneCluster
+    from integration.support._standalone import StandaloneCluster
 
-# The fixtures import ``integration._services``: make the repository root importable even
+# The fixtures import ``integration.services``: make the repository root importable even
 # under ``--import-mode=importlib`` or when pytest is run from another directory.
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if _REPO_ROOT not in sys.path:
@@ -41,8 +41,8 @@ os.environ.setdefault(
     '--driver-java-options "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" pyspark-shell',
 )
 
-from integration._fixtures_secured import kafka_sasl, pg_tls, secrets_env  # noqa: E402
-from integration._fixtures_services import (  # noqa: E402
+from integration.support._fixtures_secured import kafka_sasl, pg_tls, secrets_env  # noqa: E402
+from integration.support._fixtures_services import (  # noqa: E402
     docker_compose_file,
     eos_services,
     kafka_bootstrap,
@@ -139,7 +139,7 @@ def spark(
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
     """A real Spark standalone cluster whose two workers have different hosts (Spark only
     speculates onto another host); stopped, and checked gone, after the module."""
-    from integration._standalone import processes_under, standalone_cluster
+    from integration.support._standalone import processes_under, standalone_cluster
 
     root = tmp_path_factory.mktemp("standalone")
     with standalone_cluster(root) as running:

@@ -35,8 +35,8 @@ from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import S3Store
 from psycopg import sql
 
-from integration import _services
-from integration._fixtures_services import NativeKafka, NativePostgres, NativeS3, S3Service
+from integration import services as _services
+from integration.support._fixtures_services import NativeKafka, NativePostgres, NativeS3, S3Service
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -506,7 +506,7 @@ def test_s3_storage_options_reach_delta_rs(s3_service: S3Service, s3_prefix: str
 
 def _services_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "integration._services", *args],
+        [sys.executable, "-m", "integration.services", *args],
         cwd=_services.REPO_ROOT,
         stdin=subprocess.DEVNULL,
         capture_output=True,

@@ -1,7 +1,7 @@
 """Collect and run the examples in the docstrings of ``connectors/`` (issue 19).
 
 Used by ``tests/test_docstring_examples.py`` (examples that need no service and no JVM) and
-``integration/test_docstring_examples.py`` (examples that need Spark, PostgreSQL or Kafka).
+``integration/docs/test_docstring_examples.py`` (examples that need Spark, PostgreSQL or Kafka).
 This is test plumbing: it is not shipped in the package.
 
 What counts as an example

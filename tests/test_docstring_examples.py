@@ -2,7 +2,7 @@
 
 The collector and its conventions (fixtures, ``.. example-skip:``, ``.. example-needs:``)
 are in ``tests/_examples.py``; the examples that need Spark, PostgreSQL or Kafka run in
-``integration/test_docstring_examples.py``. The session's terminal summary prints
+``integration/docs/test_docstring_examples.py``. The session's terminal summary prints
 ``docstring examples: N run, M skipped`` and the reason of every skip.
 """
 

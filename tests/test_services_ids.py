@@ -1,4 +1,4 @@
-"""The Kafka cluster ids of ``scripts/services`` (integration/_services.py): never one that
+"""The Kafka cluster ids of ``scripts/services`` (integration/services/): never one that
 ``kafka-storage format --cluster-id`` takes for an option, and a kept one that was is
 replaced, so a checkout that drew one starts again. No Kafka, no Java."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from integration import _services
+from integration import services as _services
 
 #: The bytes of a UUID whose URL-safe base64 begins with ``-`` (first 6 bits 62: 0xF8-0xFB).
 DASH_BYTES = bytes([0xF8]) + bytes(15)

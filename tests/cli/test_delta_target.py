@@ -1,6 +1,6 @@
 """``connectors status`` / ``doctor`` on local Delta tables read through delta-rs, and the
 command line's refusal of secrets (no service; the object-store cases are in
-``integration/test_cli_delta_s3.py``)."""
+``integration/cli/test_cli_delta_s3.py``)."""
 
 from __future__ import annotations
 

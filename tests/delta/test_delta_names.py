@@ -1,6 +1,6 @@
 """Names that bite, Delta side (no Spark session): column names quoted for Spark, the
 column-mapping error names the fix, MERGE refuses names Delta's MERGE cannot take (issue 37).
-The real writes are in ``integration/test_delta_names.py``."""
+The real writes are in ``integration/delta/test_delta_names.py``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The ctypes accelerator's gate (``connectors.kafka._native.decide``): an allow-list checked
 before any pointer is read, a check in a throwaway child, the environment switch, and the
-public path every refusal falls back to (no broker: see integration/test_kafka_native.py
+public path every refusal falls back to (no broker: see integration/kafka/test_kafka_native.py
 for the records a real broker receives on each path)."""
 
 from __future__ import annotations

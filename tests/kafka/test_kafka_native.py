@@ -1,5 +1,5 @@
 """Batch produce's Arrow -> ``rd_kafka_message_t`` arrays (no broker: see
-integration/test_kafka_native.py for the records a real broker receives)."""
+integration/kafka/test_kafka_native.py for the records a real broker receives)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Record checks name a bad record's key and value only with ``values_in_errors=True``
-(integration/test_kafka_values_in_errors.py runs the same through a real query)."""
+(integration/kafka/test_kafka_values_in_errors.py runs the same through a real query)."""
 
 from __future__ import annotations
 

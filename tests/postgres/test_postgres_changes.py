@@ -1,6 +1,7 @@
 """``mode="changes"`` without a server: options, the driver's schema checks, and the task
 side's staging (op and sequence validation) and per-key dedup/split
-(:mod:`connectors.postgres._changes`). The SQL runs in integration/test_postgres_changes.py."""
+(:mod:`connectors.postgres._changes`). The SQL runs in
+integration/postgres/test_postgres_changes.py."""
 
 from __future__ import annotations
 

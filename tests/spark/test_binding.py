@@ -2,7 +2,7 @@
 
 The stand-ins answer exactly what the real objects answer (``getLocalProperty``,
 ``streams.active``/``streams.get``, ``conf.get``); the real Connect path runs in
-``integration/test_connect.py``. What matters here: no call is silently taken for a batch
+``integration/connect/test_connect.py``. What matters here: no call is silently taken for a batch
 job, and every refusal names the fix.
 """
 

@@ -1,0 +1,1 @@
+"""The command line (``connectors status/recover/doctor/demo``) against real targets."""

@@ -1,0 +1,1 @@
+"""The sinks under Spark Connect (a Connect server of its own)."""

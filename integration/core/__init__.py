@@ -1,0 +1,1 @@
+"""Across sinks: stopping, speculation, the file-system sink, batch jobs, upgrades."""

@@ -1,0 +1,513 @@
+"""Every fenced block of README.md and docs/*.md that a user would paste is run, credited to
+.ci/run, or marked illustrative with a reason (``integration/docs/_snippets.py`` has the rules).
+
+The blocks run verbatim: each python block is saved as the file its first line names, in a
+temporary directory, and run with this interpreter in a subprocess; shell blocks run with
+``bash -euo pipefail``; SQL blocks against PostgreSQL. They get only what they visibly read
+from the environment: ``EOS_POSTGRES_CONNINFO`` (a database created for the page and
+dropped after), ``EOS_KAFKA_BOOTSTRAP``, ``EOS_KAFKA_TOPIC`` (new for each page) and
+``EOS_EXAMPLE_DIR`` (an empty directory), and ``PATH`` starts with this interpreter's
+directory, as in an activated virtual environment. After each block that writes a target,
+the target is read like a downstream user reads it (the PostgreSQL table, the Kafka topic
+with ``read_committed``, the Delta table's log and files) and compared row by row with what
+the block wrote: nothing missing, nothing twice. The PostgreSQL and Kafka quick-starts of
+the README first run with their driver SIGKILLed at a crash point of batch 1, then again,
+as the README says a user may.
+
+The three commands that .ci/run runs verbatim (``RUN_BY_CI``) are not run here again: the
+test asserts that .ci/run still contains each of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from integration.docs import _snippets as sn
+
+pytestmark = pytest.mark.integration
+
+ROOT = sn.REPO_ROOT
+CI_SCRIPT = ROOT / ".ci" / "run"
+
+#: Commands of the docs that .ci/run runs verbatim, and where.
+RUN_BY_CI: dict[str, str] = {
+    "bash scripts/demo": "lane demo: the first run on the fresh clone, timed",
+    "bash scripts/test": "lane test: the whole suite",
+    'pip install "spark-exactly-once[postgres]"': "lane wheel: into a clean virtual environment",
+}
+
+#: Seconds one block may take (a Spark program starts a JVM; the CI machine has 2 cores).
+BLOCK_TIMEOUT = 600.0
+
+
+# --------------------------------------------------------------------- what the blocks wrote
+
+
+@dataclass
+class Page:
+    """The environment one page's blocks run in, and what they printed."""
+
+    doc: str
+    cwd: Path
+    env: dict[str, str]
+    secrets: list[str]
+    outputs: dict[str, sn.Run] = field(default_factory=dict)
+    #: What the checks of docs/security.md read with (never given to the blocks): the
+    #: PostgreSQL superuser's conninfo and Kafka's PLAINTEXT (super user) bootstrap.
+    admin: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def work(self) -> Path:
+        return Path(self.env["EOS_EXAMPLE_DIR"])
+
+    @property
+    def conninfo(self) -> str:
+        return self.env["EOS_POSTGRES_CONNINFO"]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.env["EOS_KAFKA_BOOTSTRAP"]
+
+    @property
+    def topic(self) -> str:
+        return self.env["EOS_KAFKA_TOPIC"]
+
+
+def _events() -> list[tuple[int, str]]:
+    """The quick-starts' input: ids 0..299 named user-<id>."""
+    return [(i, f"user-{i}") for i in range(300)]
+
+
+def check_postgres_events(page: Page, run: sn.Run) -> None:
+    rows = sn.postgres_rows(page.conninfo, "SELECT id, name FROM public.events")
+    sn.exact(rows, _events(), "public.events after the PostgreSQL quick-start")
+
+
+def check_kafka_events(page: Page, run: sn.Run) -> None:
+    from integration.support._kafka import read_all
+
+    got = []
+    for m in read_all(page.bootstrap, page.topic):
+        value = m.json()
+        got.append((int((m.key or b"").decode()), value["id"], value["name"]))
+    sn.exact(got, [(i, i, n) for i, n in _events()],
+             f"topic {page.topic} (read_committed) after the Kafka quick-start")
+
+
+def check_delta_events(page: Page, run: sn.Run) -> None:
+    rows = sn.delta_rows(page.work / "tables" / "events")
+    sn.exact([(r["id"], r["name"]) for r in rows], _events(),
+             "the Delta table after the Delta quick-start")
+
+
+def check_readme_cli(page: Page, run: sn.Run) -> None:
+    # bash -e: every command exited 0 ("all well"); the sinks of the quick-starts are listed
+    for sink in ("events-pg", "events-delta"):
+        assert re.search(rf"^{sink}\s", run.stdout, re.M), f"status does not list {sink}"
+    assert "no-gaps" in run.stdout and "ERROR" not in run.stdout, "doctor found a problem"
+
+
+def check_pytest_passed(page: Page, run: sn.Run) -> None:
+    from connectors.testing import SinkConformanceTests
+
+    tests = sum(1 for n in dir(SinkConformanceTests) if n.startswith("test_"))
+    summary = [ln for ln in run.stdout.splitlines() if ln.strip()][-1:]
+    assert summary and re.fullmatch(
+        rf"=*\s*{tests} passed(, \d+ warnings?)? in [\d.]+s( \([\d:]+\))?\s*=*", summary[0]), (
+        f"expected exactly the {tests} conformance tests to pass:\n{run.stdout[-3000:]}")
+
+
+def check_postgres_users(page: Page, run: sn.Run) -> None:
+    rows = sn.postgres_rows(page.conninfo, "SELECT user_id, score FROM public.users")
+    # run id 0: users k, k+100, k+200 of one user; the greatest row wins
+    sn.exact(rows, [(k, k + 200) for k in range(100)], "public.users after the upsert job")
+
+
+def check_postgres_accounts(page: Page, run: sn.Run) -> None:
+    rows = sn.postgres_rows(page.conninfo,
+                            "SELECT id, seq, name, score FROM public.accounts ORDER BY id")
+    # 1 updated, 2 deleted, 3 deleted and inserted again, 4 deleted though never seen
+    sn.exact(rows, [(1, 4, "ada", 11), (3, 7, "cy", 31)], "public.accounts after the changes")
+
+
+def check_postgres_profiles(page: Page, run: sn.Run) -> None:
+    from datetime import timedelta
+
+    rows = sn.postgres_rows(page.conninfo, "SELECT id, token::text, scores, tags, session, "
+                            "mood::text FROM public.profiles")
+    rows = [tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in rows]
+    sn.exact(rows, [(i, f"00000000-0000-4000-8000-{i:012d}", (i, None, 7), ("a", str(i)),
+                     timedelta(days=i, seconds=90), ["sad", "ok", "happy"][i])
+                    for i in range(3)], "public.profiles after the column types example")
+
+
+def check_postgres_status_json(page: Page, run: sn.Run) -> None:
+    assert '"users-pg"' in run.stdout, f"status --json does not list users-pg:\n{run.stdout}"
+
+
+def check_nothing_prepared(page: Page, rows: list[tuple[object, ...]]) -> None:
+    """Nothing prepared in the page's database (``pg_prepared_xacts`` lists the whole
+    server's, and other tests' drivers are killed beside this one)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    database = conninfo_to_dict(page.conninfo).get("dbname")
+    assert database, "the page's conninfo names no database"
+    mine = [row for row in rows if row[1] == database]
+    assert mine == [], f"the monitoring query found prepared transactions: {mine}"
+
+
+def check_kafka_orders(page: Page, run: sn.Run) -> None:
+    from integration.support._kafka import read_all
+
+    got = [(int((m.key or b"").decode()), int((m.value or b"").decode()))
+           for m in read_all(page.bootstrap, page.topic)]
+    sn.exact(got, [(i, i * 10) for i in range(1000)], f"topic {page.topic} after the job")
+
+
+def check_consumer_output(page: Page, run: sn.Run) -> None:
+    assert re.search(r"^1000 records$", run.stdout, re.M), run.stdout
+
+
+def check_delta_merge(page: Page, run: sn.Run) -> None:
+    changes = sn.delta_rows(page.work / "tables" / "changes")
+    sn.exact([(r["user_id"], r["score"]) for r in changes],
+             [(i % 100, i) for i in range(300)], "the appended Delta table")
+    users = sn.delta_rows(page.work / "tables" / "users")
+    sn.exact([(r["user_id"], r["score"]) for r in users],
+             [(k, k + 200) for k in range(100)], "the merged Delta table")
+
+
+def check_delta_cdc(page: Page, run: sn.Run) -> None:
+    want = [(1, 3, "anna"), (2, 7, "bobby")]
+    for name in ("customers", "mirror"):
+        rows = sn.delta_rows(page.work / "tables" / name)
+        assert all("op" not in r for r in rows), f"{name} stores op: {rows}"
+        sn.exact([(r["id"], r["seq"], r["name"]) for r in rows], want, f"the {name} table")
+
+
+def check_delta_overwrite(page: Page, run: sn.Run) -> None:
+    recent = sn.delta_rows(page.work / "tables" / "recent")
+    sn.exact([(r["day"], r["n"]) for r in recent],
+             [("2026-01-01", n) for n in range(3)] + [("2026-01-02", 0)], "the recent table")
+    daily = sn.delta_rows(page.work / "tables" / "daily")
+    sn.exact([(r["day"], r["n"]) for r in daily],
+             [("2026-01-01", n) for n in range(2)] + [("2026-01-02", n) for n in range(5)]
+             + [("2026-01-03", 0)], "the daily table")
+
+
+def _no_secret(page: Page, run: sn.Run) -> None:
+    leaks = [n for n, s in enumerate(page.secrets) if s and s in run.stdout + run.stderr]
+    assert not leaks, f"secrets #{leaks} of the page's services in the block's output"
+
+
+def check_secure_payments(page: Page, run: sn.Run) -> None:
+    _no_secret(page, run)
+    assert "sslpassword=***" in run.stdout, run.stdout  # print(sink) masks the key's password
+    rows = sn.postgres_rows(page.admin["postgres"], "SELECT id, name FROM secure.payments")
+    sn.exact(rows, [(i, f"user-{i}") for i in range(300)], "secure.payments")
+    left = sn.postgres_rows(page.admin["postgres"],
+                            "SELECT gid FROM pg_prepared_xacts WHERE owner = 'eos_cert'")
+    assert left == [], f"prepared transactions left: {left}"
+
+
+def check_secure_status(page: Page, run: sn.Run) -> None:
+    _no_secret(page, run)
+    assert re.search(r"^secure-payments\s", run.stdout, re.M), run.stdout
+
+
+def check_secure_orders(page: Page, run: sn.Run) -> None:
+    from integration.support._kafka import read_all
+
+    _no_secret(page, run)
+    got = [json.loads(m.value or b"{}")["id"]
+           for m in read_all(page.admin["kafka"], page.env["EOS_SECURE_TOPIC"])]
+    sn.exact([(i,) for i in got], [(i,) for i in range(300)],
+             "the secured topic after the Kafka source over SASL_SSL")
+
+
+def no_target(page: Page, run: sn.Run) -> None:
+    """A block that only defines code a later block of the page uses."""
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What the test checks after an executed block, and whether it first crashes it."""
+
+    check: Callable[..., None]
+    # CONNECTORS_CRASH_AT for a first run that must die by SIGKILL at that point; the block
+    # then runs again and must finish.
+    crash_first: str | None = None
+    crash_sink: str | None = None
+
+
+#: Every executed block, by (page, label): python blocks by the file name on their first
+#: line, the others as <lang>#<n>. A block missing here fails the test.
+EXPECT: dict[tuple[str, str], Expect] = {
+    ("README.md", "quickstart_postgres.py"):
+        Expect(check_postgres_events, "after_decision:batch=1", "events-pg"),
+    ("README.md", "quickstart_kafka.py"):
+        Expect(check_kafka_events, "before_decision:batch=1", "{topic}-kafka"),
+    ("README.md", "quickstart_delta.py"): Expect(check_delta_events),
+    ("README.md", "bash#0"): Expect(check_readme_cli),
+    ("README.md", "my_sink.py"): Expect(no_target),
+    ("README.md", "test_my_sink.py"): Expect(check_pytest_passed),
+    ("docs/postgres.md", "upsert_postgres.py"): Expect(check_postgres_users),
+    ("docs/postgres.md", "changes_postgres.py"):
+        Expect(check_postgres_accounts, "after_decision:batch=0", "accounts-cdc"),
+    ("docs/postgres.md", "column_types_postgres.py"): Expect(check_postgres_profiles),
+    ("docs/postgres.md", "bash#0"): Expect(check_postgres_status_json),
+    ("docs/postgres.md", "sql#0"): Expect(check_nothing_prepared),
+    ("docs/kafka.md", "kafka_batch_job.py"): Expect(check_kafka_orders),
+    ("docs/kafka.md", "consume_orders.py"): Expect(check_consumer_output),
+    ("docs/delta.md", "delta_merge.py"): Expect(check_delta_merge),
+    ("docs/delta.md", "delta_cdc.py"): Expect(check_delta_cdc),
+    ("docs/delta.md", "delta_overwrite.py"): Expect(check_delta_overwrite),
+    ("docs/stopping.md", "graceful_stop.py"): Expect(check_delta_events),
+    ("docs/connector-guide.md", "staged_files_sink.py"): Expect(no_target),
+    ("docs/connector-guide.md", "test_staged_files_sink.py"): Expect(check_pytest_passed),
+    ("docs/security.md", "secure_postgres.py"): Expect(check_secure_payments),
+    ("docs/security.md", "bash#0"): Expect(check_secure_status),
+    ("docs/security.md", "secure_kafka.py"): Expect(check_secure_orders),
+}
+
+
+# ------------------------------------------------------------------------ the inventory
+
+BLOCKS = sn.parse_docs(ROOT)
+CLASSIFIED = sn.classify(BLOCKS, RUN_BY_CI)
+PAGES = sorted({b.doc for b in CLASSIFIED.of_kind(sn.EXECUTED)})
+
+
+def test_every_block_is_run_credited_to_ci_or_illustrative() -> None:
+    problems = list(CLASSIFIED.problems)
+    labelled = {(b.doc, label) for b, label in sn.executed_labels(BLOCKS, CLASSIFIED.kinds)}
+    for doc, label in sorted(labelled - EXPECT.keys()):
+        problems.append(f"{doc}: executed block {label!r} has no entry in EXPECT (say what "
+                        "the test reads back after it)")
+    for doc, label in sorted(EXPECT.keys() - labelled):
+        problems.append(f"EXPECT names {doc} {label!r}, which is no executed block")
+    counts = CLASSIFIED.counts()
+    print(f"\ndocs blocks: {counts}")
+    for b in CLASSIFIED.of_kind(sn.ILLUSTRATIVE):
+        print(f"  illustrative {b.where}: {b.illustrative}")
+    assert not problems, "\n".join(problems)
+    assert counts.get(sn.EXECUTED, 0) >= len(EXPECT)
+
+
+def test_ci_runs_each_command_credited_to_it_verbatim() -> None:
+    script = CI_SCRIPT.read_text(encoding="utf-8")
+    credited = [(b, c) for b in CLASSIFIED.of_kind(sn.RUN_BY_CI) for c in sn.shell_commands(b.code)]
+    missing = [f"{b.where}: {c!r} ({RUN_BY_CI[c]})" for b, c in credited
+               if not sn.ci_script_runs(c, script)]
+    assert not missing, ".ci/run does not run these lines of the docs verbatim:\n" + "\n".join(
+        missing)
+    unused = set(RUN_BY_CI) - {c for _, c in credited}
+    assert not unused, f"RUN_BY_CI lists commands no page shows: {sorted(unused)}"
+    # the README shows the two commands and the install line
+    readme = {c for b, c in credited if b.doc == "README.md"}
+    assert readme == set(RUN_BY_CI), f"the README shows {sorted(readme)}"
+
+
+def _demo_verdict_keys() -> list[str]:
+    """The keys of the verdict dict that ``connectors demo`` prints, in order."""
+    tree = ast.parse((ROOT / "connectors" / "cli" / "_demo.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and any(isinstance(t, ast.Name) and t.id == "verdict" for t in node.targets)):
+            keys = [k.value for k in node.value.keys
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            assert len(keys) == len(node.value.keys), "a verdict key is not a string literal"
+            return keys
+    raise AssertionError("connectors/cli/_demo.py: no `verdict = {...}` found")
+
+
+def test_readme_demo_output_has_the_demos_labels_and_layout() -> None:
+    keys = _demo_verdict_keys()
+    shown = [b for b in CLASSIFIED.of_kind(sn.NOT_RUN)
+             if b.doc == "README.md" and re.search(r"^\s+verdict\s", b.code, re.M)]
+    assert len(shown) == 1, f"expected one verdict block in the README, found {len(shown)}"
+    lines = [ln for ln in shown[0].code.splitlines() if ln.strip()]
+    width = max(len(k) for k in keys)
+    labels, values = [], []
+    for ln in lines:
+        m = re.match(rf"^  (.{{{width}}})  (.*)$", ln)
+        assert m is not None, f"README verdict line {ln!r} is not laid out as the demo prints"
+        labels.append(m.group(1).rstrip())
+        values.append(m.group(2))
+    assert labels == keys, f"README verdict labels {labels} != the demo's {keys}"
+    rendered = [f"  {k:<{width}}  {v}" for k, v in zip(keys, values, strict=True)]
+    assert rendered == lines
+    assert values[keys.index("verdict")] == "EXACTLY ONCE"
+    # .ci/run's check of the demo's output accepts the README's last line
+    assert re.match(r"^  verdict +EXACTLY ONCE$", lines[-1])
+
+
+def test_classifier_refuses_what_is_not_accounted_for() -> None:
+    """The rules above can fail: a page with each kind of unaccounted block."""
+    page = "\n".join([
+        "```", "no info string", "```",
+        "```ruby", "puts 1", "```",
+        "```bash", "bash scripts/test", "rm -rf build", "```",
+        "Needs a cluster.", "<!-- illustrative: needs an S3 bucket -->", "```python",
+        "# s3.py", "pass", "```",
+        "```python", "print('no file name')", "```",
+        *[f"Not run: needs host {i}.\n<!-- illustrative: needs host {i} -->\n```bash\n"
+          f"ssh host{i}\n```" for i in range(4)],
+    ])
+    found = sn.classify(sn.parse_markdown(page, "README.md"), RUN_BY_CI)
+    text = "\n".join(found.problems)
+    for expected in ("info string ''", "info string 'ruby'", "mixes commands",
+                     "must give the reason", "'# NAME.py", "5 illustrative blocks"):
+        assert expected in text, f"no problem {expected!r} in:\n{text}"
+    ok = sn.classify(sn.parse_markdown(
+        "Not run: needs an S3 bucket.\n<!-- illustrative: needs an S3 bucket -->\n"
+        "```bash\naws s3 ls\n```\n```bash\nbash scripts/demo  # the demo\n```\n"
+        "```mermaid\nflowchart TD\n    a --> b\n```\n", "README.md"),
+        RUN_BY_CI)
+    assert not ok.problems and ok.counts() == {sn.ILLUSTRATIVE: 1, sn.RUN_BY_CI: 1,
+                                               sn.NOT_RUN: 1}
+
+
+# --------------------------------------------------------------------------- running pages
+
+
+def _password(conninfo: str) -> str:
+    if "://" in conninfo:
+        return urlsplit(conninfo).password or ""
+    m = re.search(r"password\s*=\s*(\S+)", conninfo)
+    return m.group(1).strip("'") if m else ""
+
+
+@pytest.fixture
+def page_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Page]:
+    doc = request.param
+    codes = "".join(b.code for b in BLOCKS if b.doc == doc)
+    cwd, work = tmp_path / "cwd", tmp_path / "work"
+    cwd.mkdir()
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CONNECTORS_CRASH", "EOS_POSTGRES", "EOS_KAFKA", "PYTEST_"))}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["EOS_EXAMPLE_DIR"] = str(work)
+    env["EOS_KAFKA_TOPIC"] = f"docs-{uuid.uuid4().hex[:10]}"
+    env["PYTHONUNBUFFERED"] = "1"
+    secrets: list[str] = []
+    tag = uuid.uuid4().hex[:10]
+    if "EOS_POSTGRES_TLS_CONNINFO" in codes or "EOS_KAFKA_SASL_CONFIG" in codes:
+        yield from _secured_page(request, Page(doc, cwd, env, secrets), tag)
+        return
+    if "EOS_KAFKA_BOOTSTRAP" in codes:
+        env["EOS_KAFKA_BOOTSTRAP"] = request.getfixturevalue("kafka_bootstrap")
+    if "EOS_POSTGRES_CONNINFO" in codes or any(b.lang == "sql" for b in BLOCKS if b.doc == doc):
+        server = request.getfixturevalue("postgres_conninfo")
+        secrets.append(_password(server))
+        with sn.fresh_database(server, f"eos_docs_{tag}") as conninfo:
+            env["EOS_POSTGRES_CONNINFO"] = conninfo
+            yield Page(doc, cwd, env, secrets)
+        return
+    yield Page(doc, cwd, env, secrets)
+
+
+def _drop_secure_tables(admin: str) -> None:
+    import psycopg
+
+    from integration.support._pg import LEDGER_SUFFIXES
+
+    names = ["payments", *(f"eos_ledger{s}" for s in LEDGER_SUFFIXES)]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for gid, in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE owner = 'eos_cert' "
+                                 "AND gid LIKE '%secure-payments%'").fetchall():
+            conn.execute(f"ROLLBACK PREPARED '{gid}'")
+        for name in names:
+            conn.execute(f"DROP TABLE IF EXISTS secure.{name}")
+
+
+def _secured_page(request: pytest.FixtureRequest, page: Page, tag: str) -> Iterator[Page]:
+    """docs/security.md: the secured listeners' settings in the variables the page reads,
+    its topics made (and 300 input records), its tables dropped before and after."""
+    from integration.services import secured as _secured
+    from integration.support._kafka import KafkaTarget
+
+    pg = request.getfixturevalue("pg_tls")
+    kafka = request.getfixturevalue("kafka_sasl")
+    page.env[_secured.ENV_POSTGRES_TLS_CONNINFO] = pg.cert_conninfo
+    page.env[_secured.ENV_KAFKA_SASL_CONFIG] = json.dumps(kafka.config)
+    page.env[_secured.ENV_KAFKA_SASL_READER_CONFIG] = json.dumps(kafka.reader_config)
+    page.secrets.extend(_secured.SECRETS)
+    page.admin.update(postgres=pg.admin_conninfo, kafka=kafka.plain_bootstrap)
+    target = KafkaTarget(kafka.plain_bootstrap, "docs", partitions=2)
+    target.topic = f"{_secured.SECURE_TOPIC_PREFIX}docs-{tag}"
+    target.sink_id = f"{_secured.SECURE_PREFIX}-docs-{tag}"
+    target.create()
+    source = target.create(f"{_secured.SECURE_INPUT_PREFIX}docs-{tag}", partitions=2)
+    target.produce_input(source, 300)
+    page.env.update(EOS_SECURE_TOPIC=target.topic, EOS_SECURE_INPUT=source,
+                    EOS_SECURE_SINK_ID=target.sink_id)
+    _drop_secure_tables(pg.admin_conninfo)
+    try:
+        yield page
+    finally:
+        target.cleanup()
+        _drop_secure_tables(pg.admin_conninfo)
+
+
+def _crash_reached(log: Path, spec: str, sink: str) -> bool:
+    point, batch = spec.split(":")[0], spec.split("batch=")[1].split(":")[0]
+    lines = log.read_text().splitlines() if log.exists() else []
+    return any(ln.startswith(f"{point} ") and f"sink={sink}" in ln.split()
+               and f"batch={batch}" in ln.split() for ln in lines)
+
+
+def _run_block(page: Page, block: sn.Block, label: str, env: dict[str, str]) -> sn.Run:
+    if block.lang == "python":
+        name = block.python_name or label
+        if name.startswith("test_"):
+            args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", name]
+        else:
+            args = [sys.executable, name]
+    else:
+        name = label.replace("#", "_") + ".sh"
+        args = ["bash", "-euo", "pipefail", name]
+    (page.cwd / name).write_text(block.code, encoding="utf-8")
+    return sn.run(args, cwd=page.cwd, env=env, timeout=BLOCK_TIMEOUT)
+
+
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize("page_env", PAGES, indirect=True)
+def test_page_blocks_run_and_write_exactly_once(page_env: Page) -> None:
+    page = page_env
+    for block, label in sn.executed_labels([b for b in BLOCKS if b.doc == page.doc],
+                                           CLASSIFIED.kinds):
+        expect = EXPECT[(page.doc, label)]
+        if block.lang == "sql":
+            expect.check(page, sn.postgres_rows(page.conninfo, block.code))
+            continue
+        if expect.crash_first is not None:
+            sink = (expect.crash_sink or "").format(topic=page.topic)
+            log = page.cwd / f"{label}.crash-log"
+            crashed = _run_block(page, block, label, {
+                **page.env, "CONNECTORS_CRASH_AT": f"{expect.crash_first}:sink={sink}",
+                "CONNECTORS_TEST_MODE": "1",
+                "CONNECTORS_CRASH_LOG": str(log)})
+            assert crashed.returncode == -9, (
+                f"{block.where} ({label}) was to be SIGKILLed at {expect.crash_first}:\n"
+                + crashed.tail(page.secrets))
+            assert _crash_reached(log, expect.crash_first, sink), log.read_text()
+            print(f"{block.where} {label}: SIGKILLed at {expect.crash_first} after "
+                  f"{crashed.seconds:.1f} s")
+        result = _run_block(page, block, label, page.env)
+        print(f"{block.where} {label}: exit {result.returncode} after {result.seconds:.1f} s")
+        assert result.returncode == 0, f"{block.where} ({label}) failed:\n" + result.tail(
+            page.secrets)
+        expect.check(page, result)

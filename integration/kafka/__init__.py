@@ -1,0 +1,1 @@
+"""KafkaSink against a real Kafka broker."""

@@ -1,0 +1,1 @@
+"""PostgresSink against a real PostgreSQL server."""

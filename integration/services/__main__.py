@@ -1,0 +1,10 @@
+"""``python -m integration.services``: the command line of the services (``scripts/services``)."""
+
+from __future__ import annotations
+
+import sys
+
+from integration.services import main
+
+if __name__ == "__main__":
+    sys.exit(main())

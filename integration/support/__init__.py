@@ -1,0 +1,1 @@
+"""Helpers shared by the integration tests of every folder: drivers, targets, fixtures."""
