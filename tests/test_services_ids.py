@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from integration import services as _services
+from integration.services import kafka_cluster, process
 
 #: The bytes of a UUID whose URL-safe base64 begins with ``-`` (first 6 bits 62: 0xF8-0xFB).
 DASH_BYTES = bytes([0xF8]) + bytes(15)
@@ -30,7 +30,7 @@ def test_the_dash_id_is_the_case_that_failed() -> None:
 
 
 def test_many_new_ids_are_uuids_in_base64url_that_never_begin_with_a_dash() -> None:
-    ids = [_services._new_cluster_id() for _ in range(20_000)]
+    ids = [kafka_cluster._new_cluster_id() for _ in range(20_000)]
     # One in 64 random UUIDs begins with "-": 20,000 draws meet ~312 of them.
     for cluster_id in ids:
         assert len(cluster_id) == 22, cluster_id
@@ -50,7 +50,7 @@ def test_a_draw_that_begins_with_a_dash_is_drawn_again(monkeypatch: pytest.Monke
     good = uuid.UUID(bytes=bytes(range(16)))
     draws = iter([uuid.UUID(bytes=DASH_BYTES), uuid.UUID(bytes=DASH_BYTES), good])
     monkeypatch.setattr(uuid, "uuid4", lambda: next(draws))
-    assert _services._new_cluster_id() == base64.urlsafe_b64encode(good.bytes).decode()[:22]
+    assert kafka_cluster._new_cluster_id() == base64.urlsafe_b64encode(good.bytes).decode()[:22]
 
 
 def test_a_kept_dash_id_is_replaced_before_the_storage_is_formatted(
@@ -58,45 +58,45 @@ def test_a_kept_dash_id_is_replaced_before_the_storage_is_formatted(
 ) -> None:
     monkeypatch.setenv("EOS_SERVICES_DIR", str(tmp_path / "services"))
     state = {"kafka": {"cluster_id": DASH_ID, "port": 12345, "controller_port": 12346}}
-    _services._save_state(state)
+    process._save_state(state)
     data_dir = tmp_path / "services" / "kafka" / "data"
     data_dir.mkdir(parents=True)
 
-    section = _services._section(_services._load_state(), "kafka")
+    section = process._section(process._load_state(), "kafka")
     with caplog.at_level(logging.WARNING, logger="connectors.services"):
-        cluster_id = _services._cluster_id_for_start(section, data_dir)
+        cluster_id = kafka_cluster._cluster_id_for_start(section, data_dir)
     assert cluster_id != DASH_ID
     assert not cluster_id.startswith("-")
     assert len(_decoded(cluster_id)) == 16
     assert section["cluster_id"] == cluster_id  # kept for the next start
     assert DASH_ID in caplog.text
     # Asked again (the next start), the replacement stays.
-    assert _services._cluster_id_for_start(section, data_dir) == cluster_id
+    assert kafka_cluster._cluster_id_for_start(section, data_dir) == cluster_id
 
 
 def test_a_good_kept_id_stays(tmp_path: Path) -> None:
     kept = "5FAD5d5QSea9ZPI7i8Z-AA"
     section: dict[str, object] = {"cluster_id": kept}
-    assert _services._cluster_id_for_start(section, tmp_path) == kept
+    assert kafka_cluster._cluster_id_for_start(section, tmp_path) == kept
     assert section == {"cluster_id": kept}
 
 
 def test_without_state_the_formatted_storage_keeps_its_id(tmp_path: Path) -> None:
     (tmp_path / "meta.properties").write_text("version=1\ncluster.id=5FAD5d5QSea9ZPI7i8Z-AA\n")
     section: dict[str, object] = {}
-    assert _services._cluster_id_for_start(section, tmp_path) == "5FAD5d5QSea9ZPI7i8Z-AA"
+    assert kafka_cluster._cluster_id_for_start(section, tmp_path) == "5FAD5d5QSea9ZPI7i8Z-AA"
 
 
 def test_formatted_storage_is_left_alone_whatever_id_is_kept(tmp_path: Path) -> None:
     # The format already ran (it is not run again), so the kept id is not replaced.
     (tmp_path / "meta.properties").write_text(f"version=1\ncluster.id={DASH_ID}\n")
     section: dict[str, object] = {"cluster_id": DASH_ID}
-    assert _services._cluster_id_for_start(section, tmp_path) == DASH_ID
+    assert kafka_cluster._cluster_id_for_start(section, tmp_path) == DASH_ID
 
 
 def test_a_missing_id_is_drawn_and_kept(tmp_path: Path) -> None:
     section: dict[str, object] = {}
-    cluster_id = _services._cluster_id_for_start(section, tmp_path)
+    cluster_id = kafka_cluster._cluster_id_for_start(section, tmp_path)
     assert section["cluster_id"] == cluster_id
-    assert _services._CLUSTER_ID.fullmatch(cluster_id)
+    assert kafka_cluster._CLUSTER_ID.fullmatch(cluster_id)
     json.dumps(section)  # state.json can hold it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from integration.services import main
+from integration.services.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())
