@@ -25,7 +25,7 @@ ROWS = 50
 
 @pytest.fixture
 def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    from integration._pg import DRIVER_PGOPTIONS, PgTarget
+    from integration.support._pg import DRIVER_PGOPTIONS, PgTarget
 
     monkeypatch.setenv("PGOPTIONS", DRIVER_PGOPTIONS)
     target = PgTarget(postgres_conninfo, prefix="sweeps")
