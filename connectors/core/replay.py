@@ -11,7 +11,7 @@ Example::
     >>> replay_mismatch("events", "fail", 3, Fingerprint(2, 7), Fingerprint(2, 7)) is None
     True
     >>> err = replay_mismatch("events", "fail", 3, Fingerprint(2, 7), Fingerprint(3, 9))
-    >>> "replay of batch 3 differs from what was committed" in str(err)
+    >>> "replayed batch differs from what was committed: committed 2 rows" in str(err)
     True
 """
 
@@ -47,8 +47,8 @@ def replay_mismatch(
     if recorded is None or actual is None or recorded == actual:
         return None
     err = NonDeterministicReplayError(
-        f"replay of {what or f'batch {batch_id}'} differs from what was committed: committed "
-        f"{recorded}, replay has {actual}. The query is not deterministic (rand(), uuid(), a "
+        f"replayed batch differs from what was committed{f' in {what}' if what else ''}: "
+        f"committed {recorded}, replay has {actual}. The query is not deterministic (rand(), uuid(), a "
         "changed source?). Make it deterministic, or pass on_replay_mismatch=\"warn\" to keep "
         "the committed rows",
         sink_id=sink_id, batch_id=batch_id, transaction_id=transaction_id,
