@@ -25,7 +25,7 @@ import pytest
 
 import connectors.spark as cs
 from connectors.core.errors import ConfigurationError
-from connectors.spark import _components, _maven, _releases, _session
+from connectors.spark.jars import _components, _maven, _releases, _session
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SPARK = pyspark.__version__
@@ -70,9 +70,10 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
     exec("from connectors.spark import *", namespace)
     namespace.pop("__builtins__")
     assert sorted(namespace) == SPARK_ALL
-    homes = {"JarChoice": "_jars", "jar_report": "_jars", "resolve_jars": "_jars",
-             "check_components": "_session", "get_session": "_session",
-             "session_builder": "_session", "last_metrics": "_binding"}
+    homes = {"JarChoice": "jars._resolve", "jar_report": "jars._resolve",
+             "resolve_jars": "jars._resolve", "check_components": "jars._session",
+             "get_session": "jars._session", "session_builder": "jars._session",
+             "last_metrics": "_binding"}
     for name, home in homes.items():
         assert getattr(cs, name).__module__ == f"connectors.spark.{home}"
     # not in __all__; connectors doctor uses them
@@ -183,7 +184,7 @@ def test_s3a_settings_pass_through_and_secrets_are_not_logged(
         "spark.ssl.keyStoreType": "JKS",
         "spark.ssl.keystore.type": "PKCS12",
     }
-    with caplog.at_level("DEBUG", logger="connectors.spark._session"):
+    with caplog.at_level("DEBUG", logger="connectors.spark.jars._session"):
         opts = options(cs.session_builder(components=["delta", "s3"], conf=conf))
     assert fake_jars == [("delta", "s3")]
     for key, value in conf.items():
@@ -204,7 +205,7 @@ def test_s3a_settings_pass_through_and_secrets_are_not_logged(
 def test_connect_server_settings_are_masked_too(
     fake_jars: list[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level("DEBUG", logger="connectors.spark._session"):
+    with caplog.at_level("DEBUG", logger="connectors.spark.jars._session"):
         cs.session_builder(master="sc://localhost:15002", connect=True,
                            conf={"spark.hadoop.fs.s3a.secret.key": "SECRET-9"})
     assert "Spark session settings" in caplog.text
@@ -602,7 +603,7 @@ def test_two_processes_resolving_at_once_run_maven_once(fake_mvn: Path, tmp_path
     ],
 )
 def test_artifact_id_of_jar_names(jar: str, artifact_id: str) -> None:
-    assert _components._artifact_id_of(jar) == artifact_id
+    assert _components.artifact_id_of(jar) == artifact_id
 
 
 @pytest.mark.parametrize(
@@ -641,7 +642,7 @@ def test_missing_artifact_is_read_from_maven_output(output: str, expected: str |
 
 def test_transitive_fallback_may_leave_the_minor_line(monkeypatch: pytest.MonkeyPatch) -> None:
     _serve_metadata(monkeypatch, [], ["3.5.4", "4.0.0", "4.1.0-preview1", "4.2.0"])
-    missing = _components._Artifact(
+    missing = _components.Artifact(
         "org.apache.spark", "spark-token-provider-kafka-0-10_2.13", "4.2.0")
     older_release = _releases.older_release
     older = older_release(missing, "https://r", exclude={"4.2.0"}, same_minor=False)
@@ -651,7 +652,7 @@ def test_transitive_fallback_may_leave_the_minor_line(monkeypatch: pytest.Monkey
 
 
 def test_pom_substitutes_a_transitive_artifact_as_a_direct_dependency() -> None:
-    root = _components._Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0")
+    root = _components.Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0")
     pom = _maven._render_pom(
         (root,),
         {("org.apache.spark", "spark-token-provider-kafka-0-10_2.13"): "4.0.0"},
@@ -712,7 +713,7 @@ def _spark_home_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jars: list
 
 
 def test_s3_plan_is_hadoop_aws_of_pysparks_own_hadoop_version() -> None:
-    plan = _components._plan("s3", _components._spark_home())
+    plan = _components.component_plan("s3", _components.pyspark_home())
     if SPARK == "4.2.0":
         assert HADOOP == "3.5.0"
     assert tuple(map(str, plan.roots)) == (f"org.apache.hadoop:hadoop-aws:{HADOOP}",)
@@ -729,7 +730,7 @@ def test_s3_plan_follows_the_hadoop_jar_of_spark_home(
         "hadoop-client-api-3.4.1.jar", "hadoop-client-runtime-3.4.1.jar",
         "scala-library-2.13.16.jar"])
     monkeypatch.setattr(_components, "_spark_version", lambda: "4.0.1")
-    plan = _components._plan("s3", home)
+    plan = _components.component_plan("s3", home)
     assert tuple(map(str, plan.roots)) == ("org.apache.hadoop:hadoop-aws:3.4.1",)
     assert plan.dirname == "s3-3.4.1-spark4.0.1"
 

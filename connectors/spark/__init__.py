@@ -1,56 +1,30 @@
-"""Spark session helper: the jars for Delta Lake, Kafka and S3, and a session that uses them.
+"""The Spark adapter: Spark DataFrames as the input of a batch, and the jar resolver.
 
-The pip-installed ``pyspark`` ships Spark's own jars but neither Delta Lake nor the Kafka
-source/sink nor the ``s3a://`` file system. :func:`resolve_jars` fetches those once with
-Maven into a local cache and returns explicit jar paths for ``spark.jars``;
-:func:`session_builder` and :func:`get_session` build a small-machine session with them::
+Two parts:
+
+- the engine adapter, the modules of this package: :mod:`connectors.spark.frames`
+  (:class:`~connectors.spark.frames.SparkBatch`, a DataFrame as a
+  :class:`~connectors.core.batch.BatchInput`, and the engine front end),
+  :mod:`connectors.spark.inputs` (the Spark-only capabilities a sink asks a batch input
+  for: its DataFrame, a derived input, the Arrow hand-over), and the private modules that
+  do one thing each: ``_tasks`` (what runs in a task), ``_rows`` (Arrow schema, row hashes,
+  fingerprints), ``_handover`` (Arrow batches sized by the sink's row bound), ``_plan``
+  (adaptive execution off for narrow plans), ``_local`` (small batches' slots in the
+  driver), ``_binding`` (which query called a sink; Spark Connect), ``_stop`` (graceful
+  stops) and ``_names`` (quoted column names);
+- the jar resolver, :mod:`connectors.spark.jars`: the jars for Delta Lake, Kafka and S3
+  fetched once with Maven into a local cache, and a small-machine session that uses them::
 
     from connectors.spark import get_session
 
     spark = get_session("my-app")                        # local[2], Delta + Kafka
     spark.range(3).write.format("delta").save("/tmp/t")
 
-``"s3"`` (hadoop-aws and the AWS SDK bundle, 650 MB and more) is only fetched when named:
-``get_session("my-app", components=["delta", "s3"], conf={"spark.hadoop.fs.s3a...": ...})``.
-
-Why not ``spark.jars.packages`` (Spark's Ivy resolver, which ``delta``'s own
-``configure_spark_with_delta_pip`` uses)? It resolves on every JVM start, it puts the
-whole transitive closure on the classpath, including older copies of jars that pyspark
-already ships (Hadoop, Jackson, Parquet, Scala, SLF4J, ...), and one missing artifact fails
-the session start; two processes resolving into one Ivy directory at once fail too. Here
-the closure is resolved once, pruned of everything pyspark already has, and cached
-(docs/spark-jars.md has the measurements).
-
-Cache layout, under ``$EOS_CACHE_DIR`` (default ``~/.cache/connectors``)::
-
-    jars/
-      .resolve.lock                      fcntl lock held while Maven runs
-      .maven-repo/                       Maven's local repository, private to this cache
-      delta-4.4.1-spark4.2.0_2.13/       one directory per component and version
-        delta-spark_4.2_2.13-4.4.0.jar
-        ...
-        .complete.json                   completion stamp: the jars and what was resolved
-
-A directory is published by an atomic rename with its stamp already inside, so a reader
-never sees a half-written one; when the stamp is there no Maven process is started.
-
-Maven is ``mvn`` on ``PATH`` (or ``$EOS_MVN``); the repository is Maven's default central
-unless ``$EOS_MAVEN_REPO`` names another one. When an exact artifact is not published (a
-pip release of delta-spark that has no Maven twin yet, or a mirror that lags), the newest
-older release of the same line is used instead and a warning says so; the stamp records it.
-A Delta jar is replaced only within its minor version (4.4.1 by 4.4.0); anything further is
-refused with a ConfigurationError that names the fix. Each :func:`resolve_jars` call (so
-each session start) prints one line per component to stderr: what is on the class path,
-and "substituted X for Y" when a substitution happened; :func:`jar_report` (used by
-``connectors doctor``) tells the same from the cache alone.
-
-The public names load on first use from private modules, one role each: ``_components``
-(what a component needs: versions, coordinates), ``_releases`` (which release instead, and
-the refusals), ``_maven`` (the POM and the ``mvn`` run), ``_cache`` (stamps, lock,
-publishing), ``_jars`` (:func:`resolve_jars`, :func:`jar_report`), ``_session`` (the
-builder, :func:`get_session`, :func:`check_components`) and ``_binding`` (which query
-called a sink; under Spark Connect :func:`last_metrics` reads a sink's last metrics on the
-client).
+The public names below load on first use (``import connectors.spark`` imports neither
+pyspark nor the resolver): the resolver's (:func:`resolve_jars`, :func:`jar_report`,
+:class:`JarChoice`, :func:`session_builder`, :func:`get_session`,
+:func:`check_components`; documented in :mod:`connectors.spark.jars`) and
+:func:`last_metrics` (under Spark Connect, a sink's last metrics read on the client).
 """
 
 from __future__ import annotations
@@ -61,10 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from connectors.spark._binding import last_metrics
-    from connectors.spark._components import COMPONENTS as COMPONENTS
-    from connectors.spark._components import DEFAULT_COMPONENTS as DEFAULT_COMPONENTS
-    from connectors.spark._jars import JarChoice, jar_report, resolve_jars
-    from connectors.spark._session import check_components, get_session, session_builder
+    from connectors.spark.jars import COMPONENTS as COMPONENTS
+    from connectors.spark.jars import DEFAULT_COMPONENTS as DEFAULT_COMPONENTS
+    from connectors.spark.jars import (
+        JarChoice,
+        check_components,
+        get_session,
+        jar_report,
+        resolve_jars,
+        session_builder,
+    )
 
 __all__ = ["JarChoice", "check_components", "get_session", "jar_report", "last_metrics",
            "resolve_jars", "session_builder"]
@@ -72,16 +52,16 @@ __all__ = ["JarChoice", "check_components", "get_session", "jar_report", "last_m
 logger = logging.getLogger(__name__)
 
 # Public name -> the private module that holds it. Imported on first use, so that
-# ``import connectors.spark`` (and ``connectors.spark.batch``) does not load the helper.
+# ``import connectors.spark`` (and ``connectors.spark.frames``) does not load the resolver.
 _HOMES = {
-    "COMPONENTS": "_components",
-    "DEFAULT_COMPONENTS": "_components",
-    "JarChoice": "_jars",
-    "jar_report": "_jars",
-    "resolve_jars": "_jars",
-    "check_components": "_session",
-    "get_session": "_session",
-    "session_builder": "_session",
+    "COMPONENTS": "jars._components",
+    "DEFAULT_COMPONENTS": "jars._components",
+    "JarChoice": "jars._resolve",
+    "jar_report": "jars._resolve",
+    "resolve_jars": "jars._resolve",
+    "check_components": "jars._session",
+    "get_session": "jars._session",
+    "session_builder": "jars._session",
     "last_metrics": "_binding",
 }
 

@@ -55,7 +55,7 @@ def test_s3a_settings_are_logged_with_the_keys_masked(
     """A session's settings (``session_builder``/``get_session`` log them at DEBUG) with
     the S3 service's confs, as a user passes them: the keys appear as ``***``, the other
     s3a settings as given."""
-    with caplog.at_level(logging.DEBUG, logger="connectors.spark._session"):
+    with caplog.at_level(logging.DEBUG, logger="connectors.spark.jars._session"):
         session_builder("s3a-test", components=["delta", "s3"], conf=s3_service.hadoop_confs())
     logged = "\n".join(r.getMessage() for r in caplog.records
                        if r.getMessage().startswith("Spark session settings"))

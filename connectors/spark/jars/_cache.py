@@ -2,7 +2,7 @@
 
 Layout under ``$EOS_CACHE_DIR`` (default ``~/.cache/connectors``): ``jars/.resolve.lock``,
 ``jars/.maven-repo/`` and one directory per component and version holding the jars and
-``.complete.json``. :func:`_resolve_plan` answers from a complete directory without
+``.complete.json``. :func:`resolve_plan` answers from a complete directory without
 starting Maven; otherwise it takes the lock, checks again, and :func:`_fetch` runs Maven
 in a temporary directory that is renamed into place with its stamp already inside.
 """
@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from connectors.core.errors import ConfigurationError
-from connectors.spark._components import _artifact_id_of, _Plan, _provided_artifact_ids
-from connectors.spark._maven import _mvn_executable, _run_maven
-from connectors.spark._releases import _refuse_cross_minor
+from connectors.spark.jars._components import Plan, artifact_id_of, provided_artifact_ids
+from connectors.spark.jars._maven import mvn_executable, run_maven
+from connectors.spark.jars._releases import refuse_cross_minor
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +34,12 @@ _LOCK = ".resolve.lock"
 _Stamped = tuple[list[str], dict[str, object]]
 
 
-def _cache_root(cache_dir: str | None) -> Path:
+def cache_root(cache_dir: str | None) -> Path:
     raw = cache_dir or os.environ.get("EOS_CACHE_DIR") or _DEFAULT_CACHE
     return Path(raw).expanduser()
 
 
-def _read_stamp(target: Path) -> _Stamped | None:
+def read_stamp(target: Path) -> _Stamped | None:
     """The jars and stamp of a completed cache directory, ``None`` when it is not complete."""
     try:
         data = json.loads((target / _STAMP).read_text(encoding="utf-8"))
@@ -75,32 +75,32 @@ def _file_lock(path: Path) -> Iterator[None]:
         handle.close()  # closing releases the lock
 
 
-def _resolve_plan(plan: _Plan, jars_root: Path, spark_home: Path) -> _Stamped:
+def resolve_plan(plan: Plan, jars_root: Path, spark_home: Path) -> _Stamped:
     target = jars_root / plan.dirname
-    cached = _read_stamp(target)
+    cached = read_stamp(target)
     if cached is None:
         with _file_lock(jars_root / _LOCK):
-            cached = _read_stamp(target)  # another process may have finished meanwhile
+            cached = read_stamp(target)  # another process may have finished meanwhile
             if cached is None:
                 return _fetch(plan, target, spark_home)
-    _refuse_cross_minor(plan, target, cached[1])
+    refuse_cross_minor(plan, target, cached[1])
     return cached
 
 
-def _fetch(plan: _Plan, target: Path, spark_home: Path) -> _Stamped:
-    mvn = _mvn_executable(plan)
+def _fetch(plan: Plan, target: Path, spark_home: Path) -> _Stamped:
+    mvn = mvn_executable(plan)
     jars_root = target.parent
     jars_root.mkdir(parents=True, exist_ok=True)
-    provided = _provided_artifact_ids(spark_home / "jars")
+    provided = provided_artifact_ids(spark_home / "jars")
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix=f".{plan.dirname}.", dir=jars_root))
     try:
         out_dir = work / plan.dirname
-        substitutions, originals = _run_maven(mvn, plan, work, out_dir, provided)
+        substitutions, originals = run_maven(mvn, plan, work, out_dir, provided)
         jars = sorted(
             n
             for n in os.listdir(out_dir)
-            if n.endswith(".jar") and _artifact_id_of(n) not in provided
+            if n.endswith(".jar") and artifact_id_of(n) not in provided
         )
         for name in os.listdir(out_dir):
             if name not in jars:

@@ -1,9 +1,9 @@
 """Maven: the throwaway POM, the ``mvn`` run, and what its output says is missing.
 
-:func:`_run_maven` writes a POM whose runtime dependencies are a component's roots less
+:func:`run_maven` writes a POM whose runtime dependencies are a component's roots less
 everything pyspark ships, runs ``maven-dependency-plugin:copy-dependencies`` into a
 directory, and when an artifact is not published swaps it for the release that
-:mod:`connectors.spark._releases` picks, then runs Maven again.
+:mod:`connectors.spark.jars._releases` picks, then runs Maven again.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from connectors.core.errors import ConfigurationError
-from connectors.spark._components import _Artifact, _Plan
-from connectors.spark._releases import no_exact, no_same_minor, older_release
+from connectors.spark.jars._components import Artifact, Plan
+from connectors.spark.jars._releases import no_exact, no_same_minor, older_release
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ _MISSING_PATTERNS = (
 )
 
 
-def _mvn_executable(plan: _Plan) -> str:
+def mvn_executable(plan: Plan) -> str:
     configured = os.environ.get("EOS_MVN")
     found = shutil.which(configured or "mvn")
     if found is None:
@@ -66,8 +66,8 @@ def _mvn_executable(plan: _Plan) -> str:
     return found
 
 
-def _run_maven(
-    mvn: str, plan: _Plan, work: Path, out_dir: Path, provided: frozenset[str]
+def run_maven(
+    mvn: str, plan: Plan, work: Path, out_dir: Path, provided: frozenset[str]
 ) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
     """Run Maven until it succeeds, swapping unpublished artifacts for older releases.
 
@@ -156,17 +156,17 @@ def _run_maven(
     )
 
 
-def _missing_artifact(output: str) -> _Artifact | None:
+def _missing_artifact(output: str) -> Artifact | None:
     for pattern in _MISSING_PATTERNS:
         match = pattern.search(output)
         if match:
             parts = match.group(1).split(":")
-            return _Artifact(parts[0], parts[1], parts[-1])
+            return Artifact(parts[0], parts[1], parts[-1])
     return None
 
 
 def _render_pom(
-    roots: tuple[_Artifact, ...],
+    roots: tuple[Artifact, ...],
     substitutions: Mapping[tuple[str, str], str],
     provided: frozenset[str],
     repo: str | None,

@@ -1,7 +1,7 @@
 """The jars a component needs: :func:`resolve_jars`, :func:`jar_report`, :class:`JarChoice`.
 
-:func:`resolve_jars` plans each component (:mod:`connectors.spark._components`), answers
-from the cache or runs Maven once (:mod:`connectors.spark._cache`), and prints what it
+:func:`resolve_jars` plans each component (:mod:`connectors.spark.jars._components`), answers
+from the cache or runs Maven once (:mod:`connectors.spark.jars._cache`), and prints what it
 chose; :func:`jar_report` tells the same from the cache alone.
 """
 
@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from connectors.core.errors import ConfigurationError
-from connectors.spark._cache import _cache_root, _read_stamp, _resolve_plan
-from connectors.spark._components import (
+from connectors.spark.jars._cache import cache_root, read_stamp, resolve_plan
+from connectors.spark.jars._components import (
     DEFAULT_COMPONENTS,
-    _Artifact,
-    _Plan,
-    _plan,
-    _spark_home,
+    Artifact,
+    Plan,
+    component_plan,
+    pyspark_home,
 )
-from connectors.spark._releases import _refuse_cross_minor, _str_map
+from connectors.spark.jars._releases import refuse_cross_minor, str_map
 
 logger = logging.getLogger(__name__)
 
@@ -111,13 +111,13 @@ def resolve_jars(
     names = (components,) if isinstance(components, str) else tuple(components)
     if not names:
         return []
-    spark_home = _spark_home()
-    plans = [_plan(name, spark_home) for name in dict.fromkeys(names)]
-    jars_root = _cache_root(cache_dir) / "jars"
+    spark_home = pyspark_home()
+    plans = [component_plan(name, spark_home) for name in dict.fromkeys(names)]
+    jars_root = cache_root(cache_dir) / "jars"
     out: list[str] = []
     seen: set[str] = set()
     for plan in plans:
-        paths, stamp = _resolve_plan(plan, jars_root, spark_home)
+        paths, stamp = resolve_plan(plan, jars_root, spark_home)
         choice = _choice(plan, jars_root / plan.dirname, stamp, len(paths))
         print(f"connectors.spark: jars for {choice.line()}", file=sys.stderr, flush=True)
         for path in paths:
@@ -145,12 +145,12 @@ def jar_report(
             print(choice.line())
     """
     names = (components,) if isinstance(components, str) else tuple(components)
-    spark_home = _spark_home()
-    jars_root = _cache_root(cache_dir) / "jars"
+    spark_home = pyspark_home()
+    jars_root = cache_root(cache_dir) / "jars"
     out: list[JarChoice] = []
     for name in dict.fromkeys(names):
         try:
-            plan = _plan(name, spark_home)
+            plan = component_plan(name, spark_home)
         except ConfigurationError:
             if name != "delta":
                 raise
@@ -158,7 +158,7 @@ def jar_report(
                                  "EOS_DELTA_VERSION is not set: sessions get no Delta jars"))
             continue
         target = jars_root / plan.dirname
-        stamp = _read_stamp(target)
+        stamp = read_stamp(target)
         if stamp is None:
             session = ("first session" if name in DEFAULT_COMPONENTS
                        else f"first session with {name!r} in components")
@@ -167,15 +167,15 @@ def jar_report(
                 directory=str(target),
                 note=f"not resolved yet: the {session} fetches it with Maven into {target}"))
         else:
-            _refuse_cross_minor(plan, target, stamp[1])
+            refuse_cross_minor(plan, target, stamp[1])
             out.append(_choice(plan, target, stamp[1], len(stamp[0])))
     return out
 
 
-def _choice(plan: _Plan, target: Path, stamp: Mapping[str, object], jars: int) -> JarChoice:
+def _choice(plan: Plan, target: Path, stamp: Mapping[str, object], jars: int) -> JarChoice:
     """The :class:`JarChoice` a completion stamp records."""
-    substituted = _str_map(stamp.get("substituted"))
-    wanted_from = _str_map(stamp.get("substituted_from"))
+    substituted = str_map(stamp.get("substituted"))
+    wanted_from = str_map(stamp.get("substituted_from"))
     roots = {r.key: r for r in plan.roots}
     subs = []
     for key, got in substituted.items():
@@ -184,7 +184,7 @@ def _choice(plan: _Plan, target: Path, stamp: Mapping[str, object], jars: int) -
         wanted = root.version if root is not None else wanted_from.get(key, "?")
         subs.append((key, wanted, got))
     used = tuple(
-        str(_Artifact(r.group, r.artifact, substituted.get(f"{r.group}:{r.artifact}", r.version)))
+        str(Artifact(r.group, r.artifact, substituted.get(f"{r.group}:{r.artifact}", r.version)))
         for r in plan.roots
     )
     return JarChoice(plan.component, tuple(map(str, plan.roots)), used, tuple(subs), jars,

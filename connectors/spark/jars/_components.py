@@ -1,6 +1,6 @@
 """What a component needs: the installed Spark and Delta versions, and the Maven roots.
 
-A :class:`_Plan` names a component's root coordinates and its cache directory; it is built
+A :class:`Plan` names a component's root coordinates and its cache directory; it is built
 from the installed pyspark (its version, Scala version and ``jars/`` directory), for Delta
 from the installed delta-spark Python package (or ``$EOS_DELTA_VERSION``), and for S3 from
 the Hadoop version pyspark ships (its ``jars/hadoop-client-api-<version>.jar``). Nothing
@@ -38,7 +38,7 @@ _DELTA_FIRST_SPARK_SUFFIXED = (4, 1)
 
 
 @dataclass(frozen=True)
-class _Artifact:
+class Artifact:
     group: str
     artifact: str
     version: str
@@ -52,7 +52,7 @@ class _Artifact:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """What one component needs: Maven roots and the cache directory name.
 
     ``pinned_group``: artifacts of this group (the root's and its transitive ones) may be
@@ -65,7 +65,7 @@ class _Plan:
 
     component: str
     dirname: str
-    roots: tuple[_Artifact, ...]
+    roots: tuple[Artifact, ...]
     pinned_group: str | None = None
     pinned_exact: bool = False
     excluded: tuple[tuple[str, str], ...] = ()
@@ -76,7 +76,7 @@ def _spark_version() -> str:
     return str(pyspark.__version__)
 
 
-def _spark_home() -> Path:
+def pyspark_home() -> Path:
     """Spark's home as the pyspark launcher uses it: ``$SPARK_HOME`` or pyspark's dir."""
     env = os.environ.get("SPARK_HOME")
     if env:
@@ -84,7 +84,7 @@ def _spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def _artifact_id_of(jar_name: str) -> str:
+def artifact_id_of(jar_name: str) -> str:
     """``spark-core_2.13-4.2.0.jar`` -> ``spark-core_2.13``: the name before the version."""
     stem = jar_name[:-4] if jar_name.endswith(".jar") else jar_name
     match = re.search(r"-\d", stem)
@@ -92,13 +92,13 @@ def _artifact_id_of(jar_name: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _provided_artifact_ids(jars_dir: Path) -> frozenset[str]:
+def provided_artifact_ids(jars_dir: Path) -> frozenset[str]:
     """Artifact ids of the jars Spark already ships: never fetched nor put on spark.jars."""
     try:
         names = os.listdir(jars_dir)
     except OSError:
         return frozenset()
-    return frozenset(_artifact_id_of(n) for n in names if n.endswith(".jar"))
+    return frozenset(artifact_id_of(n) for n in names if n.endswith(".jar"))
 
 
 def _scala_binary_version(jars_dir: Path) -> str:
@@ -133,12 +133,12 @@ def _hadoop_version(jars_dir: Path) -> str:
     )
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
+def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version.split("-", maxsplit=1)[0])[:3])
 
 
-def _minor(version: str) -> str:
-    return ".".join(map(str, _version_tuple(version)[:2]))
+def minor_version(version: str) -> str:
+    return ".".join(map(str, version_tuple(version)[:2]))
 
 
 def _delta_version() -> str:
@@ -157,7 +157,7 @@ def _delta_version() -> str:
     )
 
 
-def _delta_declared_pyspark() -> str | None:
+def delta_declared_pyspark() -> str | None:
     """The pyspark requirement the installed delta-spark declares (its metadata)."""
     for dist in ("delta-spark", "delta_spark"):
         try:
@@ -171,29 +171,29 @@ def _delta_declared_pyspark() -> str | None:
 
 
 def _delta_artifact_id(delta_version: str, spark_version: str, scala: str) -> str:
-    if _version_tuple(delta_version)[:2] >= _DELTA_FIRST_SPARK_SUFFIXED:
+    if version_tuple(delta_version)[:2] >= _DELTA_FIRST_SPARK_SUFFIXED:
         spark_minor = ".".join(spark_version.split(".")[:2])
         return f"delta-spark_{spark_minor}_{scala}"
     return f"delta-spark_{scala}"
 
 
-def _plan(component: str, spark_home: Path) -> _Plan:
+def component_plan(component: str, spark_home: Path) -> Plan:
     spark = _spark_version()
     scala = _scala_binary_version(spark_home / "jars")
     if component == "delta":
         delta = _delta_version()
-        artifact = _Artifact("io.delta", _delta_artifact_id(delta, spark, scala), delta)
-        return _Plan("delta", f"delta-{delta}-spark{spark}_{scala}", (artifact,),
+        artifact = Artifact("io.delta", _delta_artifact_id(delta, spark, scala), delta)
+        return Plan("delta", f"delta-{delta}-spark{spark}_{scala}", (artifact,),
                      pinned_group=artifact.group, spark_version=spark)
     if component == "kafka":
-        artifact = _Artifact("org.apache.spark", f"spark-sql-kafka-0-10_{scala}", spark)
-        return _Plan("kafka", f"kafka-{spark}_{scala}", (artifact,), spark_version=spark)
+        artifact = Artifact("org.apache.spark", f"spark-sql-kafka-0-10_{scala}", spark)
+        return Plan("kafka", f"kafka-{spark}_{scala}", (artifact,), spark_version=spark)
     if component == "s3":
         # hadoop-aws must match pyspark's hadoop-client-api/runtime to the patch version;
         # those stand in for hadoop-common & co, so no Hadoop artifact but the root is taken.
         hadoop = _hadoop_version(spark_home / "jars")
-        artifact = _Artifact(_HADOOP_GROUP, "hadoop-aws", hadoop)
-        return _Plan("s3", f"s3-{hadoop}-spark{spark}", (artifact,), pinned_group=_HADOOP_GROUP,
+        artifact = Artifact(_HADOOP_GROUP, "hadoop-aws", hadoop)
+        return Plan("s3", f"s3-{hadoop}-spark{spark}", (artifact,), pinned_group=_HADOOP_GROUP,
                      pinned_exact=True, excluded=((_HADOOP_GROUP, "*"),), spark_version=spark)
     raise ConfigurationError(
         f"Unknown Spark component {component!r}: choose from {', '.join(COMPONENTS)}."

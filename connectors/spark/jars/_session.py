@@ -21,8 +21,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from connectors.core.errors import ConfigurationError
-from connectors.spark._components import DEFAULT_COMPONENTS
-from connectors.spark._jars import resolve_jars
+from connectors.spark.jars._components import DEFAULT_COMPONENTS
+from connectors.spark.jars._resolve import resolve_jars
 
 logger = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ def _ensure_python_exec() -> None:
 
 def _source_root_if_not_installed() -> str | None:
     """The directory holding the ``connectors`` package, unless it is a site directory."""
-    root = Path(__file__).resolve().parents[2]  # connectors/spark/_session.py
+    root = Path(__file__).resolve().parents[3]  # connectors/spark/jars/_session.py
     sites = [*site.getsitepackages(), site.getusersitepackages()]
     installed = {Path(p).resolve() for p in sites if p}
     return None if root in installed else str(root)
