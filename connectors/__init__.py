@@ -80,7 +80,7 @@ def _spark_front_end(data: Any, call: EngineCall) -> tuple[BatchInput, str | Non
     that comes from pyspark; the core itself knows no engine (:mod:`connectors.core.engine`)."""
     if not type(data).__module__.startswith("pyspark."):
         return None
-    from connectors.spark.batch import front_end
+    from connectors.spark.frames import front_end
 
     return front_end(data, call)
 

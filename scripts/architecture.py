@@ -53,7 +53,8 @@ ROLES: dict[str, str] = {
             "guard, executor, template, ledger interface and file/object-store ledgers, "
             "fingerprints, crash points",
     "spark": "the Spark adapter: `SparkBatch` (tasks in `mapInArrow`, slotting, "
-             "fingerprints), query binding, classic and Connect; the session helper",
+             "fingerprints), `SparkInput` (the Spark-only capabilities), query binding, "
+             "classic and Connect; the jar resolver and session helper (`spark/jars/`)",
     "postgres": "`PostgresSink` (PREPARE_IN_TASK): binary COPY, `PREPARE TRANSACTION`, "
                 "ledger tables",
     "kafka": "`KafkaSink` (COMMIT_IN_TASK): a transactional producer per slot, markers, "

@@ -84,7 +84,7 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
 
 
 def test_importing_connectors_spark_does_not_import_pyspark() -> None:
-    """The helper loads on first use: ``connectors.spark.batch`` users do not pay for it."""
+    """The resolver loads on first use: ``connectors.spark.frames`` users do not pay for it."""
     code = ("import sys, connectors.spark; print(sorted(m for m in sys.modules "
             "if m.startswith(('pyspark', 'connectors.spark'))))")
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))

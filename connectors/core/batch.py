@@ -2,7 +2,7 @@
 
 The driver-side protocol never touches Spark directly: it asks a :class:`BatchInput` to
 run a task function on every partition and to hand back what each task returned. The
-Spark implementation (:mod:`connectors.spark.batch`) runs the function in
+Spark implementation (:mod:`connectors.spark.frames`) runs the function in
 ``mapInArrow``; :class:`connectors.testing.LocalBatch` runs it in-process with simulated
 retries and speculative attempts, so every crash point is testable in milliseconds.
 """
@@ -165,31 +165,8 @@ class BatchInput(ABC):
 
     # Capabilities an engine front end may offer. A sink asks for them here, never for the
     # input's concrete type: a front end that lacks one keeps the default ("not offered").
-
-    @property
-    def spark_df(self) -> Any:
-        """The Spark DataFrame behind the batch, if there is one (``None`` otherwise)."""
-        return None
-
-    def with_frame(self, frame: Any, *, handover: Any = None,
-                   schema: pa.Schema | None = None,
-                   rows_check: Callable[[pa.Table], None] | None = None) -> BatchInput:
-        """An input of the same front end over ``frame``: a DataFrame derived from
-        :attr:`spark_df` with the same rows (a check that raises on bad rows added, for
-        example). ``handover``: how the rows reach the tasks when the sink bounds them
-        (:class:`connectors.spark.batch.Handover`); ``schema``: the rows' schema when the
-        caller knows it already. ``rows_check``: the check ``frame`` adds, over rows of
-        :attr:`spark_df` the engine collected (the engine's row hash possibly their last
-        column); it raises for a bad row. An engine that runs a small batch's slots locally
-        (``local_rows``) may then collect :attr:`spark_df` instead of ``frame`` and run it
-        before any slot. Offered by every input with a :attr:`spark_df`."""
-        raise NotImplementedError(f"{type(self).__name__} has no DataFrame to derive from")
-
-    @property
-    def handover(self) -> Any:
-        """How the rows reach the tasks when the sink bounds them (``None``: the engine's
-        own batching, or no engine)."""
-        return None
+    # Spark-only ones (the DataFrame, a derived input, the Arrow hand-over) are declared by
+    # the adapter's own type, connectors.spark.inputs.SparkInput.
 
     def task_slots(self) -> int | None:
         """How many tasks the engine runs at once (``None``: unknown)."""

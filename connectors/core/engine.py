@@ -1,6 +1,6 @@
 """Engine front ends: how a sink called by an engine (``foreachBatch``) gets its batch.
 
-The core knows no engine. A front end (the Spark adapter, :mod:`connectors.spark.batch`:
+The core knows no engine. A front end (the Spark adapter, :mod:`connectors.spark.frames`:
 classic PySpark and Spark Connect) registers a function that turns what the engine hands
 the sink (a DataFrame) and how the sink was called (:class:`EngineCall`) into a
 :class:`~connectors.core.batch.BatchInput` and the streaming query's id (``None`` in a

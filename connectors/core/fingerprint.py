@@ -38,7 +38,7 @@ __all__ = [
 
 #: An engine may append this column to the batches it hands to tasks: each row's 64-bit
 #: hash, computed by the engine itself (on Spark: ``xxhash64`` of the row, in the JVM, see
-#: :mod:`connectors.spark.batch`). A batch that carries it is fingerprinted by summing
+#: :mod:`connectors.spark.frames`). A batch that carries it is fingerprinted by summing
 #: that column instead of hashing its rows in Python, and sinks never see the column
 #: (:func:`split_row_hash`). Both sides of every comparison come from the same engine.
 ROW_HASH_COLUMN = "__connectors_row_hash"

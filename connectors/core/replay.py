@@ -48,9 +48,9 @@ def replay_mismatch(
         return None
     err = NonDeterministicReplayError(
         f"replayed batch differs from what was committed{f' in {what}' if what else ''}: "
-        f"committed {recorded}, replay has {actual}. The query is not deterministic (rand(), uuid(), a "
-        "changed source?). Make it deterministic, or pass on_replay_mismatch=\"warn\" to keep "
-        "the committed rows",
+        f"committed {recorded}, replay has {actual}. The query is not deterministic (rand(), "
+        "uuid(), a changed source?). Make it deterministic, or pass "
+        "on_replay_mismatch=\"warn\" to keep the committed rows",
         sink_id=sink_id, batch_id=batch_id, transaction_id=transaction_id,
     )
     if policy == "fail":

@@ -91,7 +91,7 @@ class TwoPhaseCommitSink(ABC):
     #: Cheaper for rows of numbers and short strings (no extra projection and Arrow
     #: column); nested types always use the JVM. Must not change while a batch may be
     #: replayed: a replay's fingerprint is computed the same way (see
-    #: :mod:`connectors.spark.batch`).
+    #: :mod:`connectors.spark.frames`).
     hash_rows_in_tasks: ClassVar[bool] = False
     #: COMMIT_ON_DRIVER only: see :class:`DriverCommitSink`.
     fingerprint_in_commit: ClassVar[bool] = False

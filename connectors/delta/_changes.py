@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.core.errors import BadInputError, ConfigurationError
 from connectors.spark._binding import is_connect
 from connectors.spark._names import quoted
-from connectors.spark.batch import has_map
+from connectors.spark._rows import has_map
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -36,6 +36,7 @@ from connectors.delta._store import spark_conf
 from connectors.delta._table import local_path, read_schema, resolve_table, snapshot_schema
 from connectors.delta._txn_seed import seed_txn_lookup
 from connectors.delta._writer import DeltaWriter
+from connectors.spark.inputs import spark_frame
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -220,7 +221,7 @@ class DeltaSink(DriverCommitSink):
     def write_batch(
         self, batch: BatchInput, batch_id: int, *, query_id: str | None = None
     ) -> BatchMetrics:
-        df = batch.spark_df
+        df = spark_frame(batch)
         if df is None:
             raise ConfigurationError("DeltaSink writes Spark DataFrames: call it from "
                                      "foreachBatch or as sink(df, batch_id)", sink_id=self.sink_id)
@@ -332,9 +333,8 @@ class DeltaSink(DriverCommitSink):
         """Driver, on a replay of a recorded batch only: the fingerprint computed as one
         Spark job, to compare (a fresh write observes it inside its own job instead:
         :attr:`fingerprint_in_commit`)."""
-        if not self.verify_replay or batch.spark_df is None:
-            return None
-        return fingerprint_now(batch.spark_df)
+        df = spark_frame(batch) if self.verify_replay else None
+        return None if df is None else fingerprint_now(df)
 
     def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> Fingerprint | None:
         """Driver: the batch as one Delta commit tagged ``(ctx.app_id, ctx.batch_id)``.
@@ -350,7 +350,7 @@ class DeltaSink(DriverCommitSink):
         Calling it again is harmless: the tag path settles an earlier attempt from the
         history first; on the txn path Delta skips a version it holds.
         """
-        df = batch.spark_df
+        df = spark_frame(batch)
         assert df is not None and self._committer.ledger is not None
         session = df.sparkSession
         path = self._committer.choose_path(session)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from connectors.core.errors import BadInputError
 from connectors.kafka._records import QUOTED_BYTES, RECORD_OVERHEAD, RecordLimits, quote
-from connectors.spark.batch import ROW_BOUND_MARK
+from connectors.spark._handover import ROW_BOUND_MARK
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -149,9 +149,9 @@ def check_condition(
     before any slot task starts: a bad record fails the job before anything is written,
     without a job of its own. :func:`bad_input_message` finds the message in the failure.
 
-    ``row_bound``: also the guard of a :class:`~connectors.spark.batch.Handover`
+    ``row_bound``: also the guard of a :class:`~connectors.spark._handover.Handover`
     assumed for rows of at most that many bytes (:func:`row_bytes`): a larger row (that
-    passes every other check) raises :data:`~connectors.spark.batch.ROW_BOUND_MARK`.
+    passes every other check) raises :data:`~connectors.spark._handover.ROW_BOUND_MARK`.
 
     The messages name sizes, partitions and the topic; a record's key and value (their
     first bytes) only with ``values_in_errors``.

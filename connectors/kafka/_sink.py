@@ -58,9 +58,10 @@ from connectors.kafka._slot import _CLIENT_MAX_MESSAGE_BYTES, DENSE_MAX_BROKERS,
 from connectors.kafka._slots import SlotManager
 from connectors.kafka._spark import ErrorMappingBatch, FrameChecks
 from connectors.kafka._writer import SlotWriter
+from connectors.spark.inputs import batch_handover
 
 if TYPE_CHECKING:
-    from connectors.spark.batch import Handover
+    from connectors.spark._handover import Handover
 
 __all__ = ["SMALL_BATCH_ROWS", "KafkaSink", "marker_key"]
 
@@ -283,7 +284,7 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
             self.validate_input(batch.schema)
         else:
             batch = self._prescan(batch, ctx.batch_id)
-        self._handover = batch.handover
+        self._handover = batch_handover(batch)
         self._bound = self._frames.row_bound  # raised by a guard that fails the job
         batch_id = ctx.batch_id
 

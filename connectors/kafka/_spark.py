@@ -2,8 +2,8 @@
 DataFrame (before the slotting shuffle, so they cost no job of their own) and the Arrow
 hand-over sized from them; and the wrappers of a batch input the sink hands the protocol.
 
-The sink asks the batch input for these capabilities (:attr:`BatchInput.spark_df`,
-:meth:`BatchInput.with_frame`), never for its type: an input without a DataFrame is
+The sink asks the batch input for these capabilities (:func:`~connectors.spark.inputs.spark_frame`,
+:func:`~connectors.spark.inputs.with_frame`), never for its type: an input without a DataFrame is
 checked by a job of plain tasks instead (:func:`connectors.kafka._input._scan_task`).
 """
 
@@ -21,14 +21,15 @@ from connectors.core.fingerprint import Fingerprint, without_row_hash
 from connectors.kafka._records import RecordLimits, partition_beyond, scan_batch
 from connectors.kafka._scan import check_condition, scan_dataframe
 from connectors.kafka._slot import _partition_record
-from connectors.spark.batch import Handover, handover_budget, handover_rows
+from connectors.spark._handover import Handover, handover_budget, handover_rows
+from connectors.spark.inputs import SparkInput, batch_handover, spark_frame, with_frame
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ErrorMappingBatch", "FrameChecks", "WrappedBatch"]
 
 
-class WrappedBatch(BatchInput):
+class WrappedBatch(SparkInput):
     """A :class:`BatchInput` around another one: everything is the inner batch's, and
     :meth:`slotted` wraps the slotted batch the same way (:meth:`_wrap`). Subclasses
     change :meth:`run_tasks`."""
@@ -45,16 +46,16 @@ class WrappedBatch(BatchInput):
 
     @property
     def spark_df(self) -> Any:
-        return self._inner.spark_df
+        return spark_frame(self._inner)
 
     @property
-    def handover(self) -> Any:
-        return self._inner.handover
+    def handover(self) -> Handover | None:
+        return batch_handover(self._inner)
 
-    def with_frame(self, frame: Any, *, handover: Any = None,
+    def with_frame(self, frame: Any, *, handover: Handover | None = None,
                    schema: pa.Schema | None = None,
                    rows_check: Callable[[pa.Table], None] | None = None) -> BatchInput:
-        return self._wrap(self._inner.with_frame(frame, handover=handover, schema=schema,
+        return self._wrap(with_frame(self._inner, frame, handover=handover, schema=schema,
                                                  rows_check=rows_check))
 
     def task_slots(self) -> int | None:
@@ -162,7 +163,7 @@ class FrameChecks:
 
     def raise_row_bound(self) -> None:
         """A row of a batch exceeded the assumed bound: assume 8x larger rows from now on
-        (:func:`~connectors.spark.batch.handover_rows` turns the bound off once it would
+        (:func:`~connectors.spark._handover.handover_rows` turns the bound off once it would
         leave fewer than 1,024 rows per Arrow batch)."""
         if self.row_bound:
             self.row_bound *= 8
@@ -181,11 +182,11 @@ class FrameChecks:
         column, one JVM aggregation first finds the topics and partitions to check.
 
         Either way the slot tasks then receive their Arrow batches without Spark's per-row
-        size check (:class:`~connectors.spark.batch.Handover`): with a ``topic`` column,
+        size check (:class:`~connectors.spark._handover.Handover`): with a ``topic`` column,
         sized from the largest row the aggregation found; with a given topic, from an
         assumed bound that the record check also guards.
         """
-        df = batch.spark_df
+        df = spark_frame(batch)
         if df is None:
             return None
         schema = batch.schema
@@ -199,14 +200,14 @@ class FrameChecks:
             in_rows = self.rows_check(batch_id, limits, topic, partitions)
             if rows is None:
                 check = self.condition(columns, limits, topic, partitions)
-                return batch.with_frame(df.where(check), schema=schema,
+                return with_frame(batch, df.where(check), schema=schema,
                                         rows_check=in_rows), {}
             guarded = df.where(self.condition(columns, limits, topic, partitions,
                                               self.row_bound))
             handover = Handover(
                 rows, lambda: df.where(self.condition(columns, limits, topic, partitions)),
                 self.raise_row_bound)
-            return batch.with_frame(guarded, handover=handover, schema=schema,
+            return with_frame(batch, guarded, handover=handover, schema=schema,
                                     rows_check=in_rows), {}
         scan = scan_dataframe(  # one JVM aggregation, no Python workers
             df, limits, topic,
@@ -215,5 +216,5 @@ class FrameChecks:
         )
         rows = handover_rows(df.sparkSession, scan.max_row_bytes)
         if rows is not None:  # measured: no guard
-            batch = batch.with_frame(df, handover=Handover(rows), schema=schema)
+            batch = with_frame(batch, df, handover=Handover(rows), schema=schema)
         return batch, scan.topics

@@ -13,7 +13,7 @@ holds at most ``maxBytesPerBatch`` bytes; both settings are set on the session f
 job only and restored after it (:func:`arrow_settings`, :func:`session_settings`). A bound
 that is only assumed is enforced by a guard: a filter before the slotting shuffle that
 fails the map stage (no task has run then) with :data:`ROW_BOUND_MARK` for a larger row;
-:meth:`~connectors.spark.batch.SparkBatch.run_tasks` then runs the job again without the
+:meth:`~connectors.spark.frames.SparkBatch.run_tasks` then runs the job again without the
 guard (:attr:`Handover.fallback`, built only then) and with Spark's own batching, and tells
 the sink (:attr:`Handover.tripped`), which assumes a larger bound for its next batches.
 """
@@ -56,7 +56,7 @@ _BYTES = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
 
 @dataclass(frozen=True)
 class Handover:
-    """How a :class:`~connectors.spark.batch.SparkBatch` hands its rows to the tasks when
+    """How a :class:`~connectors.spark.frames.SparkBatch` hands its rows to the tasks when
     the sink bounds them.
 
     ``rows``: rows per Arrow batch (from :func:`handover_rows`), Spark's per-row size check

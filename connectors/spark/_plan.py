@@ -6,7 +6,7 @@ stage as a job of its own, re-plans, then runs the slots: a 100-record batch of
 partition count, so AQE has nothing to change in it. When the input itself needs no
 exchange (its plan holds only :data:`NARROW_NODES`: scans, projections, filters, a
 ``foreachBatch`` batch; :func:`narrow_plan`),
-:meth:`~connectors.spark.batch.SparkBatch.slotted` marks the batch and its slot job runs
+:meth:`~connectors.spark.frames.SparkBatch.slotted` marks the batch and its slot job runs
 with ``spark.sql.adaptive.enabled=false`` (:data:`ADAPTIVE`), set on the session for the
 job only (:func:`~connectors.spark._handover.session_settings`). An input with a join, an
 aggregation, a sort or its own repartitioning keeps AQE, which may well improve those.

@@ -4,13 +4,13 @@
 :func:`has_map`, :func:`flat_schema` and :func:`check_columns` say what a schema allows.
 
 Row hashes for fingerprints are computed in one of two places, fixed per batch by the sink
-and the schema (:attr:`~connectors.spark.batch.SparkBatch.hashes_in_tasks`), and both sides
+and the schema (:attr:`~connectors.spark.frames.SparkBatch.hashes_in_tasks`), and both sides
 of every comparison use the same one:
 
 - **the JVM** (default): every row's ``xxhash64`` (seeded by the column count; maps as
   JSON, which ``xxhash64`` refuses) travels to the tasks as the last column
   :data:`~connectors.core.fingerprint.ROW_HASH_COLUMN`, which the tasks sum, and
-  :meth:`~connectors.spark.batch.SparkBatch.fingerprint` sums the same hashes in one
+  :meth:`~connectors.spark.frames.SparkBatch.fingerprint` sums the same hashes in one
   aggregation job (:func:`spark_fingerprint`). The digest is the sum of the row hashes
   modulo 2**64, computed as two 32-bit halves so that the ``long`` sums cannot overflow
   under ANSI mode below 2**31 rows. Cheapest for long values (~0.3 ns per byte), but the
@@ -19,7 +19,7 @@ of every comparison use the same one:
 - **the tasks** (sinks that ask for it, flat schemas only): the tasks hash the Arrow
   batches they receive with :func:`~connectors.core.fingerprint.fingerprint_batch`
   (vectorised numpy, ~5 ns per fixed-width value, ~3 ns per string byte), and
-  :meth:`~connectors.spark.batch.SparkBatch.fingerprint` runs the same function in a
+  :meth:`~connectors.spark.frames.SparkBatch.fingerprint` runs the same function in a
   ``mapInArrow`` job (replays only). Cheapest for rows of numbers, timestamps and short
   strings.
 """

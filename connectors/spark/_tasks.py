@@ -53,7 +53,7 @@ _FINGERPRINT_SCHEMA = pa.schema([("rows", pa.int64()), ("digest", pa.string())])
 
 
 @functools.cache
-def _outcome_type() -> Any:
+def outcome_type() -> Any:
     """:data:`_OUTCOME_SCHEMA` as Spark's type (a DDL string would be parsed by the JVM on
     every ``mapInArrow``)."""
     from pyspark.sql.types import BinaryType, StructField, StructType
@@ -159,7 +159,7 @@ def outcome_task(fn: TaskFunction) -> ArrowFunction:
     return spark_task
 
 
-def _fingerprint_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def fingerprint_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: the partition's fingerprint as the tasks compute it."""
     _ack_now()
     _freeze_gc_once()

@@ -17,8 +17,13 @@ from typing import Any
 import pytest
 
 from connectors.kafka import KafkaSink
+<<<<<<< HEAD:integration/kafka/test_kafka_handover.py
 from connectors.spark.batch import MAX_BYTES, MAX_RECORDS, handover_rows
 from integration.support._kafka import KafkaTarget, target_fixture
+=======
+from connectors.spark._handover import MAX_BYTES, MAX_RECORDS, handover_rows
+from integration._kafka import KafkaTarget, target_fixture
+>>>>>>> d533384 (Spark: batch.py becomes frames.py (SparkBatch, front_end, current_query_id) and re-exports nothing (callers import from the defining module; connectors.spark.batch stays one release as a deprecated alias that warns); spark_df, with_frame and handover leave core BatchInput for connectors.spark.inputs.SparkInput, sinks ask through spark_frame/with_frame/batch_handover; unit test: no module of connectors/spark imports a private name; docs/architecture.md (picture regenerated), docs/kafka.md, CHANGELOG. ruff, mypy, unit tests):integration/test_kafka_handover.py
 
 pytestmark = [pytest.mark.integration]
 

@@ -31,7 +31,8 @@ from connectors.kafka._scan import (
     row_bytes,
     scan_dataframe,
 )
-from connectors.spark.batch import ROW_BOUND_MARK, with_row_hash
+from connectors.spark._handover import ROW_BOUND_MARK
+from connectors.spark._rows import with_row_hash
 
 HEADER = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 SCHEMA = StructType([

@@ -21,7 +21,7 @@ from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import ROW_HASH_COLUMN, Fingerprint, split_row_hash
 from connectors.core.ledger import TaskCommit
 from connectors.delta._fingerprint import observe
-from connectors.spark.batch import SparkBatch
+from connectors.spark.frames import SparkBatch
 
 pytestmark = pytest.mark.integration
 

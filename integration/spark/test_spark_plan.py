@@ -22,7 +22,8 @@ from pyspark.sql import functions as sf
 from pyspark.sql.window import Window
 
 from connectors.core.batch import TaskInfo, TaskOutcome
-from connectors.spark.batch import ADAPTIVE, SparkBatch, narrow_plan
+from connectors.spark._plan import ADAPTIVE, narrow_plan
+from connectors.spark.frames import SparkBatch
 
 pytestmark = [pytest.mark.integration]
 

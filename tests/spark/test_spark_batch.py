@@ -23,20 +23,18 @@ from pyspark.sql.types import (
 )
 
 from connectors import KafkaSink, PostgresSink
-from connectors.spark._handover import _byte_string
-from connectors.spark._rows import _zoned
-from connectors.spark.batch import (
+from connectors.spark._handover import (
     MAX_BYTES,
     MAX_RECORDS,
     NO_SIZE_CHECK,
-    arrow_schema,
+    _byte_string,
     arrow_settings,
-    flat_schema,
     handover_budget,
     handover_rows,
-    narrow_plan,
     session_settings,
 )
+from connectors.spark._plan import narrow_plan
+from connectors.spark._rows import _zoned, arrow_schema, flat_schema
 
 
 def _schema(*types: object) -> StructType:
