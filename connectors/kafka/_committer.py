@@ -1,4 +1,4 @@
-"""Executor side of :class:`~connectors.kafka.KafkaSink`: a slot's commit.
+"""Executor side of :class:`~connectors.kafka.KafkaSink`: a slot's commit, :class:`SlotCommitter`.
 The marker produced and flushed, in barrier mode every slot's status gathered first, the
 transaction committed (redone, or started over with a new producer, where Kafka allows),
 or aborted."""
@@ -12,7 +12,6 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.core.batch import TaskBarrier
 from connectors.core.errors import (
     BadInputError,
     ConnectorError,
@@ -20,72 +19,56 @@ from connectors.core.errors import (
     TransientError,
 )
 from connectors.core.tasks import DETERMINISTIC_ERRORS, SlotMarker
-from connectors.kafka._base import KafkaSinkBase
-from connectors.kafka._config import TIMEOUT_WARN_RATIO
+from connectors.kafka._clients import KafkaClients
+from connectors.kafka._config import TIMEOUT_WARN_RATIO, KafkaOptions
 from connectors.kafka._errors import FENCED_CODES, kafka_error
-from connectors.kafka._records import produce_batch
+from connectors.kafka._produce import path_name, produce_batch
 from connectors.kafka._slot import (
-    _FAILED,
-    _OK,
-    _REPLAYED,
-    _TXN_ATTEMPTS,
-    _client_errors,
-    _path_name,
-    _retrying,
-    _Slot,
+    FAILED,
+    OK,
+    REPLAYED,
+    TXN_ATTEMPTS,
+    Alignment,
+    Slot,
+    client_errors,
     marker_key,
+    retrying,
 )
+from connectors.kafka._writer import SlotWriter
+
+__all__ = ["SlotCommitter"]
 
 logger = logging.getLogger(__name__)
 
 
-class SlotCommitter(KafkaSinkBase):
-    """Task: commit or abort a slot's transaction."""
+class SlotCommitter:
+    """Task: commit or abort a slot's transaction. ``writer`` makes the slot's producers
+    and reads its marker; ``on_replay_mismatch``: the sink's option (``"fail"``/``"warn"``)."""
 
-    def _gather(self, handle: _Slot | None, status: str,
-                barrier: TaskBarrier | None = None) -> list[str]:
-        """Barrier mode: exchange every slot's status (exactly once per task)."""
-        if handle is not None:
-            if handle.gathered:
-                return [status]
-            handle.gathered = True
-            barrier = handle.ctx.barrier
-        if not self.barrier or barrier is None:
-            return [status]
-        running = barrier.tasks()
-        if running < self.slots:
-            # Spark resubmitted only some partitions of the barrier stage (a slot's success
-            # from the failed attempt arrived after its failure was handled). The barrier
-            # would wait for all partitions forever; the missing slots completed their
-            # task, so they committed (or returned their error to the driver).
-            logger.warning(
-                "sink %s: this barrier stage attempt runs %d of %d slots (Spark resubmitted "
-                "only the missing ones); the slot commits without aligning", self.sink_id,
-                running, self.slots)
-            return [status]
-        started = time.monotonic()
-        statuses = barrier.all_gather(status)
-        if handle is not None:
-            handle.wait_ms = (time.monotonic() - started) * 1000
-        return statuses
+    def __init__(self, clients: KafkaClients, writer: SlotWriter, alignment: Alignment, *,
+                 on_replay_mismatch: str) -> None:
+        self.clients = clients
+        self.writer = writer
+        self.alignment = alignment
+        self.on_replay_mismatch = on_replay_mismatch
 
-    def _fail(self, handle: _Slot | None, exc: ConnectorError,
-              barrier: TaskBarrier | None = None) -> ConnectorError:
-        """A deterministic failure of this slot: tell the other slots before raising."""
-        if handle is not None:
-            handle.failure = str(exc)
-        self._gather(handle, f"{_FAILED}|{exc}", barrier)
-        return exc
+    @property
+    def sink_id(self) -> str:
+        return self.clients.sink_id
 
-    def _marker_value(self, handle: _Slot, marker: SlotMarker) -> bytes:
+    @property
+    def options(self) -> KafkaOptions:
+        return self.clients.options
+
+    def _marker_value(self, handle: Slot, marker: SlotMarker) -> bytes:
         return json.dumps(marker.to_json()).encode()
 
-    def _flush(self, handle: _Slot, marker: SlotMarker) -> None:
+    def _flush(self, handle: Slot, marker: SlotMarker) -> None:
         """Produce the marker, flush, and turn delivery errors into the library's errors."""
         producer = handle.producer
         producer.produce(self.options.marker_topic, self._marker_value(handle, marker),
                          marker_key(marker.slot), partition=marker.slot)
-        with _client_errors():
+        with client_errors():
             left = producer.flush(self.options.transaction_timeout_ms / 1000)
         if left:
             raise TransientError(
@@ -119,21 +102,21 @@ class SlotCommitter(KafkaSinkBase):
                 return err
         return None
 
-    def _redo(self, handle: _Slot, new_producer: bool) -> None:
+    def _redo(self, handle: Slot, new_producer: bool) -> None:
         """Abort (or drop the producer) and write the slot's transaction again."""
         if new_producer:
             self._replace_producer(handle)
         else:
-            handle.producer.abort_transaction(self._timeout)
+            handle.producer.abort_transaction(self.clients.timeout)
             handle.errors.clear()
         self._write_again(handle)
 
-    def _replace_producer(self, handle: _Slot) -> None:
+    def _replace_producer(self, handle: Slot) -> None:
         """A new producer for the slot (``init_transactions`` fences the old one)."""
-        fresh = self._new_producer(handle.ctx.name)
+        fresh = self.writer.new_producer(handle.ctx.name)
         handle.producer, handle.errors, handle.pooled = fresh.producer, fresh.errors, fresh
 
-    def _write_again(self, handle: _Slot) -> None:
+    def _write_again(self, handle: Slot) -> None:
         """Begin a transaction and produce every record batch of the slot again.
 
         Record by record, with a delivery report for each: if the first attempt failed on
@@ -143,14 +126,14 @@ class SlotCommitter(KafkaSinkBase):
         handle.open = True
         handle.rows = 0
         handle.paths.clear()
-        with _client_errors():
+        with client_errors():
             for batch in handle.batches:
                 rows, path = produce_batch(handle.producer.produce, handle.producer.poll,
                                            batch, self.options.topic)
                 handle.rows += rows
                 handle.paths[path] = handle.paths.get(path, 0) + rows
 
-    def commit_slot(self, handle: _Slot, marker: SlotMarker) -> bytes | None:
+    def commit_slot(self, handle: Slot, marker: SlotMarker, slots: int) -> bytes | None:
         """Task: write the marker with the rows, align with the other slots, commit.
 
         Steps:
@@ -168,24 +151,24 @@ class SlotCommitter(KafkaSinkBase):
         # Step 1
         try:
             if handle.stale:
-                self._start_over(handle, marker)
+                self._start_over(handle, marker, slots)
             else:
                 try:
                     self._flush(handle, marker)
                 except KafkaException:
                     if not handle.reused:
                         raise
-                    self._start_over(handle, marker)  # kept, and fenced or broken since
+                    self._start_over(handle, marker, slots)  # kept, and fenced or broken since
         except (KafkaException, NonDeterministicReplayError) as exc:
             failure = (exc if isinstance(exc, ConnectorError)
-                       else self._error(exc, f"writing slot {ctx.slot} into {self._into()}",
+                       else self.clients.error(exc, f"writing slot {ctx.slot} into {self._into()}",
                                         **ids))
             if isinstance(failure, DETERMINISTIC_ERRORS):
-                raise self._fail(handle, failure) from None
+                raise self.alignment.fail(handle, failure, slots) from None
             raise failure from None
         # Step 2
-        statuses = self._gather(handle, _OK)
-        failed = [s.split("|", 1)[1] for s in statuses if s.startswith(_FAILED + "|")]
+        statuses = self.alignment.gather(handle, OK, slots)
+        failed = [s.split("|", 1)[1] for s in statuses if s.startswith(FAILED + "|")]
         if failed:
             handle.failure = "another slot failed"
             raise BadInputError(
@@ -200,11 +183,11 @@ class SlotCommitter(KafkaSinkBase):
                 ", %.0f%% of transaction.timeout.ms=%d", self.sink_id, ctx.batch_id, ctx.slot,
                 elapsed_ms, handle.wait_ms, 100 * elapsed_ms / limit, limit)
         # Step 3
-        for attempt in range(_TXN_ATTEMPTS):
+        for attempt in range(TXN_ATTEMPTS):
             if handle.committed_by_other:
                 break
             try:
-                _retrying(lambda: handle.producer.commit_transaction(self._timeout))
+                retrying(lambda: handle.producer.commit_transaction(self.clients.timeout))
                 handle.open = False
                 break
             except KafkaException as exc:
@@ -213,9 +196,9 @@ class SlotCommitter(KafkaSinkBase):
                     # Kept from an earlier task and fenced since: this transaction cannot
                     # commit. Start over with a new producer (marker read again).
                     try:
-                        self._start_over(handle, marker)
+                        self._start_over(handle, marker, slots)
                     except KafkaException as again:
-                        raise self._error(again, f"starting slot {ctx.slot} over",
+                        raise self.clients.error(again, f"starting slot {ctx.slot} over",
                                           **ids) from None
                     continue
                 if err is not None and (err.code() in FENCED_CODES):
@@ -224,32 +207,32 @@ class SlotCommitter(KafkaSinkBase):
                         f"slot {ctx.slot} was taken over by another attempt (a retried or "
                         "speculative task, or a newer driver) before it committed; that "
                         "attempt writes the slot", sink_id=self.sink_id, **ids) from None
-                if err is None or attempt == _TXN_ATTEMPTS - 1 or not (
+                if err is None or attempt == TXN_ATTEMPTS - 1 or not (
                     err.txn_requires_abort() or err.fatal()
                 ):
-                    raise self._error(exc, f"committing slot {ctx.slot}", **ids) from None
+                    raise self.clients.error(exc, f"committing slot {ctx.slot}", **ids) from None
                 logger.warning("sink %s batch %d slot %d: %s; redoing the transaction",
                                self.sink_id, ctx.batch_id, ctx.slot, err.name())
                 try:
                     self._redo(handle, new_producer=err.fatal())
                     self._flush(handle, marker)
                 except KafkaException as again:
-                    raise self._error(again, f"redoing slot {ctx.slot}", **ids) from None
+                    raise self.clients.error(again, f"redoing slot {ctx.slot}", **ids) from None
         else:
-            raise TransientError(f"slot {ctx.slot} did not commit in {_TXN_ATTEMPTS} attempts",
+            raise TransientError(f"slot {ctx.slot} did not commit in {TXN_ATTEMPTS} attempts",
                                  sink_id=self.sink_id, **ids)
         if not handle.committed_by_other and handle.pooled is not None:
             # The slot's newest committed marker is now ours (see _newest_marker).
             handle.pooled.newest_marker, handle.pooled.knows_newest = marker, True
-        self._keep(handle)
+        self.writer.keep(handle)
         txn_ms = (time.monotonic() - handle.started) * 1000
         return json.dumps({"txn_ms": round(txn_ms, 1), "wait_ms": round(handle.wait_ms, 1),
                            "rows": handle.rows, "reused": handle.reused,
                            "by_other": handle.committed_by_other,
-                           "produce_path": _path_name(handle.paths),
+                           "produce_path": path_name(handle.paths),
                            "produce_rows": handle.paths}).encode()
 
-    def _start_over(self, handle: _Slot, marker: SlotMarker) -> None:
+    def _start_over(self, handle: Slot, marker: SlotMarker, slots: int) -> None:
         """The kept producer was fenced (or broke) after this task began with it: take a new
         producer (its ``init_transactions`` fences every other owner and completes their
         commits), read the marker again, and write the transaction again unless another
@@ -260,7 +243,7 @@ class SlotCommitter(KafkaSinkBase):
         handle.reused = handle.stale = False
         handle.open = False  # the old producer's transaction dies with its epoch
         self._replace_producer(handle)
-        found = self._committed_marker(handle)
+        found = self.writer.committed_marker(handle, slots)
         if found is not None:
             if found.fingerprint != marker.fingerprint:
                 err = NonDeterministicReplayError(
@@ -277,19 +260,19 @@ class SlotCommitter(KafkaSinkBase):
         self._write_again(handle)
         self._flush(handle, marker)
 
-    def abort_slot(self, handle: _Slot) -> None:
+    def abort_slot(self, handle: Slot, slots: int) -> None:
         """Task: abort the slot's open transaction (after telling the other slots)."""
-        status = _REPLAYED if handle.failure == _REPLAYED else (
-            f"{_FAILED}|{handle.failure or 'slot ' + str(handle.ctx.slot) + ' failed'}")
+        status = REPLAYED if handle.failure == REPLAYED else (
+            f"{FAILED}|{handle.failure or 'slot ' + str(handle.ctx.slot) + ' failed'}")
         try:
-            self._gather(handle, status)
+            self.alignment.gather(handle, status, slots)
         finally:
             if handle.open:
                 handle.open = False
                 try:
-                    handle.producer.abort_transaction(self._timeout)
-                    if status == _REPLAYED:
-                        self._keep(handle)  # a clean end: the slot was committed before
+                    handle.producer.abort_transaction(self.clients.timeout)
+                    if status == REPLAYED:
+                        self.writer.keep(handle)  # a clean end: the slot was committed before
                 except KafkaException as exc:
                     # The next init_transactions of this slot id (a retry, fence_all)
                     # aborts it.

@@ -2,9 +2,9 @@
 
 The one place where the sink reads another library's object layout. It is an accelerator,
 never a requirement: the public path (``Producer.produce_batch``,
-:mod:`connectors.kafka._batch`) writes the same records to the same partitions in the same
-order, and every slot falls back to it, loudly, unless all of this holds (:func:`decide`,
-once per process, before any pointer is read):
+:class:`~connectors.kafka._produce.BatchProducer`) writes the same records to the same
+partitions in the same order, and every slot falls back to it, loudly, unless all of this
+holds (:func:`verify_accelerator`, once per process, before any pointer is read):
 
 1. ``CONNECTORS_ACCELERATORS`` is not ``off`` (CI runs the kill tests that way) and the
    sink's ``batch_produce`` option allows it;
@@ -55,8 +55,14 @@ from connectors.kafka._placement import (
     murmur2,
 )
 
-__all__ = ["MURMUR2_PARTITIONERS", "VERIFIED", "Decision", "accelerators_off", "decide",
-           "murmur2"]
+__all__ = [
+    "MURMUR2_PARTITIONERS",
+    "VERIFIED",
+    "Decision",
+    "accelerators_off",
+    "murmur2",
+    "verify_accelerator",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +79,7 @@ ERR_FATAL = KafkaError._FATAL
 #: its release: ``Handle`` in ``confluent_kafka.h`` starts with ``PyObject_HEAD`` then
 #: ``rd_kafka_t *rk`` (16 bytes in on 64-bit CPython), and the child check passed. Add an
 #: entry only after running tests/kafka/test_kafka_native.py and
-#: integration/test_kafka_native.py on that release.
+#: integration/kafka/test_kafka_native.py on that release.
 VERIFIED: dict[tuple[str, str, int], int] = {
     ("2.16.1", "2.16.0", 176): 16,
 }
@@ -135,7 +141,7 @@ class Decision:
     why: str = ""
 
 
-class _Lib:
+class RdKafka:
     """The librdkafka functions used here, typed once per process."""
 
     def __init__(self) -> None:
@@ -164,11 +170,11 @@ class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.decided: Decision | None = None
-        self.lib: _Lib | None = None
+        self.lib: RdKafka | None = None
         self.warned_handle = False
 
 
-_STATE = _State()
+STATE = _State()
 
 
 def _platform_problem() -> str | None:
@@ -205,13 +211,13 @@ def _child_check(offset: int, triple: tuple[str, str, int]) -> str | None:
     return None
 
 
-def decide() -> Decision:
+def verify_accelerator() -> Decision:
     """Once per process: may the accelerator run here? (See the module docstring.)
 
     The first call logs one WARNING when the accelerator is unavailable (naming why and
     what it costs), or one INFO when ``CONNECTORS_ACCELERATORS=off`` turned it off.
     """
-    state = _STATE
+    state = STATE
     with state.lock:
         if state.decided is not None:
             return state.decided
@@ -230,7 +236,7 @@ def decide() -> Decision:
                    f"(Producer.__basicsize__ {triple[2]}) is not a verified layout")
         if why is None and offset is not None:
             try:
-                state.lib = _Lib()
+                state.lib = RdKafka()
             except (OSError, AttributeError) as exc:
                 why = f"librdkafka not loadable ({type(exc).__name__})"
         if why is None and offset is not None:
@@ -246,7 +252,7 @@ def decide() -> Decision:
 
 def _reset_for_tests() -> None:
     """Forget the decision (tests only)."""
-    with _STATE.lock:
-        _STATE.decided = None
-        _STATE.lib = None
-        _STATE.warned_handle = False
+    with STATE.lock:
+        STATE.decided = None
+        STATE.lib = None
+        STATE.warned_handle = False

@@ -1,7 +1,8 @@
 """Executor side, private internals: :class:`NativeProducer`, a whole Arrow column
 enqueued into librdkafka with ctypes, and :func:`attach`, which makes one only after the
-gate of :mod:`connectors.kafka._native` (:func:`~connectors.kafka._native.decide`) allowed
-this process and the producer's own handle checked out."""
+gate of :mod:`connectors.kafka._native`
+(:func:`~connectors.kafka._native.verify_accelerator`) allowed this process and the
+producer's own handle checked out."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from connectors.kafka._native import (
-    _STATE,
     CHUNK,
     ERR_FATAL,
     ERR_QUEUE_FULL,
@@ -23,14 +23,15 @@ from connectors.kafka._native import (
     RD_KAFKA_MSG_F_COPY,
     RD_KAFKA_MSG_F_PARTITION,
     RD_KAFKA_PARTITION_UA,
-    _Lib,
-    decide,
+    STATE,
+    RdKafka,
+    verify_accelerator,
 )
 from connectors.kafka._placement import (
     METADATA_REFRESH_MS,
     MURMUR2_PARTITIONERS,
+    ArrayLayout,
     Placer,
-    _Layout,
     layout,
 )
 
@@ -45,7 +46,7 @@ class NativeProducer(Placer):
     #: The ``produce_path`` metric of records enqueued here.
     path = "native"
 
-    def __init__(self, producer: Producer, rk: int, lib: _Lib, timeout: float, *,
+    def __init__(self, producer: Producer, rk: int, lib: RdKafka, timeout: float, *,
                  by_key: bool = False, refresh_ms: int = METADATA_REFRESH_MS) -> None:
         super().__init__(producer, timeout, by_key=by_key, refresh_ms=refresh_ms)
         self.producer = producer  # keeps rk alive as long as this object
@@ -165,11 +166,11 @@ class NativeProducer(Placer):
         return KafkaError(code, f"librdkafka refused a record: {KafkaError(code).str()}")
 
 
-def _pointers(arr: pa.Array | pa.ChunkedArray | _Layout,
+def _pointers(arr: pa.Array | pa.ChunkedArray | ArrayLayout,
               ) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """(address, length) of every value of a string/binary array (null: (0, 0)), and the
     array they point into: keep it alive while the addresses are in use."""
-    values = arr if isinstance(arr, _Layout) else layout(arr)
+    values = arr if isinstance(arr, ArrayLayout) else layout(arr)
     # An empty value is a non-NULL pointer with length 0 (NULL is a null value).
     address = values.start.astype(np.uint64) + np.uint64(values.base)
     if values.nulls is not None:
@@ -182,22 +183,22 @@ def attach(producer: Producer, timeout: float = 30.0, *,
            refresh_ms: int = METADATA_REFRESH_MS) -> NativeProducer | None:
     """The accelerator for ``producer``, or ``None`` (then the public path).
 
-    Reads ``producer``'s ``rd_kafka_t *`` only after :func:`decide` allowed this process
-    (allow-listed layout, verified in a throwaway child), and checks it with
+    Reads ``producer``'s ``rd_kafka_t *`` only after :func:`verify_accelerator` allowed this
+    process (allow-listed layout, verified in a throwaway child), and checks it with
     ``rd_kafka_opaque`` before use. ``partitioner``: the producer's ``partitioner``
     setting (with one of :data:`MURMUR2_PARTITIONERS` keyed records are placed here).
     ``refresh_ms``: its ``topic.metadata.refresh.interval.ms``.
     """
     if not isinstance(producer, Producer):
         return None
-    decision = decide()
-    lib = _STATE.lib
+    decision = verify_accelerator()
+    lib = STATE.lib
     if decision.offset is None or lib is None:
         return None
     rk = ctypes.c_void_p.from_address(id(producer) + decision.offset).value
     if not rk or lib.lib.rd_kafka_opaque(rk) != id(producer):
-        if not _STATE.warned_handle:
-            _STATE.warned_handle = True
+        if not STATE.warned_handle:
+            STATE.warned_handle = True
             logger.warning("batch produce accelerator: a producer's handle did not verify "
                            "(rd_kafka_opaque); such slots produce through "
                            "Producer.produce_batch")

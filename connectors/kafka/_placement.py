@@ -15,7 +15,7 @@ producer's partitioners choose) modulo the partition count the producer fetched
 ``topic.metadata.refresh.interval.ms``). Records without a key (and every record under
 another partitioner) still go through librdkafka's partitioner, in their order.
 
-Two librdkafka behaviours shape it (both proved in integration/test_kafka_native.py):
+Two librdkafka behaviours shape it (both proved in integration/kafka/test_kafka_native.py):
 records for an explicit partition of a topic whose metadata the producer has not received
 yet go to the topic's unassigned queue, which is what joins the transaction (the records
 never leave, the commit times out): the first use of a topic fetches its metadata; a
@@ -132,7 +132,7 @@ class Placer:
                     f"topic {topic!r} has {self._partitions[topic]} partitions, a record "
                     f"asks for partition {top}"))
 
-    def key_partitions(self, topic: str, keys: _Layout) -> np.ndarray:
+    def key_partitions(self, topic: str, keys: ArrayLayout) -> np.ndarray:
         """The partition of every keyed record (-1 for a null key: librdkafka's
         partitioner places it), as librdkafka's murmur2 partitioners would."""
         if time.monotonic() - self._fetched.get(topic, 0.0) > self._refresh_s:
@@ -143,7 +143,7 @@ class Placer:
             place[keys.nulls] = PARTITION_UA
         return place
 
-    def place(self, topic: str, n: int, keys: _Layout | None,
+    def place(self, topic: str, n: int, keys: ArrayLayout | None,
               partitions: pa.Array | pa.ChunkedArray | None) -> Placed:
         """Where the ``n`` records go (``keys``: their keys' layout, ``partitions``: the
         ``partition`` column), metadata fetched and partitions checked first."""
@@ -170,7 +170,7 @@ class Placer:
 
 
 @dataclass(frozen=True)
-class _Layout:
+class ArrayLayout:
     """Where the values of a string/binary array are, read once from its Arrow buffers."""
 
     #: The (combined) array: keep it alive while its data is in use.
@@ -187,8 +187,8 @@ class _Layout:
     base: int
 
 
-def layout(arr: pa.Array | pa.ChunkedArray) -> _Layout:
-    """The :class:`_Layout` of a string/binary array (a chunked one is combined)."""
+def layout(arr: pa.Array | pa.ChunkedArray) -> ArrayLayout:
+    """The :class:`ArrayLayout` of a string/binary array (a chunked one is combined)."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
@@ -202,9 +202,9 @@ def layout(arr: pa.Array | pa.ChunkedArray) -> _Layout:
     if nulls is not None:
         size[nulls] = 0
     if data_buf is not None and data_buf.size > 0:
-        return _Layout(arr, start, size, nulls, np.frombuffer(data_buf, dtype=np.uint8),
+        return ArrayLayout(arr, start, size, nulls, np.frombuffer(data_buf, dtype=np.uint8),
                        data_buf.address)
-    return _Layout(arr, start, size, nulls, np.zeros(0, np.uint8), ctypes.addressof(_EMPTY))
+    return ArrayLayout(arr, start, size, nulls, np.zeros(0, np.uint8), ctypes.addressof(_EMPTY))
 
 
 def murmur2(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -220,7 +220,7 @@ def murmur2(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return _murmur2(layout(keys))
 
 
-def _murmur2(keys: _Layout) -> np.ndarray:
+def _murmur2(keys: ArrayLayout) -> np.ndarray:
     start, size, data = keys.start, keys.size, keys.data
     n = len(size)
     h = _SEED ^ size.astype(np.uint32)

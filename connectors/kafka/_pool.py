@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from connectors.core.file_ledger import write_atomic
 from connectors.core.pool import IdlePool
 from connectors.core.tasks import SlotMarker
-from connectors.kafka._records import FastProducer
+from connectors.kafka._produce import FastProducer
 
 __all__ = ["IDLE_SECONDS", "MarkerReaders", "PooledProducer", "SlotOwners", "SlotProducers",
            "config_key"]

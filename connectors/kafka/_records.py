@@ -1,4 +1,8 @@
-"""Arrow record batches -> Kafka records: column checks, size checks, produce loops.
+"""The checks of Kafka records in Arrow record batches: columns, sizes, topics, partitions.
+
+The same checks run as Spark SQL on a DataFrame (:mod:`connectors.kafka._scan`); the sink's
+collaborator that applies them, on the driver and in every slot, is
+:class:`~connectors.kafka._checks.RecordChecks`. Producing is :mod:`connectors.kafka._produce`.
 
 The DataFrame columns are those of Spark's own Kafka sink: ``value`` (string or binary,
 required), optional ``key`` (string or binary), ``headers`` (array of
@@ -15,20 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import BadInputError, ConfigurationError
-from connectors.kafka._batch import BatchProducer, has_public_batch
 from connectors.kafka._config import validate_topic
-from connectors.kafka._native_produce import NativeProducer, attach
-from connectors.kafka._placement import MURMUR2_PARTITIONERS
 
-__all__ = ["PRODUCE_PATHS", "RecordLimits", "bad_topic", "check_schema", "fast_producer",
-           "partition_beyond", "produce_batch", "record_sizes", "scan_batch"]
+__all__ = ["CLIENT_MAX_MESSAGE_BYTES", "TOPIC_MAX_MESSAGE_BYTES", "RecordLimits", "bad_topic",
+           "check_schema", "merge_topics", "partition_beyond", "partition_record",
+           "record_sizes", "scan_batch"]
 
-#: The paths a record can take into librdkafka (the ``produce_path`` of a slot's outcome;
-#: rows per path are the ``produce_<path>_rows`` batch metrics).
-PRODUCE_PATHS = ("native", "batch", "record")
-
-#: A slot's batch producer: the accelerator or the public ``produce_batch``.
-FastProducer = NativeProducer | BatchProducer
+#: librdkafka's and the broker's defaults (used when the config does not set them).
+CLIENT_MAX_MESSAGE_BYTES = 1_000_000
+TOPIC_MAX_MESSAGE_BYTES = 1_048_588
 
 #: Bytes of a record's key or value quoted in an error (``values_in_errors=True`` only).
 QUOTED_BYTES = 64
@@ -216,106 +215,17 @@ def scan_batch(
     return BatchScan(n, max_size, topics)
 
 
-def fast_producer(producer: Any, mode: str, timeout: float, *, partitioner: str | None,
-                  refresh_ms: int, queue_limit: int) -> FastProducer | None:
-    """The batch producer a slot uses for ``producer`` under ``mode``
-    (:attr:`~connectors.kafka._config.KafkaOptions.produce_mode`: ``"auto"`` the ctypes
-    accelerator where verified, else the public ``produce_batch``; ``"public"`` never the
-    accelerator; ``"record"``), or ``None`` (one ``produce()`` per record)."""
-    if mode == "record":
-        return None
-    if mode == "auto":
-        native = attach(producer, timeout, partitioner=partitioner, refresh_ms=refresh_ms)
-        if native is not None:
-            return native
-    if not has_public_batch(producer):
-        return None
-    return BatchProducer(producer, timeout, by_key=partitioner in MURMUR2_PARTITIONERS,
-                         refresh_ms=refresh_ms, queue_limit=queue_limit)
-
-
-def _has_headers(batch: pa.RecordBatch) -> bool:
-    """Some record of ``batch`` has at least one header."""
-    names = batch.schema.names
-    if "headers" not in names:
-        return False
-    lengths = pc.list_value_length(batch.column(names.index("headers")))
-    top = pc.max(lengths).as_py()
-    return top is not None and top > 0
-
-
-def _produce_fast(fast: FastProducer, batch: pa.RecordBatch, fixed_topic: str | None) -> int:
-    names = batch.schema.names
-    values = batch.column(names.index("value"))
-    keys = batch.column(names.index("key")) if "key" in names else None
-    parts = batch.column(names.index("partition")) if "partition" in names else None
-    if fixed_topic is not None:
-        return fast.produce(fixed_topic, values, keys, parts)
-    topics = batch.column(names.index("topic"))
-    n = 0
-    # Per topic, in the order of first appearance; a filter keeps each topic's order.
-    for topic in pc.unique(topics).to_pylist():
-        mask = pc.equal(topics, topic)
-        n += fast.produce(
-            str(topic), values.filter(mask), keys.filter(mask) if keys is not None else None,
-            parts.filter(mask) if parts is not None else None)
-    return n
+def partition_record(batch: pa.RecordBatch, partitions: int) -> str:
+    """`` (record i (key ..., value ...))`` of the first record of ``batch`` whose
+    partition is ``>= partitions`` (``values_in_errors=True`` only)."""
+    column = batch.column(batch.schema.names.index("partition"))
+    found = pc.index(pc.greater_equal(pc.fill_null(column, -1), partitions), True).as_py()
+    if found is None or found < 0:
+        return ""
+    return f" (record {found}{describe_record(batch, int(found))})"
 
 
 def merge_topics(into: dict[str, int], more: dict[str, int]) -> None:
+    """Fold ``more`` (topic -> highest partition) into ``into``."""
     for t, p in more.items():
         into[t] = max(into.get(t, -1), p)
-
-
-def produce_batch(produce: Callable[..., Any], poll: Callable[[float], Any],
-                  batch: pa.RecordBatch, fixed_topic: str | None,
-                  fast: FastProducer | None = None) -> tuple[int, str]:
-    """Produce every record of ``batch``; returns the count and the path that ran
-    (``"native"``, ``"batch"`` or ``"record"``). Waits when the queue is full.
-
-    With ``fast`` (and no record with headers, which ``produce_batch`` would drop), the
-    records are enqueued in batches by ``fast`` (:mod:`connectors.kafka._native` or
-    :mod:`connectors.kafka._batch`); otherwise one ``produce`` call per record.
-    """
-    if fast is not None and not _has_headers(batch):
-        return _produce_fast(fast, batch, fixed_topic), fast.path
-    return _produce_records(produce, poll, batch, fixed_topic), "record"
-
-
-def _produce_records(produce: Callable[..., Any], poll: Callable[[float], Any],
-                     batch: pa.RecordBatch, fixed_topic: str | None) -> int:
-    names = batch.schema.names
-    values = batch.column(names.index("value")).to_pylist()
-    keys = batch.column(names.index("key")).to_pylist() if "key" in names else None
-    n = len(values)
-    simple = fixed_topic is not None and not ({"headers", "partition"} & set(names))
-    if simple:
-        topic = fixed_topic
-        for i in range(n):
-            value, key = values[i], (keys[i] if keys is not None else None)
-            while True:
-                try:
-                    produce(topic, value, key)
-                    break
-                except BufferError:
-                    poll(0.05)
-        return n
-    headers = batch.column(names.index("headers")).to_pylist() if "headers" in names else None
-    parts = batch.column(names.index("partition")).to_pylist() if "partition" in names else None
-    topics = batch.column(names.index("topic")).to_pylist() if fixed_topic is None else None
-    for i in range(n):
-        kwargs: dict[str, Any] = {"value": values[i]}
-        if keys is not None:
-            kwargs["key"] = keys[i]
-        if headers is not None and headers[i]:
-            kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-        if parts is not None and parts[i] is not None:
-            kwargs["partition"] = int(parts[i])
-        topic = fixed_topic if topics is None else topics[i]
-        while True:
-            try:
-                produce(topic, **kwargs)
-                break
-            except BufferError:
-                poll(0.05)
-    return n

@@ -23,6 +23,18 @@ Executor side, once per slot (see :func:`connectors.core.tasks.slot_task`):
 Driver side: the ledger (:class:`~connectors.kafka._ledger.KafkaLedger`) records each
 batch COMMITTED after all its slots committed; ``fence_all`` fences every slot id the sink
 ever used at (re)start and after a failed batch.
+
+The sink is the template's hooks delegating to collaborators, each given what it uses:
+
+- :class:`~connectors.kafka._clients.KafkaClients`: config, options, clients, error
+  translation (every other collaborator holds it);
+- :class:`~connectors.kafka._checks.RecordChecks`: every record check, driver and task;
+- :class:`~connectors.kafka._slots.DriverSlots`: driver, the slots' count, placement,
+  marker topic, ledger records and fencing;
+- :class:`~connectors.kafka._writer.SlotWriter` (open, read marker, write) and
+  :class:`~connectors.kafka._committer.SlotCommitter` (commit, abort): a slot's task,
+  aligned in barrier mode by :class:`~connectors.kafka._slot.Alignment`; records are
+  produced by :mod:`connectors.kafka._produce`.
 """
 
 from __future__ import annotations
@@ -31,14 +43,20 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
     ConnectorError,
 )
+from connectors.core.families import TaskCommitSink
 from connectors.core.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
+from connectors.core.tasks import SlotMarker, SlotTransaction
+from connectors.kafka._checks import RecordChecks
+from connectors.kafka._clients import KafkaClients
 from connectors.kafka._committer import SlotCommitter
 from connectors.kafka._config import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -46,17 +64,13 @@ from connectors.kafka._config import (
     KafkaConfig,
     KafkaOptions,
 )
-from connectors.kafka._input import InputChecks
-from connectors.kafka._io import Admin
 from connectors.kafka._ledger import KafkaLedger
-from connectors.kafka._records import (
-    PRODUCE_PATHS,
-    RecordLimits,
-)
-from connectors.kafka._scan import bad_input_message
-from connectors.kafka._slot import _CLIENT_MAX_MESSAGE_BYTES, DENSE_MAX_BROKERS, marker_key
-from connectors.kafka._slots import SlotManager
-from connectors.kafka._spark import ErrorMappingBatch, FrameChecks
+from connectors.kafka._produce import PRODUCE_PATHS
+from connectors.kafka._records import RecordLimits
+from connectors.kafka._scan import FrameChecks, bad_input_message
+from connectors.kafka._slot import Alignment, Slot, marker_key
+from connectors.kafka._slots import PLACEMENT_KEY, PLACEMENT_ROW, DriverSlots, check_barrier
+from connectors.kafka._spark import ErrorMappingBatch
 from connectors.kafka._writer import SlotWriter
 from connectors.spark.inputs import batch_handover
 
@@ -71,7 +85,7 @@ SMALL_BATCH_ROWS = 1000
 logger = logging.getLogger(__name__)
 
 
-class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
+class KafkaSink(TaskCommitSink[Slot]):
     """Exactly-once sink into Kafka topics, for ``foreachBatch`` and batch jobs.
 
     Columns as Spark's own Kafka sink: ``value`` (string or binary, required), optional
@@ -180,15 +194,15 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
             slot_columns=slot_columns, barrier=barrier, small_batch_rows=small_batch_rows,
             **options,
         )
-        self.config = KafkaConfig(config)
-        timeout_ms = self.config.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
+        kafka_config = KafkaConfig(config)
+        timeout_ms = kafka_config.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)
         try:
             timeout_ms = int(timeout_ms)
         except (TypeError, ValueError):
             raise ConfigurationError("transaction.timeout.ms must be an int (milliseconds)",
                                      sink_id=sink_id) from None
         try:
-            self.options = KafkaOptions(
+            kafka_options = KafkaOptions(
                 topic=topic,
                 marker_topic=(marker_topic if marker_topic is not None
                               else f"_connectors.{self.sink_id}.markers"),
@@ -206,22 +220,43 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
             exc.sink_id = self.sink_id
             raise
         self._auto_slots = slots is None
-        self.limits = RecordLimits(
-            int(self.config.get("message.max.bytes", _CLIENT_MAX_MESSAGE_BYTES))
-        )
-        #: Partition counts of topics the driver checked (shipped to the tasks).
-        self.known_topics: dict[str, int] = {}
-        self._admin: Admin | None = None
+        self._clients = KafkaClients(kafka_config, kafka_options, sink_id=self.sink_id)
+        #: The record checks (the DataFrame ones of ``barrier=False`` hold JVM references).
+        self._checks = RecordChecks(self._clients, FrameChecks(self.sink_id,
+                                                               self.values_in_errors),
+                                    values_in_errors=self.values_in_errors)
+        self._slot_book = DriverSlots(self._clients)
+        self._alignment = Alignment(self.sink_id, self.barrier)
+        self._writer = SlotWriter(self._clients, self._checks, self._alignment)
+        self._committer = SlotCommitter(self._clients, self._writer, self._alignment,
+                                        on_replay_mismatch=self.on_replay_mismatch)
         self._ledger: KafkaLedger | None = None
-        self._slots_ever = 0
-        self._checked_broker = False
-        self._validated: set[str] = set()
-        self._marker_ready = 0
-        #: The record checks of ``barrier=False`` on a DataFrame, and the row bound.
-        self._frames = FrameChecks(self.sink_id, self.values_in_errors)
         #: The batch in flight's Arrow hand-over and row bound, for its metrics.
         self._handover: Handover | None = None
         self._bound: int | None = None
+
+    @property
+    def config(self) -> KafkaConfig:
+        """The librdkafka config (secrets masked in its repr)."""
+        return self._clients.config
+
+    @property
+    def options(self) -> KafkaOptions:
+        return self._clients.options
+
+    @property
+    def limits(self) -> RecordLimits:
+        """What a record must fit (the driver reads the topic's limit)."""
+        return self._checks.limits
+
+    @limits.setter
+    def limits(self, limits: RecordLimits) -> None:
+        self._checks.limits = limits
+
+    @property
+    def known_topics(self) -> dict[str, int]:
+        """Partition counts of topics the driver checked (shipped to the tasks)."""
+        return self._checks.known_topics
 
     def __repr__(self) -> str:
         return (
@@ -231,61 +266,69 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state["_admin"] = None  # driver clients never travel to executors
-        state["_ledger"] = None
-        state["_frames"] = self._frames.shipped()  # holds JVM references
-        state["_handover"] = None  # likewise
+        state["_ledger"] = None  # driver clients never travel to executors (nor the
+        state["_handover"] = None  # JVM references: see the collaborators' __getstate__)
         return state
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ task side
 
+    def open_slot(self, slot: SlotTransaction) -> Slot:
+        return self._writer.open_slot(slot, self.slots)
+
+    def read_marker(self, handle: Slot) -> SlotMarker | None:
+        return self._writer.read_marker(handle, self.slots)
+
+    def write(self, handle: Slot, batch: pa.RecordBatch) -> None:
+        self._writer.write(handle, batch, self.slots)
+
+    def commit_slot(self, handle: Slot, marker: SlotMarker) -> bytes | None:
+        return self._committer.commit_slot(handle, marker, self.slots)
+
+    def abort_slot(self, handle: Slot) -> None:
+        self._committer.abort_slot(handle, self.slots)
 
     # ------------------------------------------------------------------ driver side
 
     def create_ledger(self) -> Ledger:
         self._ledger = KafkaLedger(
             self.config, self.options.ledger_topic, sink_id=self.sink_id,
-            admin=self._admin_client(), replication_factor=self.options.replication_factor,
-            transaction_timeout_ms=self.options.transaction_timeout_ms, timeout=self._timeout,
-            preflight=self._check_broker,
+            admin=self._clients.admin(), replication_factor=self.options.replication_factor,
+            transaction_timeout_ms=self.options.transaction_timeout_ms,
+            timeout=self._clients.timeout, preflight=self._clients.check_broker,
         )
         return self._ledger
 
-    def _check_broker(self) -> None:
-        """``transaction.timeout.ms`` must not exceed the broker's maximum. On a cluster of
-        at most :data:`DENSE_MAX_BROKERS` brokers, the clients the sink starts from now on
-        connect to every broker at once (``enable.sparse.connections=false``, unless the
-        config sets it): a new slot producer is ready in ~5 ms instead of ~17 ms."""
-        if self._checked_broker:
-            return
-        broker, brokers = self._admin_client().broker_config()
-        if brokers <= DENSE_MAX_BROKERS:
-            self.config = self.config.with_default("enable.sparse.connections", False)
-        # Unreadable (no DESCRIBE_CONFIGS on the cluster): not checked here; a value above
-        # the broker's maximum then fails the producers' start (INVALID_TRANSACTION_TIMEOUT,
-        # a ConfigurationError naming it too).
-        limit = (None if broker is None
-                 else int(broker.get("transaction.max.timeout.ms", 900_000)))
-        mine = self.options.transaction_timeout_ms
-        if limit is not None and mine > limit:
-            raise ConfigurationError(
-                f"transaction.timeout.ms={mine} is above the broker's transaction.max.timeout.ms"
-                f"={limit}: every slot's producer would fail to start. Lower "
-                f"transaction.timeout.ms to at most {limit}, or raise the broker maximum",
-                sink_id=self.sink_id)
-        self._checked_broker = True
+    def fence_all(self) -> int:
+        """Driver: ``init_transactions`` on every slot id the sink ever used (see
+        :meth:`~connectors.kafka._slots.DriverSlots.fence_all`); the topics are checked
+        again at the next batch."""
+        self._checks.forget_topics()
+        return self._slot_book.fence_all(self._ledger.slots if self._ledger is not None
+                                         else None)
 
+    def validate_input(self, schema: pa.Schema) -> None:
+        """Driver, before any task: columns and types; the topic exists (or is created)."""
+        self._checks.validate_input(schema)
 
     def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
         """Driver, a new batch: the slot count and placement, every record checked before
         any slot runs (``barrier=False``), then the rows placed into the slots."""
-        self._resolve_slots(batch, ctx.generation)
+        assert self._ledger is not None
+        wanted = self.slots
+        if self._auto_slots:
+            wanted = self._ledger.slots or batch.task_slots() or 1
+        rule = PLACEMENT_KEY if self.slot_columns is None else PLACEMENT_ROW
+        plan = self._slot_book.plan(self._ledger, ctx.generation, wanted, rule)
+        self.slots = plan.slots
+        # Keyed records by their key: one slot keeps a key's records in input order.
+        self.slot_key = "key" if plan.placement == PLACEMENT_KEY else None
         if self.barrier:
-            self.validate_input(batch.schema)
+            check_barrier(batch, self.slots, self.sink_id)
+            self._checks.validate_input(batch.schema)
         else:
-            batch = self._prescan(batch, ctx.batch_id)
+            batch = self._checks.prescan(batch, ctx.batch_id)
         self._handover = batch_handover(batch)
-        self._bound = self._frames.row_bound  # raised by a guard that fails the job
+        self._bound = self._checks.frames.row_bound  # raised by a guard that fails the job
         batch_id = ctx.batch_id
 
         def translate(exc: Exception) -> BaseException | None:
@@ -306,7 +349,7 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
         handover, self._handover = self._handover, None
         # Rows per Arrow batch without Spark's per-row size check; 0: Spark's batching.
         metrics.extra["arrow_batch_rows"] = (
-            handover.rows if handover is not None and self._frames.row_bound == self._bound
+            handover.rows if handover is not None and self._checks.frames.row_bound == self._bound
             else 0)
         if metrics.outcome != "failed" and self._ledger is not None:
             self._check_durations(self._ledger, metrics.batch_id, metrics)
@@ -342,6 +385,4 @@ class KafkaSink(SlotCommitter, SlotWriter, SlotManager, InputChecks):
     def close(self) -> None:
         super().close()
         self._ledger = None
-        if self._admin is not None:
-            self._admin.close()
-            self._admin = None
+        self._clients.close()

@@ -1,22 +1,26 @@
-"""The data of one slot's transaction inside a task, and what every side of
-:class:`~connectors.kafka.KafkaSink` shares: marker keys, limits, small client helpers."""
+"""The data of one slot's transaction inside a task (:class:`Slot`), the barrier-mode
+exchange of every slot's status (:class:`Alignment`), and what both task-side roles of
+:class:`~connectors.kafka.KafkaSink` share: marker keys, statuses, small client helpers."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from connectors.core.batch import TaskBarrier
+from connectors.core.errors import ConnectorError
 from connectors.core.tasks import SlotTransaction
 from connectors.kafka._errors import kafka_error
 from connectors.kafka._pool import PooledProducer
-from connectors.kafka._records import describe_record
+
+logger = logging.getLogger(__name__)
 
 #: Offsets read back from the end of a marker partition before reading all of it: each
 #: batch adds one marker and one commit control record, each aborted attempt two more.
@@ -29,13 +33,10 @@ MARKER_TAIL = 64
 #: leader of its topic anyway; on larger clusters, connecting to every broker (TLS and SASL
 #: handshakes included) per new producer may cost more than it saves.
 DENSE_MAX_BROKERS = 16
-#: librdkafka defaults (used when the config does not set them).
-_CLIENT_MAX_MESSAGE_BYTES = 1_000_000
-_TOPIC_MAX_MESSAGE_BYTES = 1_048_588
 #: Attempts at a slot's transaction within one task (abort-and-redo, new producer).
-_TXN_ATTEMPTS = 3
-_OK, _FAILED, _REPLAYED = "ok", "failed", "replayed"
-
+TXN_ATTEMPTS = 3
+#: A slot's status, exchanged in barrier mode (a failure as ``failed|<message>``).
+OK, FAILED, REPLAYED = "ok", "failed", "replayed"
 
 
 def marker_key(slot: int) -> bytes:
@@ -47,7 +48,7 @@ def probe_key(slot: int) -> bytes:
     return f"slot/{slot}/probe".encode()
 
 @dataclass
-class _Slot:
+class Slot:
     """One slot's open transaction inside a task."""
 
     ctx: SlotTransaction
@@ -72,7 +73,7 @@ class _Slot:
     paths: dict[str, int] = field(default_factory=dict)
 
 @contextlib.contextmanager
-def _client_errors() -> Iterator[None]:
+def client_errors() -> Iterator[None]:
     """confluent-kafka raises ``SystemError`` when a client call (``flush``, ``poll``) meets
     a fatal error (fenced) and then runs ``error_cb``; the ``KafkaException`` is its cause."""
     try:
@@ -82,21 +83,7 @@ def _client_errors() -> Iterator[None]:
             raise exc.__cause__ from None
         raise
 
-def _partition_record(batch: pa.RecordBatch, partitions: int) -> str:
-    """`` (record i (key ..., value ...))`` of the first record of ``batch`` whose
-    partition is ``>= partitions`` (``values_in_errors=True`` only)."""
-    column = batch.column(batch.schema.names.index("partition"))
-    found = pc.index(pc.greater_equal(pc.fill_null(column, -1), partitions), True).as_py()
-    if found is None or found < 0:
-        return ""
-    return f" (record {found}{describe_record(batch, int(found))})"
-
-def _path_name(paths: dict[str, int]) -> str:
-    """The ``produce_path`` metric: the path that enqueued rows (several joined by ``+``;
-    ``""`` when no row was produced)."""
-    return "+".join(sorted(p for p, rows in paths.items() if rows))
-
-def _retrying(call: Any, attempts: int = 5) -> Any:
+def retrying(call: Any, attempts: int = 5) -> Any:
     """Call a transactional API; retry it while librdkafka says the error is retriable."""
     delay = 0.1
     for attempt in range(attempts):
@@ -109,3 +96,49 @@ def _retrying(call: Any, attempts: int = 5) -> Any:
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
     return None
+
+
+class Alignment:
+    """Task, barrier mode: every slot's status exchanged once per task, so that no slot
+    commits unless every slot wrote, flushed and validated its records."""
+
+    def __init__(self, sink_id: str, barrier: bool) -> None:
+        self.sink_id = sink_id
+        self.barrier = barrier
+
+    def gather(self, handle: Slot | None, status: str, slots: int,
+               barrier: TaskBarrier | None = None) -> list[str]:
+        """Every slot's status (exactly once per task; ``[status]`` outside barrier mode).
+        ``slots``: the sink's slot count for this batch; ``barrier``: the task's, when there
+        is no ``handle`` yet."""
+        if handle is not None:
+            if handle.gathered:
+                return [status]
+            handle.gathered = True
+            barrier = handle.ctx.barrier
+        if not self.barrier or barrier is None:
+            return [status]
+        running = barrier.tasks()
+        if running < slots:
+            # Spark resubmitted only some partitions of the barrier stage (a slot's success
+            # from the failed attempt arrived after its failure was handled). The barrier
+            # would wait for all partitions forever; the missing slots completed their
+            # task, so they committed (or returned their error to the driver).
+            logger.warning(
+                "sink %s: this barrier stage attempt runs %d of %d slots (Spark resubmitted "
+                "only the missing ones); the slot commits without aligning", self.sink_id,
+                running, slots)
+            return [status]
+        started = time.monotonic()
+        statuses = barrier.all_gather(status)
+        if handle is not None:
+            handle.wait_ms = (time.monotonic() - started) * 1000
+        return statuses
+
+    def fail(self, handle: Slot | None, exc: ConnectorError, slots: int,
+             barrier: TaskBarrier | None = None) -> ConnectorError:
+        """A deterministic failure of this slot: tell the other slots before raising."""
+        if handle is not None:
+            handle.failure = str(exc)
+        self.gather(handle, f"{FAILED}|{exc}", slots, barrier)
+        return exc

@@ -1,7 +1,9 @@
-"""Executor side of :class:`~connectors.kafka.KafkaSink`: a slot's transaction
-up to its commit. ``open_slot`` (a producer for the slot's ``transactional.id``, fencing
-any earlier owner, or the producer this worker kept), ``read_marker`` (the slot's marker
-partition, ``read_committed``), ``write`` (every record checked, then produced)."""
+"""Executor side of :class:`~connectors.kafka.KafkaSink`: a slot's transaction up to its
+commit, :class:`SlotWriter`. ``open_slot`` (a producer for the slot's ``transactional.id``,
+fencing any earlier owner, or the producer this worker kept), ``read_marker`` (the slot's
+marker partition, ``read_committed``), ``write`` (every record checked by
+:class:`~connectors.kafka._checks.RecordChecks`, then produced by
+:mod:`connectors.kafka._produce`). The commit is :mod:`connectors.kafka._committer`."""
 
 from __future__ import annotations
 
@@ -12,41 +14,34 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.core.errors import (
-    BadInputError,
-    ConnectorError,
-    FatalError,
-)
+from connectors.core.errors import ConnectorError, FatalError
 from connectors.core.tasks import DETERMINISTIC_ERRORS, SlotMarker, SlotTransaction
-from connectors.kafka._base import KafkaSinkBase
+from connectors.kafka._checks import RecordChecks
+from connectors.kafka._clients import KafkaClients
 from connectors.kafka._io import auth_failure, init_transactions
-from connectors.kafka._pool import SLOT_OWNERS, PooledProducer, SlotProducers, config_key
-from connectors.kafka._records import (
-    fast_producer,
-    partition_beyond,
-    produce_batch,
-    scan_batch,
-)
-from connectors.kafka._slot import (
-    _REPLAYED,
-    _client_errors,
-    _partition_record,
-    _retrying,
-    _Slot,
-    probe_key,
-)
+from connectors.kafka._pool import SLOT_OWNERS, PooledProducer, SlotProducers
+from connectors.kafka._produce import fast_producer, produce_batch
+from connectors.kafka._slot import REPLAYED, Alignment, Slot, client_errors, probe_key, retrying
+
+__all__ = ["SlotWriter"]
 
 logger = logging.getLogger(__name__)
 
 
-class SlotWriter(KafkaSinkBase):
+class SlotWriter:
     """Task: open a slot, read its marker, write its records."""
 
-    def _pool_key(self, transactional_id: str) -> str:
-        conf = self.config.producer(transactional_id, self.options.transaction_timeout_ms)
-        return config_key(conf, transactional_id)
+    def __init__(self, clients: KafkaClients, checks: RecordChecks,
+                 alignment: Alignment) -> None:
+        self.clients = clients
+        self.checks = checks
+        self.alignment = alignment
 
-    def _new_producer(self, transactional_id: str) -> PooledProducer:
+    @property
+    def sink_id(self) -> str:
+        return self.clients.sink_id
+
+    def new_producer(self, transactional_id: str) -> PooledProducer:
         """A producer for the slot's transactional id, ``init_transactions`` done: every
         earlier owner is fenced and its open transaction completed."""
         errors: list[KafkaError] = []
@@ -58,32 +53,34 @@ class SlotWriter(KafkaSinkBase):
 
         producer: Producer | None = None
         try:
-            producer = self._producer(transactional_id, on_delivery=on_delivery,
-                                      error_cb=reported.append,
-                                      **{"delivery.report.only.error": True})
-            _retrying(lambda: init_transactions(producer, self.options.marker_topic,
-                                                self._timeout))
+            producer = self.clients.producer(transactional_id, on_delivery=on_delivery,
+                                             error_cb=reported.append,
+                                             **{"delivery.report.only.error": True})
+            retrying(lambda: init_transactions(producer, self.clients.options.marker_topic,
+                                               self.clients.timeout))
         except KafkaException:
             # A refused authentication shows in error_cb; the call only says "timed out".
             cause = auth_failure(producer, reported) if producer is not None else None
             if cause is not None:
                 raise cause from None
             raise
-        SLOT_OWNERS.claim(self._pool_key(transactional_id))
-        partitioner, refresh_ms = self.config.partitioner()
-        fast = fast_producer(producer, self.options.produce_mode, self._timeout,
+        SLOT_OWNERS.claim(self.clients.pool_key(transactional_id))
+        config = self.clients.config
+        partitioner, refresh_ms = config.partitioner()
+        fast = fast_producer(producer, self.clients.options.produce_mode, self.clients.timeout,
                              partitioner=partitioner, refresh_ms=refresh_ms,
-                             queue_limit=self.config.queue_limit())
+                             queue_limit=config.queue_limit())
         return PooledProducer(producer, errors, reported, fast)
 
-    def open_slot(self, slot: SlotTransaction) -> _Slot:
+    def open_slot(self, slot: SlotTransaction, slots: int) -> Slot:
         """Task: a producer for the slot's transactional id; fence the previous owner.
+        ``slots``: the sink's slot count for this batch.
 
         With ``reuse_producers``, the producer this worker kept from the slot's previous
         task begins the transaction instead (see :mod:`connectors.kafka._pool`).
         """
-        if self.options.reuse_producers:
-            key = self._pool_key(slot.name)
+        if self.clients.options.reuse_producers:
+            key = self.clients.pool_key(slot.name)
             kept = SlotProducers.take(key)
             if kept is not None and SLOT_OWNERS.taken_over(key):
                 # Another worker of this host started the slot's newest producer: this one
@@ -100,21 +97,21 @@ class SlotWriter(KafkaSinkBase):
                     logger.info("sink %s: the kept producer of slot %d is unusable (%s)",
                                 self.sink_id, slot.slot, type(exc).__name__)
                 else:
-                    handle = _Slot(slot, kept.producer, time.monotonic(), errors=kept.errors,
-                                   reused=True, pooled=kept)
-                    handle.topics.update(self.known_topics)
+                    handle = Slot(slot, kept.producer, time.monotonic(), errors=kept.errors,
+                                  reused=True, pooled=kept)
+                    handle.topics.update(self.checks.known_topics)
                     return handle
         try:
-            fresh = self._new_producer(slot.name)
+            fresh = self.new_producer(slot.name)
             fresh.producer.begin_transaction()
         except KafkaException as exc:
-            err = self._error(exc, f"starting slot {slot.slot}'s transaction",
-                              batch_id=slot.batch_id, transaction_id=slot.name)
+            err = self.clients.error(exc, f"starting slot {slot.slot}'s transaction",
+                                     batch_id=slot.batch_id, transaction_id=slot.name)
             if isinstance(err, DETERMINISTIC_ERRORS):
-                raise self._fail(None, err, slot.barrier) from None
+                raise self.alignment.fail(None, err, slots, slot.barrier) from None
             raise err from None
-        handle = _Slot(slot, fresh.producer, time.monotonic(), errors=fresh.errors, pooled=fresh)
-        handle.topics.update(self.known_topics)
+        handle = Slot(slot, fresh.producer, time.monotonic(), errors=fresh.errors, pooled=fresh)
+        handle.topics.update(self.checks.known_topics)
         return handle
 
     def _probe(self, kept: PooledProducer, slot: SlotTransaction) -> None:
@@ -125,29 +122,30 @@ class SlotWriter(KafkaSinkBase):
         ran the slot, or the driver fenced it). Costs a round trip (~2-5 ms) instead of
         ``init_transactions``. Compaction keeps one probe per slot."""
         producer = kept.producer
-        with _client_errors():
-            producer.produce(self.options.marker_topic, b"", probe_key(slot.slot),
+        with client_errors():
+            producer.produce(self.clients.options.marker_topic, b"", probe_key(slot.slot),
                              partition=slot.slot)
-            left = producer.flush(self._timeout)
+            left = producer.flush(self.clients.timeout)
         if left or kept.errors:
             raise KafkaException(kept.errors[0] if kept.errors else KafkaError(
                 KafkaError._TIMED_OUT, "the probe of a kept producer was not delivered"))
 
-    def _keep(self, handle: _Slot) -> None:
+    def keep(self, handle: Slot) -> None:
         """After a clean end of the slot's transaction: keep its producer for the next task."""
-        if self.options.reuse_producers and handle.pooled is not None and not handle.open:
-            SlotProducers.give_back(self._pool_key(handle.ctx.name), handle.pooled)
+        if (self.clients.options.reuse_producers and handle.pooled is not None
+                and not handle.open):
+            SlotProducers.give_back(self.clients.pool_key(handle.ctx.name), handle.pooled)
         handle.pooled = None
 
-    def read_marker(self, handle: _Slot) -> SlotMarker | None:
+    def read_marker(self, handle: Slot, slots: int) -> SlotMarker | None:
         """Task, after fencing: this slot's marker for this batch, if it is committed."""
-        marker = self._committed_marker(handle)
+        marker = self.committed_marker(handle, slots)
         if marker is None:
             return None
-        handle.failure = _REPLAYED
+        handle.failure = REPLAYED
         return marker
 
-    def _newest_marker(self, handle: _Slot) -> SlotMarker | None:
+    def _newest_marker(self, handle: Slot) -> SlotMarker | None:
         """The slot's newest committed marker.
 
         A kept producer whose probe passed knows it without a read: only the slot's
@@ -159,12 +157,13 @@ class SlotWriter(KafkaSinkBase):
         pooled = handle.pooled
         if handle.reused and pooled is not None and pooled.knows_newest:
             return pooled.newest_marker
-        newest = self._last_marker(handle.ctx.slot, batch_id=handle.ctx.batch_id)
+        newest = self.clients.last_marker(handle.ctx.slot, batch_id=handle.ctx.batch_id)
         if pooled is not None:
             pooled.newest_marker, pooled.knows_newest = newest, True
         return newest
 
-    def _committed_marker(self, handle: _Slot) -> SlotMarker | None:
+    def committed_marker(self, handle: Slot, slots: int) -> SlotMarker | None:
+        """The slot's marker for this batch (or a later one: an error), if committed."""
         ctx = handle.ctx
         marker = self._newest_marker(handle)
         if marker is None or (marker.generation, marker.batch_id) < (
@@ -172,56 +171,32 @@ class SlotWriter(KafkaSinkBase):
         ):
             return None
         if (marker.generation, marker.batch_id) > (ctx.generation, ctx.batch_id):
-            raise self._fail(handle, FatalError(
+            raise self.alignment.fail(handle, FatalError(
                 f"slot {ctx.slot} already committed batch {marker.batch_id} (generation "
                 f"{marker.generation}), after this batch {ctx.batch_id}: Spark is running "
                 "an older batch than the sink wrote (another checkpoint?). Use the original "
                 "checkpoint, or a new sink_id", sink_id=self.sink_id, batch_id=ctx.batch_id,
-                transaction_id=ctx.name))
+                transaction_id=ctx.name), slots)
         return marker
 
-    def _check(self, handle: _Slot, batch: pa.RecordBatch) -> None:
-        ctx = handle.ctx
-
-        def error(message: str) -> BadInputError:
-            return BadInputError(message, sink_id=self.sink_id, batch_id=ctx.batch_id,
-                                 transaction_id=ctx.name)
-
-        scan = scan_batch(batch, self.limits, self.options.topic, error,
-                          values_in_errors=self.values_in_errors)
-        for topic, top in scan.topics.items():
-            partitions = handle.topics.get(topic)
-            if partitions is None:
-                try:
-                    meta = handle.producer.list_topics(topic, timeout=self._timeout)
-                except KafkaException as exc:
-                    raise self._error(exc, f"reading the metadata of {topic!r}",
-                                      batch_id=ctx.batch_id) from None
-                found = meta.topics.get(topic)
-                if found is None or found.error is not None or not found.partitions:
-                    raise error(f"topic {topic!r} does not exist: create it first")
-                partitions = handle.topics[topic] = len(found.partitions)
-            if top >= partitions:
-                what = (_partition_record(batch, partitions) if self.values_in_errors
-                        else "")
-                raise error(partition_beyond(top, topic, partitions, what))
-
-    def write(self, handle: _Slot, batch: pa.RecordBatch) -> None:
+    def write(self, handle: Slot, batch: pa.RecordBatch, slots: int) -> None:
         """Task: check the records of ``batch``, then produce them into the transaction."""
         try:
-            self._check(handle, batch)
+            self.checks.check_slot_batch(batch, handle.topics, handle.producer,
+                                         batch_id=handle.ctx.batch_id,
+                                         transaction_id=handle.ctx.name)
         except ConnectorError as exc:
             if isinstance(exc, DETERMINISTIC_ERRORS):
-                raise self._fail(handle, exc) from None
+                raise self.alignment.fail(handle, exc, slots) from None
             raise
         handle.batches.append(batch)
         if handle.stale:
             return  # the commit starts the slot over with every batch kept
         try:
-            with _client_errors():
+            with client_errors():
                 fast = handle.pooled.fast if handle.pooled is not None else None
                 rows, path = produce_batch(handle.producer.produce, handle.producer.poll,
-                                           batch, self.options.topic, fast)
+                                           batch, self.clients.options.topic, fast)
                 handle.rows += rows
                 handle.paths[path] = handle.paths.get(path, 0) + rows
                 handle.producer.poll(0)
@@ -234,8 +209,9 @@ class SlotWriter(KafkaSinkBase):
                             handle.ctx.slot, type(exc).__name__)
                 handle.stale = True
                 return
-            err = self._error(exc, f"producing slot {handle.ctx.slot}'s records",
-                              batch_id=handle.ctx.batch_id, transaction_id=handle.ctx.name)
+            err = self.clients.error(exc, f"producing slot {handle.ctx.slot}'s records",
+                                     batch_id=handle.ctx.batch_id,
+                                     transaction_id=handle.ctx.name)
             if isinstance(err, DETERMINISTIC_ERRORS):
-                raise self._fail(handle, err) from None
+                raise self.alignment.fail(handle, err, slots) from None
             raise err from None

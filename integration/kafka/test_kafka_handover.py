@@ -17,13 +17,8 @@ from typing import Any
 import pytest
 
 from connectors.kafka import KafkaSink
-<<<<<<< HEAD:integration/kafka/test_kafka_handover.py
-from connectors.spark.batch import MAX_BYTES, MAX_RECORDS, handover_rows
-from integration.support._kafka import KafkaTarget, target_fixture
-=======
 from connectors.spark._handover import MAX_BYTES, MAX_RECORDS, handover_rows
-from integration._kafka import KafkaTarget, target_fixture
->>>>>>> d533384 (Spark: batch.py becomes frames.py (SparkBatch, front_end, current_query_id) and re-exports nothing (callers import from the defining module; connectors.spark.batch stays one release as a deprecated alias that warns); spark_df, with_frame and handover leave core BatchInput for connectors.spark.inputs.SparkInput, sinks ask through spark_frame/with_frame/batch_handover; unit test: no module of connectors/spark imports a private name; docs/architecture.md (picture regenerated), docs/kafka.md, CHANGELOG. ruff, mypy, unit tests):integration/test_kafka_handover.py
+from integration.support._kafka import KafkaTarget, target_fixture
 
 pytestmark = [pytest.mark.integration]
 
@@ -71,10 +66,10 @@ def test_a_row_over_the_assumed_bound_reruns_the_batch_then_the_bound_grows(
         return sink.last_metrics.extra["arrow_batch_rows"]
 
     assert batch(0) == 10_000  # Spark's defaults: 64 MB / 10,000 rows -> 6,710 bytes a row
-    first = sink._frames.row_bound
+    first = sink._checks.frames.row_bound
     assert first == 64 * 1024 * 1024 // 10_000
     assert batch(1, pad=20_000) == 0  # guard tripped: Spark's batching, exactly once
-    assert sink._frames.row_bound == 8 * first
+    assert sink._checks.frames.row_bound == 8 * first
     assert batch(2, pad=30_000) == 64 * 1024 * 1024 // (8 * first)  # fits the new bound
     assert batch(3, pad=100_000) == 0  # tripped again: 64 * first leaves < 1,024 rows
     assert batch(4) == 0  # and the sink keeps Spark's batching from then on
@@ -92,11 +87,11 @@ def test_small_batches_in_the_driver_take_rows_over_the_assumed_bound_as_they_ar
     sink = KafkaSink(kafka.topic, {"bootstrap.servers": kafka.bootstrap},
                      sink_id=kafka.sink_id, slots=2)
     sink(_frame(spark, 0), 0)  # a driver run's first batch: the shuffle
-    first = sink._frames.row_bound
+    first = sink._checks.frames.row_bound
     sink(_frame(spark, 1, pad=20_000), 1)
     m = sink.last_metrics
     assert m is not None and m.outcome == "committed" and m.extra["driver_slots"] == 1.0, m
-    assert sink._frames.row_bound == first
+    assert sink._checks.frames.row_bound == first
     sink.close()
     kafka.assert_exact(2 * ROWS)
     padded = {m.json()["id"]: len(m.json()["pad"]) for m in kafka.messages()
@@ -115,7 +110,7 @@ def test_the_user_s_arrow_settings_size_the_batches_and_are_restored(
         sink(_frame(spark, 0), 0)
         assert sink.last_metrics is not None
         assert sink.last_metrics.extra["arrow_batch_rows"] == 4000
-        assert sink._frames.row_bound == 16 * 1024 * 1024 // 4000
+        assert sink._checks.frames.row_bound == 16 * 1024 * 1024 // 4000
         assert _settings(spark) == ("4000", "16m")
     finally:
         spark.conf.unset(MAX_RECORDS)

@@ -22,10 +22,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
 from pyspark.sql import SparkSession
 
-from connectors.kafka._batch import BatchProducer
 from connectors.kafka._native import murmur2
 from connectors.kafka._native_produce import NativeProducer, attach
-from connectors.kafka._records import _produce_records
+from connectors.kafka._produce import BatchProducer, produce_records
 from integration.support._kafka import (
     KafkaTarget,
     Message,
@@ -42,7 +41,7 @@ kafka = target_fixture("native")
 def produce_batch(produce: object, poll: object, batch: pa.RecordBatch, topic: str | None,
                   fast: NativeProducer | BatchProducer | None = None) -> int:
     """Rows produced by :func:`connectors.kafka._records.produce_batch`."""
-    from connectors.kafka._records import produce_batch as produce_with_path
+    from connectors.kafka._produce import produce_batch as produce_with_path
 
     rows, path = produce_with_path(produce, poll, batch, topic, fast)  # type: ignore[arg-type]
     assert path == ("record" if fast is None else fast.path)
@@ -329,7 +328,7 @@ def test_the_public_batch_path_writes_what_the_accelerator_writes_in_the_same_or
             elif path == "batch":
                 assert public.produce(topic, values, keys, partitions) == n
             else:
-                assert _produce_records(producer.produce, producer.poll, batch, topic) == n
+                assert produce_records(producer.produce, producer.poll, batch, topic) == n
             producer.commit_transaction(30)
             seen[path] = _by_partition(kafka.messages(topic))
             assert sum(len(r) for r in seen[path].values()) == n and len(seen[path]) == 3

@@ -30,17 +30,10 @@ from connectors.core.ledger import TaskCommit
 from connectors.core.metrics import BatchMetrics
 from connectors.core.protocol import CrashPoint
 from connectors.kafka import KafkaSink
-<<<<<<< HEAD:integration/kafka/test_kafka_small_batches.py
-from connectors.spark.batch import SparkBatch
+from connectors.spark.frames import SparkBatch
 from integration.kafka.test_kafka_kill import SLOTS, KafkaJob
 from integration.support._driver import reached
 from integration.support._kafka import KafkaTarget, target_fixture
-=======
-from connectors.spark.frames import SparkBatch
-from integration._driver import reached
-from integration._kafka import KafkaTarget, target_fixture
-from integration.test_kafka_kill import SLOTS, KafkaJob
->>>>>>> d533384 (Spark: batch.py becomes frames.py (SparkBatch, front_end, current_query_id) and re-exports nothing (callers import from the defining module; connectors.spark.batch stays one release as a deprecated alias that warns); spark_df, with_frame and handover leave core BatchInput for connectors.spark.inputs.SparkInput, sinks ask through spark_frame/with_frame/batch_handover; unit test: no module of connectors/spark imports a private name; docs/architecture.md (picture regenerated), docs/kafka.md, CHANGELOG. ruff, mypy, unit tests):integration/test_kafka_small_batches.py
 
 pytestmark = [pytest.mark.integration]
 

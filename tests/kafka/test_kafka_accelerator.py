@@ -1,7 +1,7 @@
-"""The ctypes accelerator's gate (``connectors.kafka._native.decide``): an allow-list checked
-before any pointer is read, a check in a throwaway child, the environment switch, and the
-public path every refusal falls back to (no broker: see integration/kafka/test_kafka_native.py
-for the records a real broker receives on each path)."""
+"""The ctypes accelerator's gate (``connectors.kafka._native.verify_accelerator``): an
+allow-list checked before any pointer is read, a check in a throwaway child, the environment
+switch, and the public path every refusal falls back to (no broker: see
+integration/kafka/test_kafka_native.py for the records a real broker receives on each path)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ from confluent_kafka import Producer
 
 from connectors.core.errors import ConfigurationError
 from connectors.kafka import _native
-from connectors.kafka._batch import BatchProducer
 from connectors.kafka._config import KafkaOptions
-from connectors.kafka._native import ACCELERATORS_ENV, VERIFIED, decide, layout_triple
+from connectors.kafka._native import ACCELERATORS_ENV, VERIFIED, layout_triple, verify_accelerator
 from connectors.kafka._native_produce import NativeProducer, attach
-from connectors.kafka._records import fast_producer
+from connectors.kafka._produce import BatchProducer, fast_producer
 
 
 @pytest.fixture(autouse=True)
@@ -78,11 +77,11 @@ def test_the_installed_layout_is_verified_and_the_child_check_passes(
     is read, and only allow-listed on purpose does the real child check run for it."""
     triple = layout_triple()
     if triple not in VERIFIED:
-        assert "not a verified layout" in decide().why
+        assert "not a verified layout" in verify_accelerator().why
         _native._reset_for_tests()
         monkeypatch.setattr(_native, "VERIFIED",
                             {**VERIFIED, triple: next(iter(VERIFIED.values()))})
-    decision = decide()
+    decision = verify_accelerator()
     assert decision.offset == _native.VERIFIED[triple], decision.why
     producer = _producer()
     native = attach(producer)
@@ -116,7 +115,7 @@ def test_another_handle_size_never_reads_a_pointer(monkeypatch: pytest.MonkeyPat
     touched = _no_pointer_reads(monkeypatch)
     assert attach(_producer()) is None
     assert touched == []
-    assert "Producer.__basicsize__" in decide().why
+    assert "Producer.__basicsize__" in verify_accelerator().why
 
 
 def test_the_environment_switch_forces_the_public_path(
@@ -128,7 +127,7 @@ def test_the_environment_switch_forces_the_public_path(
         fast = _fast(_producer())
     assert touched == []
     assert isinstance(fast, BatchProducer)
-    assert decide().why == f"{ACCELERATORS_ENV}=off"
+    assert verify_accelerator().why == f"{ACCELERATORS_ENV}=off"
     assert any(ACCELERATORS_ENV in r.getMessage() for r in caplog.records)
 
 
@@ -148,7 +147,7 @@ def test_a_child_that_crashes_or_disagrees_leaves_this_worker_on_the_public_path
     with caplog.at_level(logging.WARNING, logger="connectors.kafka._native"):
         fast = _fast(producer)
     assert isinstance(fast, BatchProducer)
-    decision = decide()
+    decision = verify_accelerator()
     assert decision.offset is None and expected in decision.why
     assert any(expected in r.getMessage() for r in caplog.records)
     assert os.getpid() > 0 and producer.list_topics is not None  # this process lives on
@@ -171,8 +170,8 @@ def test_the_child_runs_once_per_process(monkeypatch: pytest.MonkeyPatch) -> Non
 
 @pytest.mark.usefixtures("listed")
 def test_a_handle_that_does_not_verify_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert decide().offset is not None
-    lib = _native._STATE.lib
+    assert verify_accelerator().offset is not None
+    lib = _native.STATE.lib
     assert lib is not None
     monkeypatch.setattr(lib, "lib", _OpaqueLies(lib.lib))
     assert attach(_producer()) is None

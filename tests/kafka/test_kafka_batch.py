@@ -1,4 +1,4 @@
-"""The public batch path (``connectors.kafka._batch``) against a stand-in producer that
+"""The public batch path (``connectors.kafka._produce``) against a stand-in producer that
 behaves as confluent-kafka 2.16's ``Producer.produce_batch`` does (per-message
 ``partition`` ignored, ``_error`` on refused messages, no exception on a full queue)."""
 
@@ -13,9 +13,8 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.kafka._batch import BatchProducer, has_public_batch
 from connectors.kafka._placement import PARTITION_UA, murmur2
-from connectors.kafka._records import produce_batch
+from connectors.kafka._produce import BatchProducer, has_public_batch, produce_batch
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 

@@ -108,16 +108,16 @@ class _Brokers:
 @pytest.mark.parametrize(("brokers", "dense"), [(1, True), (16, True), (17, False)])
 def test_small_clusters_get_dense_connections(brokers: int, dense: bool) -> None:
     sink = KafkaSink("out", {"bootstrap.servers": "b"}, sink_id="s")
-    sink._admin = _Brokers(brokers)  # type: ignore[assignment]
-    sink._check_broker()
+    sink._clients._admin = _Brokers(brokers)  # type: ignore[assignment]
+    sink._clients.check_broker()
     conf = sink.config.producer("t", 30_000)
     assert ("enable.sparse.connections" in conf) is dense
     if dense:
         assert conf["enable.sparse.connections"] is False
     kept = KafkaSink("out", {"bootstrap.servers": "b", "enable.sparse.connections": True},
                      sink_id="s")
-    kept._admin = _Brokers(brokers)  # type: ignore[assignment]
-    kept._check_broker()
+    kept._clients._admin = _Brokers(brokers)  # type: ignore[assignment]
+    kept._clients.check_broker()
     assert kept.config.producer("t", 30_000)["enable.sparse.connections"] is True
 
 

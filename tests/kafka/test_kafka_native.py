@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from connectors.kafka import _native
-from connectors.kafka._native import MESSAGE, VERIFIED, _Lib, layout_triple, murmur2
+from connectors.kafka._native import MESSAGE, VERIFIED, RdKafka, layout_triple, murmur2
 from connectors.kafka._native_produce import _pointers, attach
 
 
@@ -114,7 +114,7 @@ def test_murmur2_is_kafka_s() -> None:
 @pytest.mark.parametrize("typ", [pa.binary(), pa.string(), pa.large_binary(),
                                  pa.large_string()])
 def test_murmur2_places_keys_where_librdkafka_s_partitioner_does(typ: pa.DataType) -> None:
-    lib = _Lib()
+    lib = RdKafka()
     rng = np.random.default_rng(7)
     raw = [bytes(rng.integers(0, 256, size=int(rng.integers(0, 41)), dtype=np.uint8))
            for _ in range(3000)] + [b"", b"k", b"k1", b"k12", b"k123", "\u00e9".encode()]
@@ -156,7 +156,7 @@ def test_a_negative_refresh_interval_never_refreshes_the_partition_count() -> No
 @pytest.mark.parametrize("length", [1, 3, 4, 5, 8, 36])
 def test_murmur2_of_keys_of_one_length_matches_librdkafka(length: int) -> None:
     """Equal lengths take the matrix path: same hashes as librdkafka, sliced or not."""
-    lib = _Lib()
+    lib = RdKafka()
     rng = np.random.default_rng(length)
     raw = [bytes(rng.integers(0, 256, size=length, dtype=np.uint8)) for _ in range(500)]
     arr = pa.array(raw, pa.binary())

@@ -8,11 +8,11 @@ import pyarrow as pa
 import pytest
 
 from connectors.core.errors import BadInputError
+from connectors.kafka._produce import produce_batch
 from connectors.kafka._records import (
     RECORD_OVERHEAD,
     RecordLimits,
     check_schema,
-    produce_batch,
     record_sizes,
     scan_batch,
 )

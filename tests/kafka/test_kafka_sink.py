@@ -19,7 +19,8 @@ from connectors.core.metrics import BatchMetrics
 from connectors.core.protocol import BatchState
 from connectors.core.tasks import SlotMarker, SlotTransaction
 from connectors.kafka import KafkaSink
-from connectors.kafka._slot import _Slot, marker_key
+from connectors.kafka._clients import KafkaClients
+from connectors.kafka._slot import Slot, marker_key
 
 
 class FakeProducer:
@@ -60,9 +61,9 @@ def _sink(**kwargs: Any) -> KafkaSink:
                      sink_id="unit", slots=2, **kwargs)
 
 
-def _handle(sink: KafkaSink, producer: FakeProducer) -> _Slot:
+def _handle(sink: KafkaSink, producer: FakeProducer) -> Slot:
     ctx = SlotTransaction("unit", 0, 5, "abcd1234", 0, 77, pa.schema([("value", pa.binary())]))
-    handle = _Slot(ctx, producer, time.monotonic())  # type: ignore[arg-type]
+    handle = Slot(ctx, producer, time.monotonic())  # type: ignore[arg-type]
     handle.topics["out"] = 3  # the driver checked the topic
     return handle
 
@@ -86,7 +87,8 @@ def test_commit_writes_the_marker_into_the_slots_partition_then_commits() -> Non
 def test_no_slot_commits_when_another_slot_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     sink, producer = _sink(), FakeProducer()
     handle = _handle(sink, producer)
-    monkeypatch.setattr(sink, "_gather", lambda h, status: [status, "failed|record too big"])
+    monkeypatch.setattr(sink._alignment, "gather",
+                        lambda h, status, slots, barrier=None: [status, "failed|record too big"])
     with pytest.raises(BadInputError, match="did not commit, because 1 other slot"):
         sink.commit_slot(handle, _marker())
     sink.abort_slot(handle)
@@ -101,12 +103,12 @@ def test_a_bad_record_tells_the_other_slots_before_failing(
     handle = _handle(sink, producer)
     sent: list[str] = []
 
-    def gather(h: _Slot, status: str, _barrier: object = None) -> list[str]:
+    def gather(h: Slot, status: str, _slots: int, _barrier: object = None) -> list[str]:
         sent.append(status)
         h.gathered = True
         return [status]
 
-    monkeypatch.setattr(sink, "_gather", gather)
+    monkeypatch.setattr(sink._alignment, "gather", gather)
     with pytest.raises(BadInputError, match="larger than the 100 bytes"):
         sink.write(handle, pa.record_batch({"value": pa.array([b"x" * 500])}))
     assert len(sent) == 1 and sent[0].startswith("failed|record 0")
@@ -156,9 +158,9 @@ def test_driver_warns_at_80_percent_of_the_transaction_timeout(
 
 def test_driver_clients_never_travel_to_executors() -> None:
     sink = _sink()
-    sink._admin_client()
+    sink._clients.admin()
     clone = pickle.loads(pickle.dumps(sink))
-    assert clone._admin is None and clone._ledger is None
+    assert clone._clients._admin is None and clone._ledger is None
 
 
 def test_a_slot_without_rows_still_commits_its_marker() -> None:
@@ -198,13 +200,13 @@ def pool(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Any:
     made: list[InitCountingProducer] = []
     markers: dict[int, SlotMarker] = {}
 
-    def new_producer(self: KafkaSink, _tid: str, **_kw: Any) -> InitCountingProducer:
+    def new_producer(self: KafkaClients, _tid: str, **_kw: Any) -> InitCountingProducer:
         made.append(InitCountingProducer())
         return made[-1]
 
-    monkeypatch.setattr(KafkaSink, "_producer", new_producer)
-    monkeypatch.setattr(KafkaSink, "_last_marker",
-                        lambda sink, slot, batch_id=None: markers.get(slot))
+    monkeypatch.setattr(KafkaClients, "producer", new_producer)
+    monkeypatch.setattr(KafkaClients, "last_marker",
+                        lambda clients, slot, batch_id=None: markers.get(slot))
     yield made, markers
     SlotProducers.clear()
 
@@ -218,7 +220,7 @@ def _slot_marker(batch_id: int, fp: Fingerprint) -> SlotMarker:
     return SlotMarker("unit", 0, batch_id, 0, "abcd1234", fp)
 
 
-def _run_slot(sink: KafkaSink, batch_id: int, values: list[bytes]) -> tuple[_Slot, dict[str, Any]]:
+def _run_slot(sink: KafkaSink, batch_id: int, values: list[bytes]) -> tuple[Slot, dict[str, Any]]:
     handle = sink.open_slot(_ctx(batch_id))
     assert sink.read_marker(handle) is None
     sink.write(handle, pa.record_batch({"value": pa.array(values, pa.binary())}))
@@ -328,19 +330,19 @@ def test_a_fresh_producer_fenced_at_commit_still_fails_the_attempt(pool: Any) ->
         sink.commit_slot(handle, _slot_marker(5, Fingerprint(0, 0)))
     from connectors.kafka._pool import SlotProducers
 
-    assert SlotProducers.take(sink._pool_key(handle.ctx.name)) is None  # not kept
+    assert SlotProducers.take(sink._clients.pool_key(handle.ctx.name)) is None  # not kept
 
 
 def test_a_fatal_error_met_by_flush_surfaces_as_the_kafka_exception() -> None:
     """confluent-kafka raises SystemError (cause: the KafkaException) from flush() of a
     fenced producer that has an error_cb; the sink sees the KafkaException."""
-    from connectors.kafka._slot import _client_errors
+    from connectors.kafka._slot import client_errors
 
     fenced = KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
-    with pytest.raises(KafkaException) as caught, _client_errors():
+    with pytest.raises(KafkaException) as caught, client_errors():
         raise SystemError("<method 'append' of 'list' objects> returned a result") from fenced
     assert caught.value is fenced
-    with pytest.raises(SystemError), _client_errors():
+    with pytest.raises(SystemError), client_errors():
         raise SystemError("something else")
 
 
@@ -542,13 +544,13 @@ def test_init_transactions_waits_for_a_learned_broker_first() -> None:
 def marker_reads(pool: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Slots whose marker partition was read (on top of ``pool``'s markers)."""
     reads: list[int] = []
-    read = KafkaSink._last_marker
+    read = KafkaClients.last_marker
 
-    def counting(sink: KafkaSink, slot: int, batch_id: int | None = None) -> Any:
+    def counting(clients: KafkaClients, slot: int, batch_id: int | None = None) -> Any:
         reads.append(slot)
-        return read(sink, slot, batch_id)
+        return read(clients, slot, batch_id)
 
-    monkeypatch.setattr(KafkaSink, "_last_marker", counting)
+    monkeypatch.setattr(KafkaClients, "last_marker", counting)
     return reads
 
 
@@ -601,7 +603,7 @@ def test_a_kept_producer_another_worker_of_the_host_replaced_is_dropped_without_
 
     made, _ = pool
     sink = _kept_after_batch_5(made)
-    key = sink._pool_key(_ctx(6).name)
+    key = sink._clients.pool_key(_ctx(6).name)
     assert not SLOT_OWNERS.taken_over(key)  # this process started the slot's producer
     # Another Python worker of this host ran the slot since (a new producer there).
     with open(os.path.join(SLOT_OWNERS.directory, key), "w") as f:
