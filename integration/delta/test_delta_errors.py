@@ -288,7 +288,7 @@ def test_batch_committed_but_not_recorded_is_reconciled_and_its_row_count_checke
         p.unlink()
     fewer = DeltaSink(str(path), sink_id="rc", merge_on=["id"])
     fails(lambda: fewer(events(spark, ROWS, ROWS - 1), 1), NonDeterministicReplayError,
-          f"has {ROWS - 1} row(s)", f"wrote {ROWS}")
+          f"has {ROWS - 1} row(s)", f"committed {ROWS} row(s)")
     fewer.close()
     again = DeltaSink(str(path), sink_id="rc", merge_on=["id"])
     again(events(spark, ROWS), 1)
