@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from connectors.core.ledger import LedgerEntry, TaskCommit
 from connectors.core.protocol import CrashPoint
+from connectors.core.transactions import SlotPlan
 
 __all__ = [
     "Abort",
@@ -30,11 +31,13 @@ __all__ = [
     "NewRun",
     "NoteSwept",
     "OpenRun",
+    "PlanSlots",
     "PrepareInput",
     "Prune",
     "ReadDecision",
     "ReadUnfinished",
     "RecordIntent",
+    "RecordSlots",
     "RunTasks",
     "TargetHasBatch",
     "TasksEnded",
@@ -132,6 +135,24 @@ class NoteSwept(Command):
 
 
 # ---- the batch ----
+@dataclass(frozen=True)
+class PlanSlots(Command):
+    """COMMIT_IN_TASK: the batch's slots (the sink's ``plan_slots``: the recorded count and
+    placement, kept while a batch some slots committed is unfinished) -> ``SlotPlan``."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True)
+class RecordSlots(Command):
+    """COMMIT_IN_TASK: record the batch's slots before any of its tasks runs (the sink's
+    ``record_slots``: a changed count or placement in the ledger, the slots' marker
+    partitions) -> ``None``."""
+
+    batch_id: int
+    plan: SlotPlan
+
+
 @dataclass(frozen=True)
 class PrepareInput(Command):
     """Validate the input and split it into tasks (the sink's ``prepare_input``) -> the

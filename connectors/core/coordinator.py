@@ -54,10 +54,12 @@ from connectors.core.commands import (
     NewRun,
     NoteSwept,
     OpenRun,
+    PlanSlots,
     PrepareInput,
     Prune,
     ReadDecision,
     RecordIntent,
+    RecordSlots,
     RunTasks,
     TargetHasBatch,
     TasksEnded,
@@ -70,6 +72,7 @@ from connectors.core.metrics import BatchMetrics
 from connectors.core.protocol import BatchState, CrashPoint, Family
 from connectors.core.recovery import Recovery, Settled
 from connectors.core.replay import check_replay
+from connectors.core.transactions import SlotPlan
 
 __all__ = ["Coordinator", "RunFacts", "Steps"]
 
@@ -317,6 +320,9 @@ class Coordinator:
 
     # ---- COMMIT_IN_TASK ----
     def _slot_batch(self, batch_id: int) -> Steps[None]:
+        plan = cast("SlotPlan", (yield from self._do(PlanSlots(batch_id))))
+        if plan.record:
+            yield from self._do(RecordSlots(batch_id, plan))
         slots = cast("int", (yield from self._do(PrepareInput(batch_id))))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         try:

@@ -41,11 +41,13 @@ from connectors.core.commands import (
     NewRun,
     NoteSwept,
     OpenRun,
+    PlanSlots,
     PrepareInput,
     Prune,
     ReadDecision,
     ReadUnfinished,
     RecordIntent,
+    RecordSlots,
     RunTasks,
     TargetHasBatch,
     TasksEnded,
@@ -183,6 +185,12 @@ class Executor:
             return None
         if isinstance(command, TasksEnded):
             return self._input().tasks_ended()
+        if isinstance(command, PlanSlots):
+            sink_s = cast("SlotParticipant[Any]", self.sink)
+            return sink_s.plan_slots(self._input(), self._context(command.batch_id))
+        if isinstance(command, RecordSlots):
+            cast("SlotParticipant[Any]", self.sink).record_slots(command.plan)
+            return None
         if isinstance(command, RecordIntent):
             sink_i = cast("DriverParticipant", self.sink)
             ctx = self._context(command.batch_id)

@@ -21,7 +21,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import TaskCommit
 from connectors.core.protocol import Family
 from connectors.core.template import TwoPhaseCommitSink
-from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
+from connectors.core.transactions import SlotMarker, SlotPlan, SlotTransaction, TaskTransaction
 
 __all__ = ["DriverCommitSink", "PreparedTransactionSink", "TaskCommitSink"]
 
@@ -162,6 +162,18 @@ class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
     def fence_all(self) -> int:
         """Driver, at (re)start and after a failed batch: fence every slot this sink ever
         used, so no transaction of a dead run stays open. Returns how many were fenced."""
+
+    def plan_slots(self, batch: BatchInput, ctx: BatchContext) -> SlotPlan:
+        """Driver, every new batch, before :meth:`prepare_input`: the batch's slots. A
+        sink whose slot count or placement is recorded (and may change between runs)
+        decides them here from its ledger, refusing a change while a batch some slots
+        committed is unfinished; ``record=True`` asks for :meth:`record_slots` first.
+        Default: :attr:`slots`, nothing to record."""
+        return SlotPlan(self.slots)
+
+    def record_slots(self, plan: SlotPlan) -> None:
+        """Driver, when :meth:`plan_slots` asked for it, before any task of the batch:
+        record ``plan`` (idempotently). Default: nothing."""
 
     def partition_input(self, batch: BatchInput) -> BatchInput:
         """Driver: the rows placed into :attr:`slots` partitions by a hash of their content

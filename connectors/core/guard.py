@@ -15,6 +15,8 @@ executor never performs it:
   decision of the batch, or with a transaction already rolled back; of another run; of a
   COMMIT_ON_DRIVER batch the target does not hold;
 - ``MarkCommitted`` before every transaction of the decision committed;
+- ``RecordSlots`` (a task-commit sink's slot count in its ledger) without the batch's
+  ``PlanSlots`` or once its tasks ran;
 - ``CommitBatch`` of a batch not first found absent from the ledger and the target, or
   without the attempt's intent recorded (``RecordIntent``, itself only for such a batch).
 
@@ -41,9 +43,11 @@ from connectors.core.commands import (
     Decide,
     ForbidDecision,
     MarkCommitted,
+    PlanSlots,
     ReadDecision,
     ReadUnfinished,
     RecordIntent,
+    RecordSlots,
     RunTasks,
     TargetHasBatch,
 )
@@ -91,6 +95,7 @@ class Guard:
         self.absent: set[int] = set()  # COMMIT_ON_DRIVER: neither ledger nor target has it
         self.held: set[int] = set()  # COMMIT_ON_DRIVER: the target holds the batch
         self.intended: set[int] = set()  # COMMIT_ON_DRIVER: the attempt's intent is recorded
+        self.planned: set[int] = set()  # COMMIT_IN_TASK: the batch's slots are planned
         self.batches: dict[int, BatchProtocol] = {}  # the state of each batch seen
 
     def state(self, batch_id: int) -> BatchState | None:
@@ -136,6 +141,10 @@ class Guard:
                 if missing:
                     self._refuse(f"batch {command.batch_id} recorded committed while "
                                  f"{missing} are not committed", command.batch_id)
+        elif isinstance(command, RecordSlots) and (
+                command.batch_id not in self.planned or command.batch_id in self.batches):
+            self._refuse(f"the slots of batch {command.batch_id} recorded without a plan or "
+                         "after its tasks ran", command.batch_id)
         elif isinstance(command, CommitBatch | RecordIntent) and (
                 command.batch_id not in self.absent):
             self._refuse(f"batch {command.batch_id} attempted on the target before the "
@@ -233,6 +242,8 @@ class Guard:
                 self._advance(command.batch_id, BatchState.DECIDED)
         elif isinstance(command, RecordIntent):
             self.intended.add(command.batch_id)
+        elif isinstance(command, PlanSlots):
+            self.planned.add(command.batch_id)
         elif isinstance(command, CommitBatch):
             self.held.add(command.batch_id)
             self._advance(command.batch_id, BatchState.DECIDED)

@@ -17,7 +17,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import TaskCommit
 from connectors.core.protocol import Family
 from connectors.core.retry import RetryPolicy
-from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
+from connectors.core.transactions import SlotMarker, SlotPlan, SlotTransaction, TaskTransaction
 
 __all__ = ["DriverParticipant", "Participant", "PreparedParticipant", "SlotParticipant"]
 
@@ -84,6 +84,10 @@ class SlotParticipant(Participant, Protocol[H]):
     def abort_slot(self, handle: H) -> None: ...
 
     def fence_all(self) -> int: ...
+
+    def plan_slots(self, batch: BatchInput, ctx: BatchContext) -> SlotPlan: ...
+
+    def record_slots(self, plan: SlotPlan) -> None: ...
 
 
 class DriverParticipant(Participant, Protocol):

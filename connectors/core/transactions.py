@@ -13,7 +13,7 @@ from connectors.core.naming import TransactionId, slot_name
 if TYPE_CHECKING:
     from connectors.core.batch import TaskBarrier
 
-__all__ = ["SlotMarker", "SlotTransaction", "TaskTransaction"]
+__all__ = ["SlotMarker", "SlotPlan", "SlotTransaction", "TaskTransaction"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,18 @@ class TaskTransaction:
     @property
     def batch_id(self) -> int:
         return self.transaction_id.batch_id
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    """A task-commit sink's slots for one batch (``TaskCommitSink.plan_slots``): how many,
+    the rule that places rows into them, and whether they must be recorded first
+    (``record``: the sink's ``record_slots``, e.g. a changed count in the ledger, or the
+    slots' marker partitions not yet checked in this driver run)."""
+
+    slots: int
+    placement: str = ""
+    record: bool = False
 
 
 @dataclass(frozen=True)

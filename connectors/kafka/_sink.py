@@ -55,6 +55,7 @@ from connectors.core.families import TaskCommitSink
 from connectors.core.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.core.tasks import SlotMarker, SlotTransaction
+from connectors.core.transactions import SlotPlan
 from connectors.kafka._checks import RecordChecks
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._committer import SlotCommitter
@@ -310,9 +311,9 @@ class KafkaSink(TaskCommitSink[Slot]):
         """Driver, before any task: columns and types; the topic exists (or is created)."""
         self._checks.validate_input(schema)
 
-    def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
-        """Driver, a new batch: the slot count and placement, every record checked before
-        any slot runs (``barrier=False``), then the rows placed into the slots."""
+    def plan_slots(self, batch: BatchInput, ctx: BatchContext) -> SlotPlan:
+        """Driver, a new batch: the slot count and placement (the ledger's while a batch
+        some slots committed is unfinished: :meth:`DriverSlots.plan`)."""
         assert self._ledger is not None
         wanted = self.slots
         if self._auto_slots:
@@ -322,6 +323,17 @@ class KafkaSink(TaskCommitSink[Slot]):
         self.slots = plan.slots
         # Keyed records by their key: one slot keeps a key's records in input order.
         self.slot_key = "key" if plan.placement == PLACEMENT_KEY else None
+        return plan
+
+    def record_slots(self, plan: SlotPlan) -> None:
+        """Driver, before the batch's tasks: the marker topic's partitions, and the slot
+        count and placement in the ledger where they change."""
+        assert self._ledger is not None
+        self._slot_book.record_slots(self._ledger, plan)
+
+    def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
+        """Driver, a new batch (after :meth:`plan_slots`): every record checked before any
+        slot runs (``barrier=False``), then the rows placed into the slots."""
         if self.barrier:
             check_barrier(batch, self.slots, self.sink_id)
             self._checks.validate_input(batch.schema)

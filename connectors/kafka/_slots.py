@@ -5,7 +5,8 @@ while a batch is unfinished), the marker topic with one partition per slot, and 
 every slot the sink ever used. Each action that touches the ledger or the cluster is one
 method with explicit arguments: :meth:`~DriverSlots.fence_all`,
 :meth:`~DriverSlots.unfinished`, :meth:`~DriverSlots.record_slots`; :meth:`~DriverSlots.plan`
-decides a batch's slots from them.
+decides a batch's slots from them. The coordinator orders them: ``PlanSlots`` then
+``RecordSlots`` (through its guard) before the batch's tasks, ``FenceAll`` at a start.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 
@@ -21,22 +21,15 @@ from connectors.core.batch import BatchInput
 from connectors.core.errors import ConfigurationError
 from connectors.core.naming import slot_name
 from connectors.core.tasks import SlotMarker
+from connectors.core.transactions import SlotPlan
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._io import init_transactions
 from connectors.kafka._ledger import PLACEMENT_KEY, PLACEMENT_ROW, KafkaLedger
 from connectors.kafka._pool import SLOT_OWNERS
 
-__all__ = ["PLACEMENT_KEY", "PLACEMENT_ROW", "DriverSlots", "SlotPlan", "check_barrier"]
+__all__ = ["PLACEMENT_KEY", "PLACEMENT_ROW", "DriverSlots", "check_barrier"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SlotPlan:
-    """A batch's slots: how many, and the rule that places rows into them."""
-
-    slots: int
-    placement: str
 
 
 class DriverSlots:
@@ -97,9 +90,10 @@ class DriverSlots:
                 return marker.batch_id
         return None
 
-    def record_slots(self, ledger: KafkaLedger | None, slots: int, placement: str) -> None:
-        """The marker topic with (at least) ``slots`` partitions, then, with ``ledger``,
-        ``slots`` and ``placement`` stored in it."""
+    def record_slots(self, ledger: KafkaLedger, plan: SlotPlan) -> None:
+        """The marker topic with (at least) ``plan.slots`` partitions, then the plan stored
+        in ``ledger`` where it differs from what the ledger has."""
+        slots, placement = plan.slots, plan.placement
         options, admin = self.clients.options, self.clients.admin()
         info = admin.topic(options.marker_topic)
         if info is None:
@@ -107,7 +101,7 @@ class DriverSlots:
                                {"cleanup.policy": "compact"})
         elif info.partitions < slots:
             admin.add_partitions(options.marker_topic, slots)
-        if ledger is not None:
+        if ledger.slots != slots or ledger.placement != placement:
             ledger.record_slots(slots, placement)
         self.marker_ready = slots
         self.slots_ever = max(self.slots_ever, slots, info.partitions if info else 0)
@@ -115,7 +109,8 @@ class DriverSlots:
     def plan(self, ledger: KafkaLedger, generation: int, wanted: int,
              placement: str) -> SlotPlan:
         """Driver, every batch: the slot count and placement rule (``wanted`` and
-        ``placement`` unless a batch is unfinished), recorded where they change."""
+        ``placement`` unless a batch is unfinished); ``record`` where they change or the
+        marker topic was not checked in this driver run (:meth:`record_slots`)."""
         sink_id = self.clients.sink_id
         stored, placed = ledger.slots, ledger.placement
         unfinished = None
@@ -140,11 +135,8 @@ class DriverSlots:
             else:
                 logger.info("sink %s: rows are placed into slots by the %r rule from now on "
                             "(was %r)", sink_id, placement, placed)
-        if stored == wanted and placed == placement and self.marker_ready == wanted:
-            return SlotPlan(wanted, placement)  # checked in this driver run
-        changed = stored != wanted or placed != placement
-        self.record_slots(ledger if changed else None, wanted, placement)
-        return SlotPlan(wanted, placement)
+        checked = stored == wanted and placed == placement and self.marker_ready == wanted
+        return SlotPlan(wanted, placement, record=not checked)
 
 
 def check_barrier(batch: BatchInput, slots: int, sink_id: str) -> None:

@@ -129,3 +129,37 @@ def test_driver_commit_needs_the_batch_absent_and_the_record_needs_it_held() -> 
     g.after(CommitBatch(0), None)
     g.before(Decide(record))
     refused(g, Decide(entry(0, state=BatchState.COMMITTED, run=OTHER)), "a decision of run")
+
+
+def test_a_slot_record_needs_its_plan_and_comes_before_the_tasks() -> None:
+    from connectors.core.commands import PlanSlots, RecordSlots
+    from connectors.core.transactions import SlotPlan
+
+    g = Guard(Family.COMMIT_IN_TASK, "s", RUN)
+    plan = SlotPlan(4, "key", record=True)
+    refused(g, RecordSlots(0, plan), "recorded without a plan or after its tasks ran")
+    g.before(PlanSlots(0))
+    g.after(PlanSlots(0), plan)
+    g.before(RecordSlots(0, plan))
+    ran(g, 0, commit(RUN, 0, 1))
+    refused(g, RecordSlots(0, plan), "recorded without a plan or after its tasks ran")
+
+
+def test_the_coordinator_plans_and_records_slots_before_a_slot_batch_runs() -> None:
+    from connectors.core.commands import LastBatchId, PlanSlots, PrepareInput, RecordSlots
+    from connectors.core.coordinator import Coordinator, RunFacts
+    from connectors.core.transactions import SlotPlan
+
+    c = Coordinator(Family.COMMIT_IN_TASK, "s", run_id=RUN, query_id="q")
+    steps = c.write(0, RunFacts(started=True, query_id="q"))
+    assert next(steps) == LastBatchId()
+    assert steps.send(None) == ReadDecision(0)
+    assert steps.send(None) == PlanSlots(0)
+    plan = SlotPlan(2, "row", record=True)
+    assert steps.send(plan) == RecordSlots(0, plan)
+    assert steps.send(None) == PrepareInput(0)
+    # a plan with nothing to record goes straight to the input
+    c = Coordinator(Family.COMMIT_IN_TASK, "s", run_id=RUN, query_id="q")
+    steps = c.write(0, RunFacts(started=True, query_id="q"))
+    next(steps), steps.send(None), steps.send(None)
+    assert steps.send(SlotPlan(2)) == PrepareInput(0)
