@@ -44,38 +44,36 @@ def test_no_class_in_connectors_is_built_from_two_of_the_project_s_classes() -> 
 
 
 def private_imports(path: Path) -> list[str]:
-    """``from X import _name`` statements of ``path`` (a module's private names stay in it;
-    importing a private *module* such as ``connectors.kafka._io`` is fine)."""
+    """``from X import _name`` statements of ``path``, every import (function-local and
+    ``TYPE_CHECKING`` ones included): a module's private names stay in it, and a private
+    module is imported by its path (``import connectors.delta._api as delta_api`` or
+    ``from connectors.delta._api import merge``), never as a name of its package."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
             for alias in node.names:
                 if alias.name.startswith("_") and not alias.name.startswith("__"):
-                    if _is_module(node, alias.name, path):
-                        continue
                     found.append(f"{path.name}:{node.lineno} from "
                                  f"{'.' * node.level}{node.module or ''} import {alias.name}")
     return found
 
 
-def _is_module(node: ast.ImportFrom, name: str, path: Path) -> bool:
-    """``from connectors.kafka import _native``: a private module of a package, not a name."""
-    if node.level:
-        base = path.parent
-        for _ in range(node.level - 1):
-            base = base.parent
-        parts = (node.module or "").split(".") if node.module else []
-        package = base.joinpath(*parts)
-    else:
-        package = PACKAGE.parent.joinpath(*(node.module or "").split("."))
-    return (package / f"{name}.py").exists() or (package / name).is_dir()
+#: Every package of ``connectors/``.
+PACKAGES = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
 
 
-#: The packages checked; widen to every package of ``connectors/`` once they all comply.
-PRIVATE_IMPORT_CHECKED = ["kafka"]
+def test_every_package_is_checked() -> None:
+    assert {"core", "delta", "kafka", "postgres", "spark", "cli", "testing"} <= set(PACKAGES)
 
 
-@pytest.mark.parametrize("package", PRIVATE_IMPORT_CHECKED)
+@pytest.mark.parametrize("package", PACKAGES)
 def test_no_module_imports_another_module_s_private_name(package: str) -> None:
     found = [hit for path in _sources(PACKAGE / package) for hit in private_imports(path)]
     assert not found, f"make these names public within the package: {found}"
+
+
+def test_the_check_sees_a_private_name(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from __future__ import annotations\nfrom a._b import c, _d\n"
+                      "def f():\n    from . import _e\n")
+    assert private_imports(module) == ["m.py:2 from a._b import _d", "m.py:4 from . import _e"]

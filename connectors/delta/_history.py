@@ -56,11 +56,11 @@ def history_rows(session: SparkSession, location: str, limit: int | None) -> lis
     first: ``version``, ``ms`` (commit time), ``userMetadata``, ``operationMetrics``.
     Public API (``DeltaTable.history``; ``DESCRIBE HISTORY`` under Spark Connect: see
     :mod:`connectors.delta._api`); Delta reads only those commits' files."""
-    from connectors.delta import _api
+    import connectors.delta._api as delta_api
 
-    if not _api.is_delta_table(session, location):
+    if not delta_api.is_delta_table(session, location):
         return []  # no table yet: no commits
-    return list(_api.history(session, location, limit).selectExpr(
+    return list(delta_api.history(session, location, limit).selectExpr(
         "version", "unix_millis(timestamp) AS ms", "userMetadata", "operationMetrics"
     ).collect())
 

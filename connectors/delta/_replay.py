@@ -81,9 +81,9 @@ def _column_mapping(actions: list[dict[str, Any]], session: SparkSession, locati
         meta = action.get("metaData")
         if meta is not None:
             return str((meta.get("configuration") or {}).get("delta.columnMapping.mode", "none"))
-    from connectors.delta import _api
+    import connectors.delta._api as delta_api
 
-    return str(_api.properties(session, location).get("delta.columnMapping.mode", "none"))
+    return str(delta_api.properties(session, location).get("delta.columnMapping.mode", "none"))
 
 
 def committed_fingerprint(

@@ -95,9 +95,9 @@ def snapshot_schema(session: SparkSession, location: str) -> StructType | None:
     (after a commit of this driver Delta's cached snapshot is that commit's: no job), or
     ``None`` on any error: then the sink reads the table when it next needs the schema."""
     try:
-        from connectors.delta import _api
+        import connectors.delta._api as delta_api
 
-        return _api.table_schema(session, location)
+        return delta_api.table_schema(session, location)
     except Exception as exc:
         logger.debug("DeltaSink: no snapshot schema (%s); the table is read instead",
                      type(exc).__name__)

@@ -113,9 +113,9 @@ class DeltaWriter:
     def create_empty(self, df: DataFrame) -> None:
         """create_table for MERGE: an empty table with the batch's schema (one commit,
         without a txn id: if the driver dies after it, the next run finds the table)."""
-        from connectors.delta import _api
+        import connectors.delta._api as delta_api
 
-        if _api.is_delta_table(df.sparkSession, self.location):
+        if delta_api.is_delta_table(df.sparkSession, self.location):
             return
         writer = self.changes.table_df(df).limit(0).write.format("delta").mode("append")
         if self.partition_by:
@@ -124,14 +124,14 @@ class DeltaWriter:
         logger.info("sink %s: created the Delta table at %s", self.sink_id, self.location)
 
     def _merge(self, df: DataFrame, ctx: BatchContext, tag: CommitTag) -> None:
-        from connectors.delta import _api
+        import connectors.delta._api as delta_api
         from connectors.spark._binding import is_connect
 
         session = df.sparkSession
         source = self.changes.source(df)
         if self.changes.merge is None:
             with self._merge_confs(session, ctx, tag):
-                _api.merge(session, self.location, source, self.changes,
+                delta_api.merge(session, self.location, source, self.changes,
                            schema_evolution=self.merge_schema)
             return
         if is_connect(session):
