@@ -295,9 +295,9 @@ def prepared_xacts(conn: psycopg.Connection[Any]) -> int:
 
 
 def sink_prepared(sink: Any) -> list[str]:
-    """This benchmark's sink's own prepared transactions (its ``recover()``): must be none."""
+    """This benchmark's sink's own prepared transactions (its ``list_prepared()``): must be none."""
     try:
-        return [str(t) for t in sink.recover()]
+        return [str(t) for t in sink.list_prepared()]
     except Exception as exc:
         return [f"(could not list: {type(exc).__name__}: {exc})"]
 

@@ -157,7 +157,7 @@ class FileSystemSink(PreparedTransactionSink[_FileTxn]):
         shutil.rmtree(self.staging_dir / (self._name(transaction_id) + _PREPARED),
                       ignore_errors=True)
 
-    def recover(self) -> Iterable[str]:
+    def list_prepared(self) -> Iterable[str]:
         if not self.staging_dir.exists():
             return []
         # An unprepared staging directory is garbage of a task that died before its

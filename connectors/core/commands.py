@@ -155,7 +155,7 @@ class RecordSlots(Command):
 
 @dataclass(frozen=True)
 class PrepareInput(Command):
-    """Validate the input and split it into tasks (the sink's ``prepare_input``) -> the
+    """Validate the input and split it into tasks (the sink's ``plan_input``) -> the
     number of tasks the protocol expects (COMMIT_IN_TASK: its slots), ``int | None``."""
 
     batch_id: int

@@ -172,7 +172,7 @@ class Executor:
             return ledger.last_batch_id()
         if isinstance(command, ListPrepared):
             sink = cast("PreparedParticipant[Any]", self.sink)
-            return self._retry(lambda: list(sink.recover()), "listing prepared transactions")
+            return self._retry(lambda: list(sink.list_prepared()), "listing prepared transactions")
         if isinstance(command, OpenRun):
             ledger.open_run(command.run_id)
             self.sink.begin_run()
@@ -213,7 +213,7 @@ class Executor:
             return cast("DriverParticipant", self.sink).is_committed(
                 self._context(command.batch_id))
         if isinstance(command, PrepareInput):
-            self.batch = self.sink.prepare_input(self._input(), self._context(command.batch_id))
+            self.batch = self.sink.plan_input(self._input(), self._context(command.batch_id))
             if self.sink.family is Family.COMMIT_IN_TASK:
                 return cast("SlotParticipant[Any]", self.sink).slots
             return None
@@ -228,7 +228,7 @@ class Executor:
         if isinstance(command, Decide):
             return self._timed("decide_ms", partial(self._decide, command.entry))
         if isinstance(command, ForbidDecision):
-            return ledger.abort(command.batch_id, command.run_id)
+            return ledger.forbid_decision(command.batch_id, command.run_id)
         if isinstance(command, Commit):
             sink_p = cast("PreparedParticipant[Any]", self.sink)
             tid = command.commit.transaction_id

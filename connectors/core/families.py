@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
+from connectors.core.deprecation import call_renamed
 from connectors.core.errors import ConfigurationError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import TaskCommit
@@ -75,12 +76,19 @@ class PreparedTransactionSink(TwoPhaseCommitSink, Generic[H]):
         """Driver: roll back a prepared transaction; nothing to do if it does not exist."""
 
     @abstractmethod
-    def recover(self) -> Iterable[str]:
+    def list_prepared(self) -> Iterable[str]:
         """Driver: ids of this sink's transactions that are prepared right now.
 
         The template keeps only ids whose sink id is exactly this sink's, so a loose
-        filter here (e.g. by prefix) cannot touch another sink.
+        filter here (e.g. by prefix) cannot touch another sink. (Formerly ``recover``: it
+        lists; the template decides what to commit or roll back.)
         """
+
+    def recover(self) -> Iterable[str]:
+        """Deprecated alias of :meth:`list_prepared` (removed in the next release)."""
+        ids: Iterable[str] = call_renamed(self, "PreparedTransactionSink", "recover",
+                                          "list_prepared")
+        return ids
 
 
 class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
@@ -164,7 +172,7 @@ class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
         used, so no transaction of a dead run stays open. Returns how many were fenced."""
 
     def plan_slots(self, batch: BatchInput, ctx: BatchContext) -> SlotPlan:
-        """Driver, every new batch, before :meth:`prepare_input`: the batch's slots. A
+        """Driver, every new batch, before :meth:`plan_input`: the batch's slots. A
         sink whose slot count or placement is recorded (and may change between runs)
         decides them here from its ledger, refusing a change while a batch some slots
         committed is unfinished; ``record=True`` asks for :meth:`record_slots` first.

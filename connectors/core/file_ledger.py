@@ -181,7 +181,7 @@ class FileLedger(Ledger):
             )
             return entry
 
-    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
+    def forbid_decision(self, batch_id: int, run_id: str) -> LedgerEntry | None:
         with self._locked():
             existing = self.get(batch_id)
             if existing is not None and existing.run_id == run_id:

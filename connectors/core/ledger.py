@@ -7,7 +7,7 @@ of the two-phase protocol (presumed abort: no decision, no commit).
 
 Each target keeps its ledger where its data lives (a PostgreSQL table, a compacted Kafka
 topic, a Delta table's transaction log, a directory); they all implement :class:`Ledger`.
-Implementations must make :meth:`Ledger.decide`, :meth:`Ledger.abort` and
+Implementations must make :meth:`Ledger.decide`, :meth:`Ledger.forbid_decision` and
 :meth:`Ledger.bind_query` atomic against each other across processes.
 """
 
@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from connectors.core.deprecation import adopt_renamed_hooks, call_renamed
 from connectors.core.errors import ProtocolStateError, QueryBindingError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.protocol import BatchState
@@ -147,11 +148,17 @@ class Ledger(ABC):
 
     sink_id: str
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # ``abort`` was renamed ``forbid_decision`` (it forbids a decision; it rolls
+        # nothing back): a ledger that still overrides ``abort`` works, with a warning.
+        adopt_renamed_hooks(cls, {"abort": "forbid_decision"}, base="Ledger")
+
     def open_run(self, run_id: str) -> None:  # noqa: B027 - optional hook
         """Called when a driver run starts, before it reconciles (optional).
 
         A ledger shared by several processes can fence older drivers here, e.g. by bumping
-        an epoch that :meth:`decide` and :meth:`abort` check.
+        an epoch that :meth:`decide` and :meth:`forbid_decision` check.
         """
 
     @abstractmethod
@@ -181,20 +188,26 @@ class Ledger(ABC):
         """Record ``entry`` (state DECIDED or COMMITTED) as the decision for its batch.
 
         Atomic: if the batch already has a decision, return that one unchanged (the
-        first insert wins; the caller compares ``run_id``); if ``abort`` recorded an
-        abort for ``(entry.batch_id, entry.run_id)``, raise
+        first insert wins; the caller compares ``run_id``); if :meth:`forbid_decision`
+        forbade the decision to ``(entry.batch_id, entry.run_id)``, raise
         :class:`~connectors.core.errors.FencedError`. Durable when it returns.
         """
 
     @abstractmethod
-    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
-        """Record that run ``run_id`` must never decide ``batch_id``.
+    def forbid_decision(self, batch_id: int, run_id: str) -> LedgerEntry | None:
+        """Record that run ``run_id`` must never decide ``batch_id`` (an *abort record*).
 
         Atomic with :meth:`decide`: if that run already decided the batch, record
         nothing and return its decision (which must then be committed, never rolled
         back); otherwise return ``None``, and the caller may roll the run's
-        transactions back.
+        transactions back. (Formerly ``abort``: it aborts no transaction.)
         """
+
+    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
+        """Deprecated alias of :meth:`forbid_decision` (removed in the next release)."""
+        entry: LedgerEntry | None = call_renamed(self, "Ledger", "abort", "forbid_decision",
+                                                 batch_id, run_id)
+        return entry
 
     @abstractmethod
     def mark_committed(self, batch_id: int) -> None:

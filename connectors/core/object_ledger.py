@@ -15,8 +15,8 @@ generation). A decision is one create, so two drivers deciding one batch cannot 
 the binding is a read-then-replace loop, so a reset cannot be lost. Reads see every
 acknowledged write (S3, GCS and Azure are strongly consistent for reads and lists).
 
-:meth:`ObjectLedger.decide` and :meth:`ObjectLedger.abort` are two objects, so the two are
-ordered only by the sink's lease (:mod:`connectors.core.object_lease`): a sink's writers
+:meth:`ObjectLedger.decide` and :meth:`ObjectLedger.forbid_decision` are two objects, so the
+two are ordered only by the sink's lease (:mod:`connectors.core.object_lease`): a sink's writers
 hold it, and no operator tool aborts a batch of a driver-committing sink.
 
 While the sink's lease is held (:meth:`ObjectLedger.hold`) the ledger keeps the batch ids
@@ -207,7 +207,7 @@ class ObjectLedger(Ledger):
             return LedgerEntry.from_json(found[0])
         return entry
 
-    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
+    def forbid_decision(self, batch_id: int, run_id: str) -> LedgerEntry | None:
         existing = self.get(batch_id)
         if existing is not None and existing.run_id == run_id:
             return existing

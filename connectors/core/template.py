@@ -23,7 +23,7 @@ The hooks of a prepared-transaction sink, in outline (a complete, runnable sink 
         def abort_transaction(self, handle): ...
         def commit(self, commit): ...
         def abort(self, transaction_id): ...
-        def recover(self): ...
+        def list_prepared(self): ...
 
     query = df.writeStream.foreachBatch(MySink(sink_id="mine")).start()
 """
@@ -39,6 +39,7 @@ import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.coordinator import Coordinator
+from connectors.core.deprecation import adopt_renamed_hooks, call_renamed
 from connectors.core.engine import EngineCall, batch_input_for
 from connectors.core.errors import ConfigurationError, GracefulStop
 from connectors.core.executor import DriverState, Executor
@@ -95,6 +96,12 @@ class TwoPhaseCommitSink(ABC):
     hash_rows_in_tasks: ClassVar[bool] = False
     #: COMMIT_ON_DRIVER only: see :class:`DriverCommitSink`.
     fingerprint_in_commit: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Renamed hooks: a sink that still overrides the old name works, with a warning.
+        adopt_renamed_hooks(cls, {"prepare_input": "plan_input"}, base="TwoPhaseCommitSink")
+        adopt_renamed_hooks(cls, {"recover": "list_prepared"}, base="PreparedTransactionSink")
 
     def __init__(
         self,
@@ -166,17 +173,24 @@ class TwoPhaseCommitSink(ABC):
         """
         return batch
 
-    def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
+    def plan_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
         """Driver, once per new batch (never for a replay the ledger already has), before
         any task runs: check the input and split it into the tasks the protocol runs.
 
         The default calls :meth:`validate_input`, then the family's split
         (:meth:`partition_input`; a task-commit sink's slots). A sink that needs more
         (its target's metadata, a check of every record before any slot runs) overrides
-        it and calls ``super()``, or returns a batch of the same rows.
+        it and calls ``super()``, or returns a batch of the same rows. (Formerly
+        ``prepare_input``: it has nothing to do with the two-phase commit's prepare.)
         """
         self.validate_input(batch.schema)
         return self.partition_input(batch)
+
+    def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
+        """Deprecated alias of :meth:`plan_input` (removed in the next release)."""
+        planned: BatchInput = call_renamed(self, "TwoPhaseCommitSink", "prepare_input",
+                                           "plan_input", batch, ctx)
+        return planned
 
     def fingerprint_input(self, batch: BatchInput) -> Fingerprint | None:
         """Driver: the batch's fingerprint for the replay check (``None`` skips the check).

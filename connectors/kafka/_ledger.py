@@ -292,7 +292,7 @@ class KafkaLedger(Ledger):
         self._entries[entry.batch_id] = entry
         return entry
 
-    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
+    def forbid_decision(self, batch_id: int, run_id: str) -> LedgerEntry | None:
         self._ready()
         existing = self._entries.get(batch_id)
         if existing is not None and existing.run_id == run_id:

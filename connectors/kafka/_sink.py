@@ -331,7 +331,7 @@ class KafkaSink(TaskCommitSink[Slot]):
         assert self._ledger is not None
         self._slot_book.record_slots(self._ledger, plan)
 
-    def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
+    def plan_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
         """Driver, a new batch (after :meth:`plan_slots`): every record checked before any
         slot runs (``barrier=False``), then the rows placed into the slots."""
         if self.barrier:

@@ -3,7 +3,7 @@
 After the template recorded the decision in the ledger, :meth:`Committer.commit` runs
 ``COMMIT PREPARED`` for exactly the ids Spark returned (a gid no longer prepared is proved
 committed by its receipt, else the rows are lost and it says so); :meth:`Committer.abort`
-runs ``ROLLBACK PREPARED``; :meth:`Committer.recover` lists this sink's prepared
+runs ``ROLLBACK PREPARED``; :meth:`Committer.list_prepared` lists this sink's prepared
 transactions in this database so the template's sweeps roll back everything else.
 All of it on the driver's one connection (:class:`~connectors.postgres._ledger.DriverConnection`).
 """
@@ -74,7 +74,7 @@ class Committer:
             return
         self._settle("ROLLBACK PREPARED", transaction_id, tid)  # gone already: nothing to do
 
-    def recover(self) -> list[str]:
+    def list_prepared(self) -> list[str]:
         """Ids of this sink's transactions prepared in this database right now."""
         rows = self.db.fetch(
             "listing prepared transactions",

@@ -282,7 +282,7 @@ class PostgresLedger(Ledger):
         result: LedgerEntry = self._run("recording the decision", decide, batch_id=entry.batch_id)
         return result
 
-    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
+    def forbid_decision(self, batch_id: int, run_id: str) -> LedgerEntry | None:
         def abort(conn: psycopg.Connection[Any]) -> LedgerEntry | None:
             with conn.transaction():
                 self._locked(conn)

@@ -236,8 +236,8 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
     def abort(self, transaction_id: str) -> None:
         self._committer().abort(transaction_id)
 
-    def recover(self) -> Iterable[str]:
-        return self._committer().recover()
+    def list_prepared(self) -> Iterable[str]:
+        return self._committer().list_prepared()
 
     def close(self) -> None:
         super().close()

@@ -121,7 +121,7 @@ class InMemoryLedger(Ledger):
             self._store.decisions[entry.batch_id] = entry
             return entry
 
-    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
+    def forbid_decision(self, batch_id: int, run_id: str) -> LedgerEntry | None:
         with self._lock:
             existing = self._store.decisions.get(batch_id)
             if existing is not None and existing.run_id == run_id:
@@ -203,7 +203,7 @@ class InMemoryPreparedSink(PreparedTransactionSink[_MemTxn]):
         with self.target.lock:
             self.target.prepared.pop(transaction_id, None)
 
-    def recover(self) -> Iterable[str]:
+    def list_prepared(self) -> Iterable[str]:
         with self.target.lock:
             return list(self.target.prepared)  # every sink's: the template filters
 

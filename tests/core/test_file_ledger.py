@@ -81,7 +81,7 @@ def test_first_decision_wins(ledger: FileLedger) -> None:
 
 
 def test_abort_then_decide_by_the_same_run_is_fenced(ledger: FileLedger) -> None:
-    assert ledger.abort(0, RUN_A) is None
+    assert ledger.forbid_decision(0, RUN_A) is None
     with pytest.raises(FencedError) as info:
         ledger.decide(entry(0, RUN_A))
     assert RUN_A in str(info.value)
@@ -91,31 +91,31 @@ def test_abort_then_decide_by_the_same_run_is_fenced(ledger: FileLedger) -> None
 
 
 def test_abort_of_one_run_does_not_fence_another(ledger: FileLedger) -> None:
-    ledger.abort(0, RUN_A)
+    ledger.forbid_decision(0, RUN_A)
     mine = entry(0, RUN_B)
     assert ledger.decide(mine) == mine
 
 
 def test_abort_of_one_batch_does_not_fence_another(ledger: FileLedger) -> None:
-    ledger.abort(0, RUN_A)
+    ledger.forbid_decision(0, RUN_A)
     assert ledger.decide(entry(1, RUN_A)).run_id == RUN_A
 
 
 def test_decide_then_abort_by_the_same_run_returns_the_decision(ledger: FileLedger) -> None:
     decided = ledger.decide(entry(0, RUN_A))
-    assert ledger.abort(0, RUN_A) == decided
+    assert ledger.forbid_decision(0, RUN_A) == decided
     assert ledger.get(0) == decided  # still decided: must be committed, never rolled back
 
 
 def test_abort_by_another_run_after_a_decision_returns_none(ledger: FileLedger) -> None:
     decided = ledger.decide(entry(0, RUN_A))
-    assert ledger.abort(0, RUN_B) is None
+    assert ledger.forbid_decision(0, RUN_B) is None
     assert ledger.get(0) == decided
 
 
 def test_a_decision_found_first_wins_over_an_abort_record(ledger: FileLedger) -> None:
     decided = ledger.decide(entry(0, RUN_A))
-    ledger.abort(0, RUN_B)
+    ledger.forbid_decision(0, RUN_B)
     # decide by the aborted run returns the existing decision (first wins), no error
     assert ledger.decide(entry(0, RUN_B)) == decided
 
@@ -166,7 +166,7 @@ def test_everything_survives_a_new_instance(ledger: FileLedger) -> None:
     first = ledger.decide(entry(0))
     ledger.mark_committed(0)
     second = ledger.decide(entry(1, RUN_B))
-    ledger.abort(2, RUN_C)
+    ledger.forbid_decision(2, RUN_C)
 
     again = reopen(ledger)
     assert again.bound_query() == "query-1"
@@ -183,7 +183,7 @@ def test_no_temporary_files_are_left_behind(ledger: FileLedger) -> None:
     for b in range(3):
         ledger.decide(entry(b))
         ledger.mark_committed(b)
-    ledger.abort(3, RUN_B)
+    ledger.forbid_decision(3, RUN_B)
     leftovers = [p for p in ledger.root.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
 
@@ -222,7 +222,7 @@ def test_a_cache_ledger_skips_the_fsyncs_of_decisions_only(
     assert calls == []
     assert CacheLedger(cache.root, sink_id=SINK).entries() == [first.committed(), second]
     cache.bind_query("q")  # the binding and abort records stay durable
-    cache.abort(2, RUN_B)
+    cache.forbid_decision(2, RUN_B)
     assert len(calls) == 4
 
 
@@ -288,9 +288,9 @@ def test_prune_never_removes_a_decided_unfinished_batch(ledger: FileLedger) -> N
 
 def test_prune_forgets_old_abort_records_and_keeps_recent_ones(ledger: FileLedger) -> None:
     _decide_committed(ledger, range(10))
-    ledger.abort(1, RUN_B)
-    ledger.abort(8, RUN_B)
-    ledger.abort(12, RUN_B)
+    ledger.forbid_decision(1, RUN_B)
+    ledger.forbid_decision(8, RUN_B)
+    ledger.forbid_decision(12, RUN_B)
     ledger.prune(3)
     names = sorted(p.name for p in (ledger.root / "aborts").iterdir())
     assert names == [f"{8:020d}-{RUN_B}.json", f"{12:020d}-{RUN_B}.json"]
@@ -374,7 +374,7 @@ def test_reset_rebinds_bumps_the_generation_and_forgets_everything(ledger: FileL
     assert ledger.generation() == 0
     _decide_committed(ledger, range(3))
     ledger.decide(entry(3))
-    ledger.abort(4, RUN_B)
+    ledger.forbid_decision(4, RUN_B)
     assert ledger.bind_query("q2", reset=True) == 1
     assert ledger.bound_query() == "q2"
     assert ledger.entries() == []
@@ -436,7 +436,8 @@ def _decide_many(root: str, n: int, results: Any) -> None:
 
 def _abort_many(root: str, n: int, results: Any) -> None:
     ledger = FileLedger(root, sink_id=SINK)
-    out = {b: ("saw decision" if ledger.abort(b, RUN_A) else "aborted") for b in range(n)}
+    out = {b: ("saw decision" if ledger.forbid_decision(b, RUN_A) else "aborted")
+           for b in range(n)}
     results.put(("abort", out))
 
 

@@ -94,11 +94,11 @@ def test_decided_batches_commit_and_prune() -> None:
 def test_abort_fences_a_run_and_a_decision_wins_over_its_abort() -> None:
     store = MemoryStore()
     ledger = ObjectLedger(store, sink_id=SINK)
-    assert ledger.abort(3, "aaaaaaaa") is None
+    assert ledger.forbid_decision(3, "aaaaaaaa") is None
     with pytest.raises(FencedError):
         ledger.decide(committed(3, "aaaaaaaa"))
     ledger.decide(committed(3, "bbbbbbbb"))
-    assert ledger.abort(3, "bbbbbbbb") == ledger.get(3)
+    assert ledger.forbid_decision(3, "bbbbbbbb") == ledger.get(3)
 
 
 def test_no_list_while_the_lease_is_held() -> None:

@@ -523,8 +523,8 @@ class HookedLedger(Ledger):
     def get(self, batch_id: int) -> LedgerEntry | None:
         return self.inner.get(batch_id)
 
-    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
-        return self.inner.abort(batch_id, run_id)
+    def forbid_decision(self, batch_id: int, run_id: str) -> LedgerEntry | None:
+        return self.inner.forbid_decision(batch_id, run_id)
 
     def mark_committed(self, batch_id: int) -> None:
         self.inner.mark_committed(batch_id)
