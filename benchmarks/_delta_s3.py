@@ -223,7 +223,7 @@ def _metric(sink: DeltaSink, key: str) -> float:
 
 def _lease_requests(sink: DeltaSink) -> int:
     """The lease's requests so far, from the ledger's store (private: a benchmark's view)."""
-    ledger = sink._committer.ledger
+    ledger = sink._commits.ledger
     return int(getattr(getattr(ledger, "store", None), "lease_requests", 0))
 
 

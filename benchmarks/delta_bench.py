@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     # sink-txn's driver runs each log that the accelerator is off (txn_seed=False), once per
     # round: the table below says so once.
-    logging.getLogger("connectors.delta._committer").setLevel(logging.ERROR)
+    logging.getLogger("connectors.delta._table_commits").setLevel(logging.ERROR)
 
     from connectors.delta import DeltaSink
     from connectors.delta._txn_seed import ACCELERATORS_ENV, seed_problem

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from connectors.core.template import ReplayPolicy
     from connectors.delta._changes import ChangeSpec
-    from connectors.delta._committer import DeltaCommitter
+    from connectors.delta._table_commits import TableCommits
 
 __all__ = ["TableReplay"]
 
@@ -34,7 +34,7 @@ class TableReplay:
     changes: ChangeSpec
     verify_replay: bool
     on_replay_mismatch: ReplayPolicy
-    committer: DeltaCommitter
+    commits: TableCommits
     session: SparkSession
     location: str
     df: DataFrame | None
@@ -49,10 +49,10 @@ class TableReplay:
         Txn path: answered from the log as read once at the start of the run, kept up to
         date by the sink's ``commit_batch``. A transaction id that Delta forgot (expired,
         or the table was restored or recreated) is settled from the table's history, or
-        refused. :class:`DeltaCommitter` answers; a batch found committed is compared with
+        refused. :class:`TableCommits` answers; a batch found committed is compared with
         its commit (:meth:`_check_reconciled`).
         """
-        return self.committer.is_committed(self.session, self.location, ctx,
+        return self.commits.is_committed(self.session, self.location, ctx,
                                            self._check_reconciled)
 
     def committed_fingerprint(self, ctx: BatchContext) -> Fingerprint | None:
@@ -71,7 +71,7 @@ class TableReplay:
             self._replay_check(ctx).reconciled(self._find_commit(ctx))
 
     def _find_commit(self, ctx: BatchContext) -> Commit | None:
-        return self.committer.find_commit(self.session, self.location, ctx.app_id,
+        return self.commits.find_commit(self.session, self.location, ctx.app_id,
                                           ctx.batch_id)
 
     def _replay_check(self, ctx: BatchContext) -> ReplayCheck:

@@ -3,9 +3,10 @@
 Family COMMIT_ON_DRIVER: the driver commits the whole batch as one Delta commit tagged with
 ``userMetadata`` ``{"connectors": {sink, app, batch, ...}}`` (:mod:`connectors.delta._meta`),
 on one of two paths (**tag**, the default; **txn**, Delta's txn id:
-:mod:`connectors.delta._committer`). The hooks delegate by role: options (``_options``),
-the table's place (``_table``), commits (``_committer``, ``_history``), what the table holds
-(``_replay_hooks``, ``_replay``), the write (``_writer``, ``_changes``), the ledger.
+:mod:`connectors.delta._table_commits`). The hooks delegate by role: options
+(``_options``), the table's place (``_table``), its commits (``_table_commits``,
+``_history``), what it holds (``_replay_hooks``, ``_replay``), the write (``_writer``,
+``_changes``), the ledger.
 
 Per batch the template calls: :meth:`committed_fingerprint` (a replay the ledger records),
 :meth:`validate_input`, :meth:`is_committed` (the table holds a batch the ledger lacks:
@@ -26,7 +27,6 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.delta._changes import MergeFunction
-from connectors.delta._committer import DeltaCommitter, DeltaPath
 from connectors.delta._fingerprint import fingerprint_now, observe
 from connectors.delta._meta import CommitTag
 from connectors.delta._object_ledger import open_ledger
@@ -34,6 +34,7 @@ from connectors.delta._options import Mode, check_batch, check_changes, check_op
 from connectors.delta._replay_hooks import TableReplay
 from connectors.delta._store import spark_conf
 from connectors.delta._table import local_path, read_schema, resolve_table, snapshot_schema
+from connectors.delta._table_commits import DeltaPath, TableCommits
 from connectors.delta._txn_seed import seed_txn_lookup
 from connectors.delta._writer import DeltaWriter
 from connectors.spark.inputs import spark_frame
@@ -201,9 +202,9 @@ class DeltaSink(DriverCommitSink):
         self._location: str | None = None
         self._schema: StructType | None = None
         self._batch_path: DeltaPath | None = None  # the path the last commit took
-        self._committer = DeltaCommitter(self.sink_id, delta_txn_id=self.delta_txn_id,
+        self._commits = TableCommits(self.sink_id, delta_txn_id=self.delta_txn_id,
                                          txn_seed=self.txn_seed)
-        self._committer.storage_options = self.storage_options  # Spark Connect reads
+        self._commits.storage_options = self.storage_options  # Spark Connect reads
 
     def __repr__(self) -> str:
         target = f"{self.path!r}" if self.path is not None else f"table={self.table!r}"
@@ -233,10 +234,10 @@ class DeltaSink(DriverCommitSink):
 
     def begin_run(self) -> None:  # a failed commit's outcome is known only to the log
         self._schema = None
-        self._committer.forget()
+        self._commits.forget()
 
     def record_intent(self, ctx: BatchContext) -> None:  # the tag path's intent
-        self._committer.record_intent(self._session, ctx)
+        self._commits.record_intent(self._session, ctx)
 
     def report_metrics(self, metrics: BatchMetrics) -> None:
         """Delta's own write time, the commit path, the ledger's object-store requests."""
@@ -244,12 +245,12 @@ class DeltaSink(DriverCommitSink):
             metrics.extra["write_ms"] = round(self._write_ms, 1)
         if self._batch_path is not None:
             metrics.extra[f"delta_path_{self._batch_path}"] = 1
-        self._committer.report(metrics)
+        self._commits.report(metrics)
 
     def close(self) -> None:
         super().close()
         self._schema = None
-        self._committer.close()
+        self._commits.close()
         self._location = None
 
     @property
@@ -284,18 +285,18 @@ class DeltaSink(DriverCommitSink):
         ledger = open_ledger(self.ledger_path, self.location, self.sink_id,
                              conf=spark_conf(self._session), options=self.storage_options,
                              probe=self._probe)
-        self._committer.ledger = ledger
+        self._commits.ledger = ledger
         return ledger
 
     def _probe(self, app_id: str) -> int | None:
-        """The ledger is empty: the table's last batch of ``app_id`` (DeltaCommitter.probe)."""
+        """The ledger is empty: the table's last batch of ``app_id`` (TableCommits.probe)."""
         session = self._session
-        return self._committer.probe(session, self.location(), app_id)
+        return self._commits.probe(session, self.location(), app_id)
 
     # ---- what the table holds (TableReplay answers) ----
     def _table_replay(self) -> TableReplay:
         return TableReplay(self.sink_id, self.changes, self.verify_replay,
-                           self.on_replay_mismatch, self._committer, self._session,
+                           self.on_replay_mismatch, self._commits, self._session,
                            self.location(), self._df)
 
     def is_committed(self, ctx: BatchContext) -> bool:
@@ -351,12 +352,12 @@ class DeltaSink(DriverCommitSink):
         history first; on the txn path Delta skips a version it holds.
         """
         df = spark_frame(batch)
-        assert df is not None and self._committer.ledger is not None
+        assert df is not None and self._commits.ledger is not None
         session = df.sparkSession
-        path = self._committer.choose_path(session)
+        path = self._commits.choose_path(session)
         tag = CommitTag(self.sink_id, ctx.app_id, ctx.batch_id, ctx.query_id, ctx.run_id)
         # Step 1
-        if path == "tag" and self._committer.landed_before(session, self.location(), ctx):
+        if path == "tag" and self._commits.landed_before(session, self.location(), ctx):
             self._batch_path = path
             return None
         writer = DeltaWriter(
@@ -376,10 +377,10 @@ class DeltaSink(DriverCommitSink):
         )
         source = observed.df if observed is not None else df
         # Step 3 (an object-store ledger's lease may have lapsed: never commit without it)
-        self._committer.ledger.check_lease()
+        self._commits.ledger.check_lease()
         self._write_ms = writer.write(source, ctx, tag, new_table=self._schema is None)
         # Step 4
-        self._committer.committed(ctx)  # read the history again if a replay must find it
+        self._commits.committed(ctx)  # read the history again if a replay must find it
         self._batch_path = path
         # txn_seed: spare the next batch's write Delta's state reconstruction (_txn_seed).
         if path == "txn_seed" and not seed_txn_lookup(session, self.location(), ctx.app_id,

@@ -29,9 +29,9 @@ from connectors.core.ledger import LedgerEntry
 from connectors.core.object_ledger import ObjectLedger
 from connectors.core.protocol import BatchState
 from connectors.delta import CommitTag
-from connectors.delta._committer import DeltaCommitter
 from connectors.delta._object_ledger import DeltaObjectLedger
 from connectors.delta._store import ObstoreStore, options_for, store_url
+from connectors.delta._table_commits import TableCommits
 from integration.support._driver import REPO
 from integration.support._fixtures_services import S3Service
 
@@ -186,7 +186,7 @@ def test_wrong_credentials_name_the_table_and_the_setting_never_the_secret(
 def test_the_sink_reads_the_log_through_delta_rs_without_a_jvm(
     table: Table, s3_service: S3Service, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """DeltaCommitter.read_log under Spark Connect (no JVM gateway): the session's s3a
+    """TableCommits.read_log under Spark Connect (no JVM gateway): the session's s3a
     confs, mapped to delta-rs's settings; nothing from the environment."""
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
@@ -202,7 +202,7 @@ def test_the_sink_reads_the_log_through_delta_rs_without_a_jvm(
         _jvm = None
         conf = confs
 
-    committer = DeltaCommitter("ahead", delta_txn_id=True, txn_seed=None)
+    committer = TableCommits("ahead", delta_txn_id=True, txn_seed=None)
     committer.storage_options = {"AWS_REGION": "us-east-1"}
     state = committer.read_log(Connect(), table.location, ["ahead"])  # type: ignore[arg-type]
     assert state.exists and state.table_version == 6 and state.versions == {}

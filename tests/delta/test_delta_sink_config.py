@@ -65,10 +65,10 @@ def test_sink_id_is_required_and_validated() -> None:
 
 def test_sink_pickles_without_driver_state() -> None:
     sink = DeltaSink("/d", sink_id="s", merge_on=["k"])
-    sink._committer.versions = {"s": 3}
+    sink._commits.versions = {"s": 3}
     clone = pickle.loads(pickle.dumps(sink))
-    assert clone.merge_on == ("k",) and clone._committer.versions == {}
-    assert clone._committer.ledger is None and sink._committer.versions == {"s": 3}
+    assert clone.merge_on == ("k",) and clone._commits.versions == {}
+    assert clone._commits.ledger is None and sink._commits.versions == {"s": 3}
 
 
 def test_sinks_refuse_repeated_sink_ids_so_delta_never_skips_a_write() -> None:

@@ -1,5 +1,5 @@
 """DeltaRsLog (the Delta log through delta-rs), the delta-rs storage options and URIs, and
-DeltaCommitter.read_log without a JVM gateway; local tables written by delta-rs, no
+TableCommits.read_log without a JVM gateway; local tables written by delta-rs, no
 service."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 
 from connectors.core.errors import ConfigurationError, DependencyError, TransientError
-from connectors.delta._committer import DeltaCommitter
 from connectors.delta._rs_log import DeltaRsLog, StoreRefusedError, delta_rs_uri, redact_uri
 from connectors.delta._store import delta_rs_options, is_secret_option
+from connectors.delta._table_commits import TableCommits
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -167,7 +167,7 @@ class _ConnectSession:
 
 def test_read_log_without_a_jvm_gateway_reads_through_delta_rs(tmp_path: Path) -> None:
     write(tmp_path, txns=[deltalake.Transaction("s", 2)])
-    committer = DeltaCommitter("s", delta_txn_id=True, txn_seed=None)
+    committer = TableCommits("s", delta_txn_id=True, txn_seed=None)
     state = committer.read_log(_ConnectSession({}), str(tmp_path), ["s"])  # type: ignore[arg-type]
     assert state.exists and state.version("s") == 2
     empty = committer.read_log(_ConnectSession({}), str(tmp_path / "new"), ["s"])  # type: ignore[arg-type]

@@ -1,7 +1,10 @@
-"""The commit path of a DeltaSink and what the table already holds (driver side).
+"""What a DeltaSink's table has committed, and the path its commits take (driver side).
+
+It commits nothing itself (the writer does, :mod:`connectors.delta._writer`): it chooses
+how each commit is made idempotent and answers "does the table hold this batch?".
 
 Two ways to make the batch's one Delta commit idempotent, chosen per sink (``delta_txn_id``)
-and once per driver run (:meth:`DeltaCommitter.choose_path`):
+and once per driver run (:meth:`TableCommits.choose_path`):
 
 - **tag** (default, public APIs only): the commit carries the tag and no Delta txn id, so
   Delta does no txn lookup (no state reconstruction) on the write. The sink's ledger records
@@ -16,7 +19,7 @@ and once per driver run (:meth:`DeltaCommitter.choose_path`):
   state reconstruction per commit (~2x a plain append) unless the accelerator of
   :mod:`connectors.delta._txn_seed` runs (``txn_seed``; verified 4.4.0 classes only).
 
-:class:`DeltaCommitter` keeps what one driver run knows of the table's commits: the
+:class:`TableCommits` keeps what one driver run knows of the table's commits: the
 ledger, the Delta log as read at the start of the run (txn path), the last committed batch
 per app id, the history's tags, the attempts made in this process. None of it is pickled.
 """
@@ -50,7 +53,7 @@ if TYPE_CHECKING:
     from connectors.delta._ledger import DeltaLedger
     from connectors.delta._object_ledger import DeltaObjectLedger
 
-__all__ = ["DeltaCommitter", "DeltaPath"]
+__all__ = ["DeltaPath", "TableCommits"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +63,7 @@ logger = logging.getLogger(__name__)
 DeltaPath = Literal["tag", "txn_seed", "txn"]
 
 
-class DeltaCommitter:
+class TableCommits:
     """What one driver run of a sink knows of its table's commits, and the lookups that
     answer "does the table hold this batch?" on either commit path.
 
