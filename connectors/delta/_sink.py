@@ -3,10 +3,9 @@
 Family COMMIT_ON_DRIVER: the driver commits the whole batch as one Delta commit tagged with
 ``userMetadata`` ``{"connectors": {sink, app, batch, ...}}`` (:mod:`connectors.delta._meta`),
 on one of two paths (**tag**, the default; **txn**, Delta's txn id:
-:mod:`connectors.delta._table_commits`). The hooks delegate by role: options
-(``_options``), the table's place (``_table``), its commits (``_table_commits``,
-``_history``), what it holds (``_replay_hooks``, ``_replay``), the write (``_writer``,
-``_changes``), the ledger.
+:mod:`connectors.delta._table_commits`). The hooks delegate by role: options, the table's
+place, its commits (``_table_commits``, ``_history``), what the table holds
+(``_replay_hooks``, ``_replay``), the write (``_writer``, ``_changes``), the ledger.
 
 Per batch the template calls: :meth:`committed_fingerprint` (a replay the ledger records),
 :meth:`validate_input`, :meth:`is_committed` (the table holds a batch the ledger lacks:
