@@ -6,7 +6,11 @@ end-to-end exactly-once output through two-phase commit, modelled on Apache Flin
 ``TwoPhaseCommitSinkFunction``: tasks pre-commit, the driver records a decision and
 commits; a restarted driver commits what was decided and aborts the rest.
 
-The public API is what this module's ``__all__`` lists; everything else is private.
+This module is the API for people who run queries: the sinks, stopping, errors, retry
+policies and :class:`BatchMetrics` (``sink.last_metrics``); its ``__all__`` lists it. The
+API for people who write a sink for a new target (the templates, ledgers, transactions,
+fingerprints) is :mod:`connectors.sdk`; the author's test kit is :mod:`connectors.testing`.
+Everything else is private.
 
 Example::
 
@@ -26,8 +30,8 @@ naming one without its extra raises an ImportError that says which extra to inst
 import logging
 from typing import TYPE_CHECKING, Any
 
-from connectors.core.batch import BatchContext, BatchInput, TaskInfo
-from connectors.core.engine import EngineCall, register_front_end
+from connectors.core.deprecation import moved_name
+from connectors.core.engine import register_front_end as _register_front_end
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
@@ -43,13 +47,7 @@ from connectors.core.errors import (
     RetriesExhaustedError,
     TransientError,
 )
-from connectors.core.families import DriverCommitSink, PreparedTransactionSink, TaskCommitSink
-from connectors.core.file_ledger import FileLedger
-from connectors.core.fingerprint import Fingerprint, fingerprint_batch
-from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit
 from connectors.core.metrics import BatchMetrics
-from connectors.core.naming import TransactionId, validate_sink_id
-from connectors.core.protocol import BatchState, CrashPoint, Family
 from connectors.core.retry import (
     DEFAULT_COMMIT_RETRY,
     ExponentialBackoff,
@@ -58,10 +56,10 @@ from connectors.core.retry import (
     NoRetry,
     RetryPolicy,
 )
-from connectors.core.template import TwoPhaseCommitSink
-from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
 
 if TYPE_CHECKING:
+    from connectors.core.batch import BatchInput
+    from connectors.core.engine import EngineCall
     from connectors.delta import DeltaSink, DeltaSinks
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
@@ -75,7 +73,9 @@ if TYPE_CHECKING:
 __version__ = "0.1.0.dev0"
 
 
-def _spark_front_end(data: Any, call: EngineCall) -> tuple[BatchInput, str | None] | None:
+def _spark_front_end(
+    data: Any, call: "EngineCall"
+) -> "tuple[BatchInput, str | None] | None":
     """Spark's front end (classic and Connect), loaded (with pyspark) on the first object
     that comes from pyspark; the core itself knows no engine (:mod:`connectors.core.engine`)."""
     if not type(data).__module__.startswith("pyspark."):
@@ -85,7 +85,7 @@ def _spark_front_end(data: Any, call: EngineCall) -> tuple[BatchInput, str | Non
     return front_end(data, call)
 
 
-register_front_end(_spark_front_end)
+_register_front_end(_spark_front_end)
 
 # Every module logs through ``logging.getLogger(__name__)``, below this package's logger
 # (as does the "connectors.metrics" channel). As the logging HOWTO advises libraries, the
@@ -107,10 +107,22 @@ _LAZY = {
 }
 
 
+#: Names for connector authors that ``connectors`` exported until this release and
+#: :mod:`connectors.sdk` exports now: still found here for one release, with a
+#: DeprecationWarning naming their new home.
+_MOVED = dict.fromkeys((
+    "BatchContext", "BatchInput", "BatchState", "CrashPoint", "DriverCommitSink", "EngineCall",
+    "Family", "FileLedger", "Fingerprint", "Ledger", "LedgerEntry", "PreparedTransactionSink",
+    "SlotMarker", "SlotTransaction", "TaskCommit", "TaskCommitSink", "TaskInfo",
+    "TaskTransaction", "TransactionId", "TwoPhaseCommitSink", "fingerprint_batch",
+    "register_front_end", "validate_sink_id",
+), "connectors.sdk")
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'connectors' has no attribute {name!r}")
+        return moved_name(__name__, name, _MOVED)
     import importlib
 
     return getattr(importlib.import_module(module), name)
@@ -118,51 +130,30 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_COMMIT_RETRY",
     "BadInputError",
-    "BatchContext",
-    "BatchInput",
     "BatchMetrics",
-    "BatchState",
     "ConfigurationError",
     "ConnectorError",
-    "CrashPoint",
     "DataLossError",
     "DeltaSink",
     "DeltaSinks",
     "DependencyError",
-    "DriverCommitSink",
     "ExponentialBackoff",
     "FailureRate",
-    "Family",
     "FatalError",
     "FencedError",
-    "FileLedger",
-    "Fingerprint",
     "FixedDelay",
     "GracefulStop",
     "KafkaSink",
-    "Ledger",
-    "LedgerEntry",
     "NoRetry",
     "NonDeterministicReplayError",
     "PostgresSink",
-    "PreparedTransactionSink",
     "ProtocolStateError",
     "QueryBindingError",
     "RetriesExhaustedError",
     "RetryPolicy",
-    "SlotMarker",
-    "SlotTransaction",
     "StopReport",
-    "TaskCommit",
-    "TaskCommitSink",
-    "TaskInfo",
-    "TaskTransaction",
-    "TransactionId",
     "TransientError",
-    "TwoPhaseCommitSink",
     "await_termination",
-    "fingerprint_batch",
     "stop_gracefully",
     "stop_on_sigterm",
-    "validate_sink_id",
 ]

@@ -1,6 +1,6 @@
 """A complete custom sink with no external service: Parquet files in a directory.
 
-Built only on the public template (``connectors.PreparedTransactionSink``):
+Built only on the public template (``connectors.sdk.PreparedTransactionSink``):
 
 - each task writes its rows to a Parquet file in ``_staging/<txn>.inprogress/``;
 - pre-commit = close and fsync the file, then rename the directory to ``<txn>.prepared``
@@ -8,7 +8,7 @@ Built only on the public template (``connectors.PreparedTransactionSink``):
 - commit = atomic rename of the prepared file to ``data/<txn>.parquet`` (the committed
   file is its own receipt: a commit is proven by the file, never presumed);
 - abort = delete the prepared directory;
-- the ledger is a :class:`connectors.FileLedger` in ``_ledger/``.
+- the ledger is a :class:`connectors.sdk.FileLedger` in ``_ledger/``.
 
 Usage::
 
@@ -33,7 +33,7 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors import (
+from connectors.sdk import (
     DataLossError,
     FileLedger,
     Fingerprint,

@@ -45,8 +45,10 @@ PYSPARK = "pyspark"
 #: Each node's role in one line (a package or module of connectors/ without one, or one
 #: listed here that no longer exists, fails the script: the legend cannot go stale).
 ROLES: dict[str, str] = {
-    "connectors": "the public names (`from connectors import PostgresSink`); registers "
+    "connectors": "the API for users (`from connectors import PostgresSink`); registers "
                   "the Spark front end and imports each target's package on first use",
+    "sdk": "the API for connector authors (`from connectors.sdk import "
+           "PreparedTransactionSink`): templates, ledgers, transactions, fingerprints",
     "__main__": "`python -m connectors`: the command line",
     "_deps": "a target's client library imported, or an error naming the extra to install",
     "core": "the protocol, once for every target, without Spark: families, coordinator, "

@@ -50,13 +50,16 @@ def call_renamed(obj: object, base: str, old: str, new: str, *args: Any) -> Any:
     """The body of the deprecated alias ``base.old``: warn, then call hook ``new`` of
     ``obj`` as its class implements it, skipping methods adopted from an old-named
     override, so that such an override calling ``super().old(...)`` reaches its parent's
-    implementation (not itself again)."""
-    warnings.warn(
-        f"{base}.{old}() is deprecated (removed in the next release): call {new}()",
-        DeprecationWarning,
-        stacklevel=3,  # the caller of the alias
-    )
-    for klass in type(obj).__mro__:
+    implementation (not itself again). Such a class was warned once when it was made: its
+    ``super()`` calls are not warned again."""
+    mro = type(obj).__mro__
+    if not any(new in klass.__dict__.get(_ADOPTED, ()) for klass in mro):
+        warnings.warn(
+            f"{base}.{old}() is deprecated (removed in the next release): call {new}()",
+            DeprecationWarning,
+            stacklevel=3,  # the caller of the alias
+        )
+    for klass in mro:
         if new in klass.__dict__ and new not in klass.__dict__.get(_ADOPTED, ()):
             return klass.__dict__[new].__get__(obj, type(obj))(*args)
     raise AttributeError(f"{type(obj).__name__} implements no {new}()")

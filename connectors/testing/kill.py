@@ -24,7 +24,7 @@ Example (the example file-system sink's driver, ``examples/stream_to_files.py``)
 
     from pathlib import Path
 
-    from connectors import CrashPoint
+    from connectors.sdk import CrashPoint
     from connectors.testing.kill import KillJob, kill_at_each
     from examples.fs_sink import read_output
 

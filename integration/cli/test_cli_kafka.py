@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from integration.kafka.test_kafka_kill import KafkaJob
 from integration.support._driver import reached, run_cli
 from integration.support._kafka import (

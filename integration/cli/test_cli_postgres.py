@@ -21,8 +21,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors import CrashPoint
 from connectors.postgres._config import Conninfo
+from connectors.sdk import CrashPoint
 from integration.postgres.test_postgres_kill import CRASH_BATCH, ROWS_PER_FILE, PgJob
 from integration.support._driver import REPO, spark_batches
 from integration.support._pg import DRIVER_PGOPTIONS, PgTarget, check_restart

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from connectors.testing.kill import kill_at_each
 from integration.connect._connect_server import connect_server, start_server
 from integration.core.test_stopping import PG_CI, Stopped, batches_for, stop_chain, wide

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from examples.fs_sink import read_output
 from examples.stream_to_files import make_input_files
 from integration.support._driver import (

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from integration.delta.test_delta_kill import APPEND, COLUMNS, MERGE, DeltaJob
 from integration.delta.test_delta_s3 import S3DeltaJob
 from integration.kafka.test_kafka_kill import KafkaJob

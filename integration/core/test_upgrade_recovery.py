@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from integration.core._upgrade import release_tree, run_tree
 from integration.delta.test_delta_kill import APPEND, MERGE, DeltaJob
 from integration.kafka.test_kafka_kill import SLOTS, KafkaJob

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from integration.delta._delta_cdc import COLUMNS, SINKS, change, expected_dynamic, expected_merge
 from integration.support._delta import intent_batches, ledger_batches, table_rows, tagged_commits
 from integration.support._driver import REPO, SEED, DriverRun, KillJob, reached, spark_batches

@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors import CrashPoint
 from connectors.delta._txn_seed import accelerators_off
+from connectors.sdk import CrashPoint
 from examples.stream_to_files import make_input_files
 from integration.support._delta import (
     file_batches,

@@ -33,10 +33,10 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from connectors import CrashPoint
 from connectors.core.engine import EngineCall, batch_input_for
 from connectors.core.errors import NonDeterministicReplayError, QueryBindingError
 from connectors.delta import DeltaSink
+from connectors.sdk import CrashPoint
 from integration.delta._delta_s3 import S3Tables
 from integration.delta.test_delta_kill import APPEND, COLUMNS, MERGE, PLAN, SHORT_PLAN, DeltaJob
 from integration.support._driver import REPO, SEED, DriverRun, kill_at_each, kill_at_random, reached

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from connectors import CrashPoint
 from connectors.core.protocol import CRASH_POINTS, Family
 from connectors.kafka._native import ACCELERATORS_ENV, accelerators_off
+from connectors.sdk import CrashPoint
 from examples.stream_to_files import make_input_files
 from integration.support._driver import (
     REPO,

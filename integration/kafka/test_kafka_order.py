@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from integration.support._driver import REPO, DriverRun, point_reached, reached, run_driver
 from integration.support._kafka import KafkaTarget, ledger, markers, read_all, target_fixture
 

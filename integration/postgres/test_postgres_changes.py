@@ -33,10 +33,10 @@ import pytest
 from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 
-from connectors import CrashPoint
 from connectors.core.errors import BadInputError, ConfigurationError, NonDeterministicReplayError
 from connectors.core.protocol import CRASH_POINTS, Family, Side
 from connectors.postgres import PostgresSink
+from connectors.sdk import CrashPoint
 from connectors.testing import LocalBatch
 from examples.stream_changes_to_postgres import CHANGE_SCHEMA, Change, make_change_files
 from integration.support._driver import REPO, SEED, KillJob, kill_at_each, kill_at_random

@@ -32,7 +32,7 @@ from typing import Any
 import pyspark
 import pytest
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from examples.stream_to_files import make_input_files
 from integration.support._driver import (
     REPO,

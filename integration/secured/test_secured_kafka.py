@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from connectors import ConfigurationError, CrashPoint
+from connectors import ConfigurationError
 from connectors.kafka import KafkaSink
+from connectors.sdk import CrashPoint
 from integration.services import secured as _secured
 from integration.support._driver import (
     REPO,

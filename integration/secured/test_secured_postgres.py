@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from examples.stream_to_files import make_input_files
 from integration.services import secured as _secured
 from integration.support._driver import (

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors import CrashPoint
+from connectors.sdk import CrashPoint
 from connectors.testing.kill import (
     KillJob,
     kill_at_each,
