@@ -31,8 +31,8 @@ __all__ = [
     "NewRun",
     "NoteSwept",
     "OpenRun",
+    "PlanInput",
     "PlanSlots",
-    "PrepareInput",
     "Prune",
     "ReadDecision",
     "ReadUnfinished",
@@ -69,7 +69,7 @@ class LastBatchId(Command):
 
 @dataclass(frozen=True)
 class ListPrepared(Command):
-    """Ids of the sink's transactions prepared right now (``sink.recover()``) ->
+    """Ids of the sink's transactions prepared right now (``sink.list_prepared()``) ->
     ``list[str]``."""
 
 
@@ -154,7 +154,7 @@ class RecordSlots(Command):
 
 
 @dataclass(frozen=True)
-class PrepareInput(Command):
+class PlanInput(Command):
     """Validate the input and split it into tasks (the sink's ``plan_input``) -> the
     number of tasks the protocol expects (COMMIT_IN_TASK: its slots), ``int | None``."""
 

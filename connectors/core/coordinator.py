@@ -54,8 +54,8 @@ from connectors.core.commands import (
     NewRun,
     NoteSwept,
     OpenRun,
+    PlanInput,
     PlanSlots,
-    PrepareInput,
     Prune,
     ReadDecision,
     RecordIntent,
@@ -261,7 +261,7 @@ class Coordinator:
     def _prepared_batch(self, batch_id: int, swept: bool) -> Steps[None]:
         if not swept:  # a losing attempt of an earlier batch may have prepared since
             yield from self.recovery.sweep()
-        yield from self._do(PrepareInput(batch_id))
+        yield from self._do(PlanInput(batch_id))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         try:
             outcomes = cast("Sequence[TaskOutcome]", (yield from self._do(RunTasks(batch_id))))
@@ -323,7 +323,7 @@ class Coordinator:
         plan = cast("SlotPlan", (yield from self._do(PlanSlots(batch_id))))
         if plan.record:
             yield from self._do(RecordSlots(batch_id, plan))
-        slots = cast("int", (yield from self._do(PrepareInput(batch_id))))
+        slots = cast("int", (yield from self._do(PlanInput(batch_id))))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         try:
             outcomes = cast("Sequence[TaskOutcome]", (yield from self._do(RunTasks(batch_id))))
@@ -353,7 +353,7 @@ class Coordinator:
 
     # ---- COMMIT_ON_DRIVER ----
     def _driver_batch(self, batch_id: int) -> Steps[None]:
-        yield from self._do(PrepareInput(batch_id))
+        yield from self._do(PlanInput(batch_id))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         fp: Fingerprint | None = None
         if not self.fingerprint_in_commit:  # a sink that observes it in its write skips it

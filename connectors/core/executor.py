@@ -41,8 +41,8 @@ from connectors.core.commands import (
     NewRun,
     NoteSwept,
     OpenRun,
+    PlanInput,
     PlanSlots,
-    PrepareInput,
     Prune,
     ReadDecision,
     ReadUnfinished,
@@ -212,7 +212,7 @@ class Executor:
         if isinstance(command, TargetHasBatch):
             return cast("DriverParticipant", self.sink).is_committed(
                 self._context(command.batch_id))
-        if isinstance(command, PrepareInput):
+        if isinstance(command, PlanInput):
             self.batch = self.sink.plan_input(self._input(), self._context(command.batch_id))
             if self.sink.family is Family.COMMIT_IN_TASK:
                 return cast("SlotParticipant[Any]", self.sink).slots

@@ -132,7 +132,7 @@ def stop_gracefully(query: Any, timeout: float = 120.0, *, poll: float = 0.1,
     then the query ends. Past ``timeout`` seconds the batch in flight is interrupted
     (``query.stop()``; see the module's documentation for what remains). Works for
     classic PySpark and Spark Connect queries alike; for the sinks of this library (any
-    :class:`~connectors.TwoPhaseCommitSink`) given to ``foreachBatch``.
+    :class:`~connectors.sdk.TwoPhaseCommitSink`) given to ``foreachBatch``.
 
     Returns a :class:`StopReport`; ``report.clean`` says whether nothing was interrupted.
     ``spark``: under Spark Connect, the session that started the query (default: the

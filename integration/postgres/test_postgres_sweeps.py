@@ -1,6 +1,6 @@
 """One read of ``pg_prepared_xacts`` per batch in steady state, on a real streaming query.
 
-PostgresSink lists its prepared transactions (its ``recover`` hook, the only query of
+PostgresSink lists its prepared transactions (its ``list_prepared`` hook, the only query of
 ``pg_prepared_xacts`` in the sink) when a driver run starts and when a batch closes (the
 sweep that rolls back losing attempts). Once every attempt of a batch's tasks has ended
 (Spark's status tracker, asked without waiting), the next batch of the same run does not
@@ -47,13 +47,13 @@ def test_a_streaming_query_reads_pg_prepared_xacts_once_per_batch(
         (source / f"part-{f:03d}.json").write_text("\n".join(lines) + "\n")
 
     reads: list[int] = []
-    original = PostgresSink.recover
+    original = PostgresSink.list_prepared
 
     def counted(self: PostgresSink) -> Any:
         reads.append(1)
         return original(self)
 
-    monkeypatch.setattr(PostgresSink, "recover", counted)
+    monkeypatch.setattr(PostgresSink, "list_prepared", counted)
     sink = PostgresSink(pg.conninfo, pg.table, sink_id=pg.sink_id, ledger_table=pg.ledger)
     per_batch: list[int] = []
 

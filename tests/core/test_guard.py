@@ -146,7 +146,7 @@ def test_a_slot_record_needs_its_plan_and_comes_before_the_tasks() -> None:
 
 
 def test_the_coordinator_plans_and_records_slots_before_a_slot_batch_runs() -> None:
-    from connectors.core.commands import LastBatchId, PlanSlots, PrepareInput, RecordSlots
+    from connectors.core.commands import LastBatchId, PlanInput, PlanSlots, RecordSlots
     from connectors.core.coordinator import Coordinator, RunFacts
     from connectors.core.transactions import SlotPlan
 
@@ -157,9 +157,9 @@ def test_the_coordinator_plans_and_records_slots_before_a_slot_batch_runs() -> N
     assert steps.send(None) == PlanSlots(0)
     plan = SlotPlan(2, "row", record=True)
     assert steps.send(plan) == RecordSlots(0, plan)
-    assert steps.send(None) == PrepareInput(0)
+    assert steps.send(None) == PlanInput(0)
     # a plan with nothing to record goes straight to the input
     c = Coordinator(Family.COMMIT_IN_TASK, "s", run_id=RUN, query_id="q")
     steps = c.write(0, RunFacts(started=True, query_id="q"))
     next(steps), steps.send(None), steps.send(None)
-    assert steps.send(SlotPlan(2)) == PrepareInput(0)
+    assert steps.send(SlotPlan(2)) == PlanInput(0)

@@ -23,9 +23,9 @@ QUERY = "query-1"
 class CountingSink(InMemoryPreparedSink):
     listings = 0
 
-    def recover(self) -> Iterable[str]:
+    def list_prepared(self) -> Iterable[str]:
         type(self).listings += 1
-        return super().recover()
+        return super().list_prepared()
 
 
 class UnsureBatch(LocalBatch):
