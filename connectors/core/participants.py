@@ -1,6 +1,8 @@
 """What the protocol needs from a sink, by protocol family, as typing protocols.
 
-The template classes (:mod:`connectors.core.template`) implement these; the executor side
+The template classes (:mod:`connectors.core.template`, :mod:`connectors.core.families`)
+implement these and document each hook (``tests/core/test_participants.py`` keeps the two
+in step: same hooks, same parameters); the executor side
 (:mod:`connectors.core.tasks`) and the driver side (:mod:`connectors.core.executor`) are
 written against them, so neither imports the template (no import cycle).
 """
