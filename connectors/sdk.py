@@ -65,7 +65,7 @@ from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import TransactionId, validate_sink_id
 from connectors.core.protocol import BatchState, CrashPoint, Family
 from connectors.core.template import TwoPhaseCommitSink
-from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
+from connectors.core.transactions import SlotMarker, SlotPlan, SlotTransaction, TaskTransaction
 
 __all__ = [
     "BadInputError",
@@ -94,6 +94,7 @@ __all__ = [
     "QueryBindingError",
     "RetriesExhaustedError",
     "SlotMarker",
+    "SlotPlan",
     "SlotTransaction",
     "TaskCommit",
     "TaskCommitSink",

@@ -98,7 +98,9 @@ SHARED = [
     "TransientError",
 ]
 
-SDK_ALL = AUTHOR_NAMES + SHARED
+# New in connectors.sdk only (never in connectors.__all__).
+SDK_ONLY = ["SlotPlan"]
+SDK_ALL = AUTHOR_NAMES + SDK_ONLY + SHARED
 
 TESTING_ALL = [
     "SCENARIOS",
