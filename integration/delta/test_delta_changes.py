@@ -180,7 +180,7 @@ def test_a_replay_holding_other_changes_is_refused(
         for p in (path / "_connectors" / "cond" / "decisions").glob(f"{0:020d}.*"):
             p.unlink()
         other = batch(spark, 0, R - 10)  # fewer keys
-        needle = "wrote"
+        needle = "row(s) (Delta commit"
     again = make()
     fails(lambda: again(other, 0), NonDeterministicReplayError, needle)
     again.close()
