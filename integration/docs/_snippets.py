@@ -29,7 +29,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -353,25 +353,3 @@ def postgres_rows(conninfo: str, query: str) -> list[tuple[Any, ...]]:
         return list(conn.execute(query).fetchall())
 
 
-@contextlib.contextmanager
-def fresh_database(conninfo: str, name: str) -> Iterator[str]:
-    """Create database ``name`` and yield a conninfo for it; afterwards roll back what is
-    left prepared in it and drop it."""
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import make_conninfo
-
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    target = make_conninfo(conninfo, dbname=name)
-    try:
-        yield target
-    finally:
-        with psycopg.connect(target, autocommit=True) as conn:
-            gids = [r[0] for r in conn.execute(
-                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
-            for gid in gids:
-                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))

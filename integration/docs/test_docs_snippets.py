@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from integration.docs import _snippets as sn
+from integration.support._pg import fresh_database
 
 pytestmark = pytest.mark.integration
 
@@ -412,7 +413,7 @@ def page_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Page]:
     if "EOS_POSTGRES_CONNINFO" in codes or any(b.lang == "sql" for b in BLOCKS if b.doc == doc):
         server = request.getfixturevalue("postgres_conninfo")
         secrets.append(_password(server))
-        with sn.fresh_database(server, f"eos_docs_{tag}") as conninfo:
+        with fresh_database(server, f"eos_docs_{tag}") as conninfo:
             env["EOS_POSTGRES_CONNINFO"] = conninfo
             yield Page(doc, cwd, env, secrets)
         return

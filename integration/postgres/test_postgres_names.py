@@ -21,7 +21,7 @@ from psycopg import sql
 from connectors.postgres import PostgresSink
 from connectors.testing import LocalBatch
 from integration.cli.test_cli_postgres import cli
-from integration.support._pg import DRIVER_PGOPTIONS, connect, token
+from integration.support._pg import DRIVER_PGOPTIONS, connect, fresh_database, token
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +88,14 @@ def names(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[N
             n.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(schema, table)))
 
 
+def psql_tables(conninfo: str) -> list[tuple[str, str]]:
+    """The tables of the database ``conninfo`` names, outside PostgreSQL's own schemas."""
+    with connect(conninfo) as conn:
+        return conn.execute(
+            "SELECT schemaname, tablename FROM pg_tables WHERE schemaname NOT IN "
+            "('pg_catalog', 'information_schema')").fetchall()
+
+
 def odd_rows(ids: range, names: Names, *, tag: str = "v") -> pa.Table:
     return pa.table({
         "order": pa.array(list(ids), pa.int64()),
@@ -137,9 +145,13 @@ def test_odd_names_append_exactly_and_inject_nothing(names: Names) -> None:
     code, data, err = cli("status", "--postgres", names.conninfo, "--ledger-table",
                           names.ledger, "--sink-id", f"x'; drop table {names.canary}; --")
     assert code != 0 and "invalid sink_id" in err, (code, data, err)
-    code, data, err = cli("status", "--postgres", names.conninfo, "--ledger-table",
-                          f"public.{names.injection}")
-    assert code == 0 and data == [], (code, data, err)  # no such ledger: no sinks
+    # No such ledger: no sinks. In a database of its own: `status` also lists the sinks of
+    # every prepared transaction in the database, and other tests run side by side.
+    with fresh_database(names.conninfo, f"eos_names_{names.tok.lower()}") as empty:
+        code, data, err = cli("status", "--postgres", empty, "--ledger-table",
+                              f"public.{names.injection}")
+        assert code == 0 and data == [], (code, data, err)
+        assert psql_tables(empty) == []
     assert names.tables() == before | made
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "check_restart",
     "connect",
     "file_batches",
+    "fresh_database",
     "prepared_of",
     "rollback_prepared_of",
     "token",
@@ -242,3 +243,25 @@ class PgTarget:
         assert n == distinct == total, (n, distinct, total)
         left = self.prepared()
         assert not left, f"prepared transactions of the sink left behind: {left}"
+
+
+@contextlib.contextmanager
+def fresh_database(conninfo: str, name: str) -> Iterator[str]:
+    """Create database ``name`` and yield a conninfo for it; afterwards roll back what is
+    left prepared in it and drop it."""
+    from psycopg.conninfo import make_conninfo
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    target = make_conninfo(conninfo, dbname=name)
+    try:
+        yield target
+    finally:
+        with psycopg.connect(target, autocommit=True) as conn:
+            gids = [r[0] for r in conn.execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()")]
+            for gid in gids:
+                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
