@@ -117,15 +117,16 @@ class KafkaTarget(Target):
             return report
         sink = KafkaSink(None, dict(self.config), sink_id=sink_id)
         metrics = BatchMetrics(sink_id, -1, sink.family.value)
+        state = DriverState(sink.create_ledger)
         try:
             # The steps a driver's start runs for a slot sink: fence every slot.
-            state = DriverState(sink.create_ledger())
             coordinator = Coordinator(sink.family, sink_id, run_id=state.run_id,
                                       query_id="operator", metrics=metrics)
             Executor(sink, state, metrics).run(coordinator.settle(
                 [], commit_decided=commit_decided, abort_undecided=True))
             fenced = metrics.reconciled
         finally:
+            state.close()
             sink.close()
         report.notes.append(f"fenced {fenced} slot transactional id(s) (init_transactions); "
                             "a live driver's task in flight fails and Spark retries it")

@@ -163,7 +163,7 @@ class PostgresTarget(Target):
             lingering = self.lingering(sink_id)
             young = [item for item in lingering if not item.decided and item.age_s is not None
                      and item.age_s < min_age_s]
-            state = DriverState(ledger)
+            state = DriverState(lambda: ledger)
             coordinator = Coordinator(sink.family, sink_id, run_id=state.run_id,
                                       query_id="operator", metrics=metrics)
             done = Executor(sink, state, metrics).run(coordinator.settle(

@@ -7,8 +7,8 @@ Layout (a picture of the protocol):
   guard in :mod:`~connectors.core.guard` before its side effect
 - :mod:`~connectors.core.executor`     performs the commands: ledger, engine, hooks, retries
 - :mod:`~connectors.core.tasks`        executor side: what one task does
-- :mod:`~connectors.core.template`     ``TwoPhaseCommitSink`` and the three family templates
-- :mod:`~connectors.core.participants` what the protocol needs of a sink (typing protocols)
+- :mod:`~connectors.core.template`     ``TwoPhaseCommitSink``; :mod:`~connectors.core.families`
+  the three family templates: the one declaration of every hook
 - :mod:`~connectors.core.protocol`     families, batch states, crash points
 - :mod:`~connectors.core.ledger`       ledger interface, committables, query binding
 - :mod:`~connectors.core.engine`       engine front ends (Spark's lives in ``connectors.spark``)

@@ -97,10 +97,12 @@ class TargetHasBatch(Command):
 # ---- the run and the query ----
 @dataclass(frozen=True)
 class OpenRun(Command):
-    """Register the driver run with the ledger (a lease, where the ledger has one) ->
-    ``None``."""
+    """Start the driver run with batch ``batch_id``: the sink's ``begin_run``, then the
+    ledger (opened at the driver's first run) registers it (a lease, where the ledger has
+    one) -> ``None``."""
 
     run_id: str
+    batch_id: int
 
 
 @dataclass(frozen=True)

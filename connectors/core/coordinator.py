@@ -161,7 +161,7 @@ class Coordinator:
         try:
             swept = run.swept
             if not run.started or run.query_id != self.query_id:
-                yield from self.start()
+                yield from self.start(batch_id)
                 swept = True
             last = cast("int | None", (yield from self._do(LastBatchId())))
             if last is not None and batch_id < last:
@@ -182,13 +182,14 @@ class Coordinator:
             yield from self._do(NewRun())
             raise
 
-    def start(self) -> Steps[int]:
-        """RECONCILING, the start of a driver run: open the run, settle what earlier runs
-        left (finish decided batches, roll back undecided transactions, fence slots),
-        then bind to the query. Returns the binding's generation."""
+    def start(self, batch_id: int) -> Steps[int]:
+        """RECONCILING, the start of a driver run at batch ``batch_id``: open the run,
+        settle what earlier runs left (finish decided batches, roll back undecided
+        transactions, fence slots), then bind to the query. Returns the binding's
+        generation."""
         logger.info("sink %s: RECONCILING (run %s, query %s)", self.sink_id, self.run_id,
                     self.query_id)
-        yield from self._do(OpenRun(self.run_id))
+        yield from self._do(OpenRun(self.run_id, batch_id))
         yield from self.reconcile()
         generation = yield from self._do(BindQuery(self.query_id, self.reset_binding))
         return cast("int", generation)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.commands import (
@@ -58,15 +58,17 @@ from connectors.core.errors import TransientError
 from connectors.core.ledger import Ledger, LedgerEntry
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import new_run_id
-from connectors.core.participants import (
-    DriverParticipant,
-    Participant,
-    PreparedParticipant,
-    SlotParticipant,
-)
 from connectors.core.protocol import Family
 from connectors.core.retry import call_with_retry
 from connectors.core.tasks import prepare_task, slot_task
+
+if TYPE_CHECKING:  # the hooks' one declaration; the template imports this module to run
+    from connectors.core.families import (
+        DriverCommitSink,
+        PreparedTransactionSink,
+        TaskCommitSink,
+    )
+    from connectors.core.template import TwoPhaseCommitSink
 
 __all__ = ["DriverState", "Executor", "run_steps"]
 
@@ -75,15 +77,32 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class DriverState:
-    """What one driver run of a sink holds: its ledger, run id and query binding."""
+    """What one driver run of a sink holds: its ledger, run id and query binding.
 
-    ledger: Ledger
+    The ledger is opened by ``open_ledger`` on first use, which is the first run's start
+    (:class:`~connectors.core.commands.OpenRun`, after the sink's ``begin_run``), and kept
+    for the driver's later runs."""
+
+    open_ledger: Callable[[], Ledger]
     run_id: str = field(default_factory=new_run_id)
     query_id: str | None = None
     generation: int = 0
     started: bool = False
     #: The run's last batch closed with a sweep after all its tasks ended (RunFacts).
     swept: bool = False
+    _ledger: Ledger | None = field(default=None, repr=False)
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = self.open_ledger()
+        return self._ledger
+
+    def close(self) -> None:
+        """Release the ledger's resources, if it was opened."""
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
 
     def context(self, sink_id: str, batch_id: int, batch: BatchInput | None = None
                 ) -> BatchContext:
@@ -123,7 +142,7 @@ class Executor:
 
     def __init__(
         self,
-        sink: Participant,
+        sink: TwoPhaseCommitSink,
         state: DriverState,
         metrics: BatchMetrics,
         batch: BatchInput | None = None,
@@ -163,6 +182,10 @@ class Executor:
 
     # ---- the commands ----
     def perform(self, command: Command) -> Any:
+        if isinstance(command, OpenRun):  # the sink first: it may hold what the ledger needs
+            self.sink.begin_run(self._context(command.batch_id))
+            self.state.ledger.open_run(command.run_id)
+            return None
         ledger = self.state.ledger
         if isinstance(command, ReadDecision):
             return ledger.get(command.batch_id)
@@ -171,12 +194,8 @@ class Executor:
         if isinstance(command, LastBatchId):
             return ledger.last_batch_id()
         if isinstance(command, ListPrepared):
-            sink = cast("PreparedParticipant[Any]", self.sink)
+            sink = cast("PreparedTransactionSink[Any]", self.sink)
             return self._retry(lambda: list(sink.list_prepared()), "listing prepared transactions")
-        if isinstance(command, OpenRun):
-            ledger.open_run(command.run_id)
-            self.sink.begin_run()
-            return None
         if isinstance(command, NewRun):
             self.state.new_run()
             return None
@@ -186,13 +205,13 @@ class Executor:
         if isinstance(command, TasksEnded):
             return self._input().tasks_ended()
         if isinstance(command, PlanSlots):
-            sink_s = cast("SlotParticipant[Any]", self.sink)
+            sink_s = cast("TaskCommitSink[Any]", self.sink)
             return sink_s.plan_slots(self._input(), self._context(command.batch_id))
         if isinstance(command, RecordSlots):
-            cast("SlotParticipant[Any]", self.sink).record_slots(command.plan)
+            cast("TaskCommitSink[Any]", self.sink).record_slots(command.plan)
             return None
         if isinstance(command, RecordIntent):
-            sink_i = cast("DriverParticipant", self.sink)
+            sink_i = cast("DriverCommitSink", self.sink)
             ctx = self._context(command.batch_id)
             return self._retry(partial(sink_i.record_intent, ctx),
                                f"recording the intent of batch {command.batch_id}",
@@ -203,24 +222,24 @@ class Executor:
             self.state.started = True
             return generation
         if isinstance(command, FenceAll):
-            return cast("SlotParticipant[Any]", self.sink).fence_all()
+            return cast("TaskCommitSink[Any]", self.sink).fence_all()
         if isinstance(command, InputFingerprint):
             return self.sink.fingerprint_input(self._input())
         if isinstance(command, CommittedFingerprint):
-            return cast("DriverParticipant", self.sink).committed_fingerprint(
+            return cast("DriverCommitSink", self.sink).committed_fingerprint(
                 self._context(command.batch_id))
         if isinstance(command, TargetHasBatch):
-            return cast("DriverParticipant", self.sink).is_committed(
+            return cast("DriverCommitSink", self.sink).is_committed(
                 self._context(command.batch_id))
         if isinstance(command, PlanInput):
             self.batch = self.sink.plan_input(self._input(), self._context(command.batch_id))
             if self.sink.family is Family.COMMIT_IN_TASK:
-                return cast("SlotParticipant[Any]", self.sink).slots
+                return cast("TaskCommitSink[Any]", self.sink).slots
             return None
         if isinstance(command, RunTasks):
             return self._timed("prepare_ms", partial(self._run_tasks, command.batch_id))
         if isinstance(command, CommitBatch):
-            sink_d = cast("DriverParticipant", self.sink)
+            sink_d = cast("DriverCommitSink", self.sink)
             batch, ctx = self._input(), self._context(command.batch_id)
             return self._timed("commit_ms", partial(
                 self._retry, partial(sink_d.commit_batch, batch, ctx),
@@ -230,7 +249,7 @@ class Executor:
         if isinstance(command, ForbidDecision):
             return ledger.forbid_decision(command.batch_id, command.run_id)
         if isinstance(command, Commit):
-            sink_p = cast("PreparedParticipant[Any]", self.sink)
+            sink_p = cast("PreparedTransactionSink[Any]", self.sink)
             tid = command.commit.transaction_id
             return self._timed("commit_ms", partial(
                 self._retry, partial(sink_p.commit, command.commit), f"commit of {tid}",
@@ -265,10 +284,10 @@ class Executor:
     def _start_tasks(self, batch_id: int) -> Any:
         batch = self._input()
         if self.sink.family is Family.PREPARE_IN_TASK:
-            sink_p = cast("PreparedParticipant[Any]", self.sink)
+            sink_p = cast("PreparedTransactionSink[Any]", self.sink)
             return batch.run_tasks(
                 partial(prepare_task, sink_p, self.state.run_id, batch_id, batch.schema))
-        sink_s = cast("SlotParticipant[Any]", self.sink)
+        sink_s = cast("TaskCommitSink[Any]", self.sink)
         ctx = self.state.context(self.sink.sink_id, batch_id)  # shipped: no batch input
         task = partial(slot_task, sink_s, ctx, batch.schema)
         try:
@@ -291,7 +310,7 @@ class Executor:
             return cast("LedgerEntry", found)
 
     def _abort(self, command: Abort) -> None:
-        sink = cast("PreparedParticipant[Any]", self.sink)
+        sink = cast("PreparedTransactionSink[Any]", self.sink)
         tid = command.transaction_id
         if command.quiet:
             try:

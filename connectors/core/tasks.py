@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -27,10 +27,12 @@ from connectors.core.errors import (
 from connectors.core.fingerprint import Fingerprint, fingerprint_batch, split_row_hash
 from connectors.core.ledger import TaskCommit
 from connectors.core.naming import TransactionId
-from connectors.core.participants import PreparedParticipant, SlotParticipant
 from connectors.core.protocol import CrashPoint
 from connectors.core.replay import replay_mismatch
 from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
+
+if TYPE_CHECKING:  # the hooks' one declaration (the template runs these tasks)
+    from connectors.core.families import PreparedTransactionSink, TaskCommitSink
 
 __all__ = ["SlotMarker", "SlotTransaction", "TaskTransaction", "prepare_task", "slot_task"]
 
@@ -62,7 +64,7 @@ def _returned(
 
 
 def prepare_task(
-    sink: PreparedParticipant[Any],
+    sink: PreparedTransactionSink[Any],
     run_id: str,
     batch_id: int,
     schema: pa.Schema,
@@ -114,7 +116,7 @@ def prepare_task(
 
 
 def slot_task(
-    sink: SlotParticipant[Any],
+    sink: TaskCommitSink[Any],
     batch_ctx: BatchContext,
     schema: pa.Schema,
     info: TaskInfo,

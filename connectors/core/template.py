@@ -155,7 +155,8 @@ class TwoPhaseCommitSink(ABC):
     # ---- hooks shared by every family ----
     @abstractmethod
     def create_ledger(self) -> Ledger:
-        """Driver, once per driver run: the sink's durable ledger (no I/O needed yet)."""
+        """Driver, once, when the driver's first run starts (after :meth:`begin_run`): the
+        sink's durable ledger (no I/O needed yet)."""
 
     def validate_input(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
         """Driver, before any task of a batch runs: refuse input that cannot be written.
@@ -199,9 +200,11 @@ class TwoPhaseCommitSink(ABC):
         """
         return batch.fingerprint()
 
-    def begin_run(self) -> None:  # noqa: B027 - optional hook
+    def begin_run(self, ctx: BatchContext) -> None:  # noqa: B027 - optional hook
         """Driver, when a driver run starts (its first batch, and the batch after a failed
-        one), before it reconciles: drop what an earlier run believed about the target
+        one), before the ledger is opened or read: ``ctx.batch`` is the batch that starts
+        it (a sink whose ledger needs the engine takes it from there: a session's
+        configuration, a catalog). Drop what an earlier run believed about the target
         (caches of its state), since a failed step's outcome is known only to the target."""
 
     def report_metrics(self, metrics: BatchMetrics) -> None:  # noqa: B027 - optional hook
@@ -305,11 +308,11 @@ class TwoPhaseCommitSink(ABC):
     def close(self) -> None:
         """Driver: release the ledger's resources. The sink may be used again."""
         if self._driver is not None:
-            self._driver.ledger.close()
+            self._driver.close()
             self._driver = None
 
     # ---- internals ----
     def _driver_state(self) -> DriverState:
         if self._driver is None:
-            self._driver = DriverState(self.create_ledger())
+            self._driver = DriverState(self.create_ledger)
         return self._driver

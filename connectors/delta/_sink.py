@@ -39,7 +39,6 @@ from connectors.delta._writer import DeltaWriter
 from connectors.spark.inputs import spark_frame
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -196,7 +195,7 @@ class DeltaSink(DriverCommitSink):
         self._reset_driver_side()
 
     def _reset_driver_side(self) -> None:  # driver-only state, never pickled
-        self._df: DataFrame | None = None
+        self._spark: SparkSession | None = None  # the run's session (begin_run)
         self._write_ms: float | None = None  # the last batch's Delta write, for its metrics
         self._location: str | None = None
         self._schema: StructType | None = None
@@ -213,27 +212,31 @@ class DeltaSink(DriverCommitSink):
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        for key in ("_df", "_schema", "_batch_path"):
+        for key in ("_spark", "_schema", "_batch_path"):
             state[key] = None
         return state
 
-    # ---- the entry point: keep the batch's DataFrame for the hooks ----
-    def write_batch(
-        self, batch: BatchInput, batch_id: int, *, query_id: str | None = None
-    ) -> BatchMetrics:
-        df = spark_frame(batch)
+    # ---- a run's start: the session and the table's location, from its first batch ----
+    def begin_run(self, ctx: BatchContext) -> None:
+        """Driver, when a run starts, before its ledger is opened: the run's Spark session
+        and the table's location (a catalog table resolved, or created, with the batch's
+        schema); what an earlier run believed of the table is dropped (a failed commit's
+        outcome is known only to the log)."""
+        df = self._frame(ctx.batch)
+        self._spark = df.sparkSession
+        if self.table is not None and self._location is None:
+            self._location = resolve_table(df, self.table, create_table=self.create_table,
+                                           partition_by=self.partition_by,
+                                           sink_id=self.sink_id)
+        self._schema = None
+        self._commits.forget()
+
+    def _frame(self, batch: BatchInput | None) -> DataFrame:
+        df: DataFrame | None = spark_frame(batch) if batch is not None else None
         if df is None:
             raise ConfigurationError("DeltaSink writes Spark DataFrames: call it from "
                                      "foreachBatch or as sink(df, batch_id)", sink_id=self.sink_id)
-        self._df, self._write_ms, self._batch_path = df, None, None
-        try:
-            return super().write_batch(batch, batch_id, query_id=query_id)
-        finally:
-            self._df = None
-
-    def begin_run(self) -> None:  # a failed commit's outcome is known only to the log
-        self._schema = None
-        self._commits.forget()
+        return df
 
     def record_intent(self, ctx: BatchContext) -> None:  # the tag path's intent
         self._commits.record_intent(self._session, ctx)
@@ -245,6 +248,7 @@ class DeltaSink(DriverCommitSink):
         if self._batch_path is not None:
             metrics.extra[f"delta_path_{self._batch_path}"] = 1
         self._commits.report(metrics)
+        self._write_ms = self._batch_path = None  # the next batch may be a replay
 
     def close(self) -> None:
         super().close()
@@ -253,28 +257,21 @@ class DeltaSink(DriverCommitSink):
         self._location = None
 
     @property
-    def _batch_df(self) -> DataFrame:  # hooks run inside write_batch only
-        if self._df is None:  # pragma: no cover
-            raise ConfigurationError("no batch in progress", sink_id=self.sink_id)
-        return self._df
-
-    @property
-    def _session(self) -> SparkSession:
-        return self._batch_df.sparkSession
+    def _session(self) -> SparkSession:  # driver hooks run after begin_run only
+        if self._spark is None:  # pragma: no cover
+            raise ConfigurationError("no run in progress", sink_id=self.sink_id)
+        return self._spark
 
     # ---- where the table is ----
     def location(self) -> str:
-        """The table's location (resolved once; for a catalog table, through the catalog)."""
+        """The table's location (resolved once; for a catalog table, through the catalog
+        when a run starts)."""
         if self._location is None:
-            if self.path is not None:
-                local = local_path(self.path)
-                self._location = str(local) if local is not None else self.path
-            else:
-                assert self.table is not None
-                self._location = resolve_table(
-                    self._batch_df, self.table, create_table=self.create_table,
-                    partition_by=self.partition_by, sink_id=self.sink_id,
-                )
+            if self.path is None:
+                raise ConfigurationError(f"table {self.table}: its location is known once "
+                                         "the sink has run a batch", sink_id=self.sink_id)
+            local = local_path(self.path)
+            self._location = str(local) if local is not None else self.path
         return self._location
 
     # ---- the ledger ----
@@ -293,25 +290,26 @@ class DeltaSink(DriverCommitSink):
         return self._commits.probe(session, self.location(), app_id)
 
     # ---- what the table holds (TableReplay answers) ----
-    def _table_replay(self) -> TableReplay:
+    def _table_replay(self, ctx: BatchContext) -> TableReplay:
+        df = spark_frame(ctx.batch) if ctx.batch is not None else None
         return TableReplay(self.sink_id, self.changes, self.verify_replay,
                            self.on_replay_mismatch, self._commits, self._session,
-                           self.location(), self._df)
+                           self.location(), df)
 
     def is_committed(self, ctx: BatchContext) -> bool:
         """Driver: does the table hold the batch's commit (:class:`TableReplay`)?"""
-        return self._table_replay().is_committed(ctx)
+        return self._table_replay(ctx).is_committed(ctx)
 
     def committed_fingerprint(self, ctx: BatchContext) -> Fingerprint | None:
         """Driver: the fingerprint of the rows a recorded batch's commit added, or
         ``None`` where only counts compare (:class:`TableReplay`)."""
-        return self._table_replay().committed_fingerprint(ctx)
+        return self._table_replay(ctx).committed_fingerprint(ctx)
 
     # ---- hooks ----
-    def validate_input(self, schema: pa.Schema) -> None:
+    def plan_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
         """Driver, before a fresh write: the table exists (or will be created) and the
         batch's columns fit it (names, types, NOT NULL columns, merge keys)."""
-        df = self._batch_df
+        df = self._frame(batch)
         check_batch(
             self.changes.table_df(df).schema, self._table_schema(),
             refresh=lambda: self._table_schema(refresh=True), location=self.location,
@@ -319,6 +317,7 @@ class DeltaSink(DriverCommitSink):
         )
         if self.changes.merges:  # the options' columns, the conditions (no Spark job)
             self.changes.validate(df, self._schema, sink_id=self.sink_id)
+        return super().plan_input(batch, ctx)
 
     def _table_schema(self, *, refresh: bool = False) -> StructType | None:
         if self._schema is not None and not refresh:
