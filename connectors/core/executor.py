@@ -186,13 +186,12 @@ class Executor:
             self.sink.begin_run(self._context(command.batch_id))
             self.state.ledger.open_run(command.run_id)
             return None
-        ledger = self.state.ledger
         if isinstance(command, ReadDecision):
-            return ledger.get(command.batch_id)
+            return self.state.ledger.get(command.batch_id)
         if isinstance(command, ReadUnfinished):
-            return ledger.unfinished()
+            return self.state.ledger.unfinished()
         if isinstance(command, LastBatchId):
-            return ledger.last_batch_id()
+            return self.state.ledger.last_batch_id()
         if isinstance(command, ListPrepared):
             sink = cast("PreparedTransactionSink[Any]", self.sink)
             return self._retry(lambda: list(sink.list_prepared()), "listing prepared transactions")
@@ -217,7 +216,7 @@ class Executor:
                                f"recording the intent of batch {command.batch_id}",
                                batch_id=command.batch_id)
         if isinstance(command, BindQuery):
-            generation = ledger.bind_query(command.query_id, reset=command.reset)
+            generation = self.state.ledger.bind_query(command.query_id, reset=command.reset)
             self.state.generation, self.state.query_id = generation, command.query_id
             self.state.started = True
             return generation
@@ -247,7 +246,7 @@ class Executor:
         if isinstance(command, Decide):
             return self._timed("decide_ms", partial(self._decide, command.entry))
         if isinstance(command, ForbidDecision):
-            return ledger.forbid_decision(command.batch_id, command.run_id)
+            return self.state.ledger.forbid_decision(command.batch_id, command.run_id)
         if isinstance(command, Commit):
             sink_p = cast("PreparedTransactionSink[Any]", self.sink)
             tid = command.commit.transaction_id
@@ -258,10 +257,10 @@ class Executor:
             return self._abort(command)
         if isinstance(command, MarkCommitted):
             return self._timed("commit_ms", partial(
-                self._retry, partial(ledger.mark_committed, command.batch_id),
+                self._retry, partial(self.state.ledger.mark_committed, command.batch_id),
                 f"recording batch {command.batch_id} as committed", batch_id=command.batch_id))
         if isinstance(command, Prune):
-            ledger.prune(command.keep)
+            self.state.ledger.prune(command.keep)
             return None
         if isinstance(command, Crash):
             crash_point(command.point, sink_id=self.sink.sink_id, batch_id=command.batch_id)
