@@ -48,6 +48,7 @@ from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import Family
+from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, BatchRestarts, Outage
 from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
 from connectors.core.stopping import begun, enter_batch, leave_batch
 
@@ -83,6 +84,13 @@ class TwoPhaseCommitSink(ABC):
             (``.queryName(...)``). Required under Spark Connect, whose ``foreachBatch``
             worker is not told which query calls it: the sink binds to the active query of
             that name. Unused in classic PySpark, where Spark tells the sink the query's id.
+        outage_timeout: seconds a target (database, broker, table store) may stay
+            unavailable without ending the query (default 120, a managed failover): a batch
+            that failed with a transient error runs again, as a new driver run that first
+            settles what the failed attempt left, with backoff (1 s doubling to 10 s), until
+            it lands or the target has been unavailable that long since the batch's first
+            failure; then :class:`~connectors.core.errors.RetriesExhaustedError` names the
+            target and the bound. ``0``: the first failed attempt ends the batch.
     """
 
     #: The protocol family; set by the three family classes below.
@@ -113,6 +121,7 @@ class TwoPhaseCommitSink(ABC):
         keep_batches: int = DEFAULT_KEEP_BATCHES,
         values_in_errors: bool = False,
         query_name: str | None = None,
+        outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT,
     ) -> None:
         self.sink_id = validate_sink_id(sink_id)
         if query_name is not None and (not isinstance(query_name, str) or not query_name):
@@ -130,6 +139,11 @@ class TwoPhaseCommitSink(ABC):
             )
         if not isinstance(keep_batches, int) or keep_batches < 1:
             raise ConfigurationError("keep_batches must be an int >= 1", sink_id=sink_id)
+        try:
+            #: How a batch rides out an unavailable target (``outage_timeout``).
+            self.outage = Outage(timeout=outage_timeout)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"outage_timeout: {exc}", sink_id=sink_id) from None
         self.retry = retry
         self.reset_binding = bool(reset_binding)
         self.on_replay_mismatch: ReplayPolicy = on_replay_mismatch
@@ -207,6 +221,11 @@ class TwoPhaseCommitSink(ABC):
         configuration, a catalog). Drop what an earlier run believed about the target
         (caches of its state), since a failed step's outcome is known only to the target."""
 
+    def describe_target(self) -> str:
+        """What the sink writes to, for messages (no secret): e.g. ``PostgreSQL
+        db.example:5432/app``. Default: the sink's class name."""
+        return type(self).__name__
+
     def report_metrics(self, metrics: BatchMetrics) -> None:  # noqa: B027 - optional hook
         """Driver, after every batch (also a failed one), before its metrics line is
         logged: add the sink's own figures to ``metrics.extra``."""
@@ -278,14 +297,23 @@ class TwoPhaseCommitSink(ABC):
         metrics = BatchMetrics(self.sink_id, batch_id, self.family.value)
         started = time.monotonic()
         qid = query_id or BATCH_JOB_QUERY_ID
-        coordinator = Coordinator(
-            self.family, self.sink_id, run_id=state.run_id, query_id=qid,
-            reset_binding=self.reset_binding, on_replay_mismatch=self.on_replay_mismatch,
-            fingerprint_in_commit=self.fingerprint_in_commit,
-            keep_batches=self.keep_batches, metrics=metrics,
-        )
+        coordinator = self._coordinator(state.run_id, qid, metrics)
+        restarts = BatchRestarts(self.outage, self.sink_id, batch_id,
+                                 target=self.describe_target())
         try:
-            Executor(self, state, metrics, batch).run(coordinator.write(batch_id, state.facts()))
+            while True:
+                try:
+                    Executor(self, state, metrics, batch).run(
+                        coordinator.write(batch_id, state.facts()))
+                    break
+                except Exception as exc:
+                    delay = restarts.after(exc)  # past the bound: RetriesExhaustedError
+                    if delay is None or (query_id is not None
+                                         and batch.stop_requested(query_id)):
+                        raise
+                metrics.extra["batch_restarts"] = restarts.failures
+                time.sleep(delay)
+                coordinator = self._coordinator(state.run_id, qid, metrics)  # the new run
         except BaseException:
             metrics.outcome = "failed"
             raise
@@ -312,6 +340,14 @@ class TwoPhaseCommitSink(ABC):
             self._driver = None
 
     # ---- internals ----
+    def _coordinator(self, run_id: str, query_id: str, metrics: BatchMetrics) -> Coordinator:
+        return Coordinator(
+            self.family, self.sink_id, run_id=run_id, query_id=query_id,
+            reset_binding=self.reset_binding, on_replay_mismatch=self.on_replay_mismatch,
+            fingerprint_in_commit=self.fingerprint_in_commit,
+            keep_batches=self.keep_batches, metrics=metrics,
+        )
+
     def _driver_state(self) -> DriverState:
         if self._driver is None:
             self._driver = DriverState(self.create_ledger)

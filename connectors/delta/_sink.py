@@ -204,6 +204,9 @@ class DeltaSink(DriverCommitSink):
                                          txn_seed=self.txn_seed)
         self._commits.storage_options = self.storage_options  # Spark Connect reads
 
+    def describe_target(self) -> str:  # for messages
+        return f"the Delta table {self.table or self.path}"
+
     def __repr__(self) -> str:
         target = f"{self.path!r}" if self.path is not None else f"table={self.table!r}"
         merge = f", merge_on={list(self.merge_on)!r}" if self.merge_on else ""
@@ -211,10 +214,7 @@ class DeltaSink(DriverCommitSink):
         return f"DeltaSink({target}, sink_id={self.sink_id!r}{merge})"
 
     def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        for key in ("_spark", "_schema", "_batch_path"):
-            state[key] = None
-        return state
+        return {**super().__getstate__(), "_spark": None, "_schema": None, "_batch_path": None}
 
     # ---- a run's start: the session and the table's location, from its first batch ----
     def begin_run(self, ctx: BatchContext) -> None:

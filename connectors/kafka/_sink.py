@@ -26,11 +26,9 @@ ever used at (re)start and after a failed batch.
 
 The sink is the template's hooks delegating to collaborators, each given what it uses:
 
-- :class:`~connectors.kafka._clients.KafkaClients`: config, options, clients, error
-  translation (every other collaborator holds it);
+- :class:`~connectors.kafka._clients.KafkaClients`: config, options, clients, errors;
 - :class:`~connectors.kafka._checks.RecordChecks`: every record check, driver and task;
-- :class:`~connectors.kafka._slots.DriverSlots`: driver, the slots' count, placement,
-  marker topic, ledger records and fencing;
+- :class:`~connectors.kafka._slots.DriverSlots`: driver: slots, placement, markers, fencing;
 - :class:`~connectors.kafka._writer.SlotWriter` (open, read marker, write) and
   :class:`~connectors.kafka._committer.SlotCommitter` (commit, abort): a slot's task,
   aligned in barrier mode by :class:`~connectors.kafka._slot.Alignment`; records are
@@ -46,11 +44,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.errors import (
-    BadInputError,
-    ConfigurationError,
-    ConnectorError,
-)
+from connectors.core.errors import BadInputError, ConfigurationError, ConnectorError
 from connectors.core.families import TaskCommitSink
 from connectors.core.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
@@ -258,6 +252,9 @@ class KafkaSink(TaskCommitSink[Slot]):
     def known_topics(self) -> dict[str, int]:
         """Partition counts of topics the driver checked (shipped to the tasks)."""
         return self._checks.known_topics
+
+    def describe_target(self) -> str:  # for messages (the bootstrap list holds no secret)
+        return f"the Kafka cluster at {self.config.bootstrap}"
 
     def __repr__(self) -> str:
         return (

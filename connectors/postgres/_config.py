@@ -88,6 +88,13 @@ class Conninfo:
     def user(self) -> str | None:
         return self._params.get("user")
 
+    def where(self) -> str:
+        """``host:port/dbname`` as given (defaults left out), for messages: no secret."""
+        host = self._params.get("host") or self._params.get("hostaddr") or "local socket"
+        port = self._params.get("port")
+        db = self._params.get("dbname")
+        return f"{host}{':' + str(port) if port else ''}{'/' + str(db) if db else ''}"
+
     @property
     def dbname(self) -> str | None:
         return self._params.get("dbname")

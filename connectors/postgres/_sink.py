@@ -166,6 +166,10 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         sink's prepared transactions through its ledger, and refuses to write."""
         return cls(conninfo, OPERATOR_TABLE, sink_id=sink_id, ledger_table=ledger_table)
 
+    def describe_target(self) -> str:
+        """``PostgreSQL host:port/dbname`` (no secret), for messages."""
+        return f"PostgreSQL {self.conninfo.where()}"
+
     def __repr__(self) -> str:
         return (
             f"PostgresSink({self.conninfo.redacted()!r}, {str(self.options.table)!r}, "

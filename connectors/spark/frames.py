@@ -20,7 +20,8 @@ that defines it):
 - :mod:`connectors.spark._plan`: whether a slot job may run without adaptive execution;
 - :mod:`connectors.spark._local`: a small batch's slots run in the driver;
 - :mod:`connectors.spark._binding`: which query called the sink, and what a Connect
-  session offers instead of a ``SparkContext``.
+  session offers instead of a ``SparkContext``;
+- :mod:`connectors.spark._failures`: a job that failed on a task's transient error, as one.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from connectors.spark._binding import (
     query_id_for,
     stop_flag,
 )
+from connectors.spark._failures import transient_task_error
 from connectors.spark._handover import (
     ROW_BOUND_MARK,
     Handover,
@@ -262,6 +264,15 @@ class SparkBatch(SparkInput):
         return dict(self._driver_slots.figures) if self._driver_slots is not None else {}
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
+        try:
+            return self._run_tasks(fn, barrier=barrier)
+        except Exception as exc:  # a task met an unavailable target: the batch may run again
+            transient = transient_task_error(exc)
+            if transient is None or transient is exc:
+                raise
+            raise transient from exc
+
+    def _run_tasks(self, fn: TaskFunction, *, barrier: bool) -> list[TaskOutcome]:
         if self._driver_slots is not None and not barrier:
             outcomes = self._driver_slots.run(fn)
             if outcomes is not None:

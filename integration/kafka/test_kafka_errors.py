@@ -185,7 +185,7 @@ def test_unknown_topic_in_topic_column_commits_nothing(spark: Any, kafka: KafkaT
 
 def test_unreachable_broker_is_a_clear_error(spark: Any, kafka: KafkaTarget) -> None:
     sink = KafkaSink(kafka.topic, {"bootstrap.servers": "127.0.0.1:1"}, sink_id=kafka.sink_id,
-                     operation_timeout=3)
+                     operation_timeout=3, outage_timeout=5)  # the batch runs again for 5 s
     with pytest.raises(TransientError, match="no answer from the Kafka cluster") as info:
         sink(_rows(spark, 5), 0)
     assert "127.0.0.1:1" in str(info.value)

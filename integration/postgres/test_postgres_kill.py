@@ -279,7 +279,8 @@ def test_postgres_restarted_mid_batch_then_job_finishes_exact(
     PostgreSQL restarts meanwhile (the prepared transactions survive it); the driver's
     connection is dead, the commit is retried with backoff and the same run finishes.
     ``task-before_precommit``: a task stalls with its COPY open; the restart kills its
-    session, the task fails, local[2] fails the query; the restarted driver repairs it.
+    session, the task fails with a transient error, and the batch runs again as a new
+    driver run in the same query (``outage_timeout``: no restart of the job from outside).
     """
     stall = 20.0
     job = PgJob(tmp_path, pg)
@@ -309,10 +310,9 @@ def test_postgres_restarted_mid_batch_then_job_finishes_exact(
         assert batch1 and batch1[0]["outcome"] == "committed", batch1
         assert int(batch1[0]["retries"]) >= 1, "the commit after the restart was not retried"
     else:
-        assert run.returncode > 0, f"the task's dead session should fail the query:\n{run.tail()}"
-        assert 1 not in pg.ledger_states()
-        run = job.run()
-        check_restart(run)
+        assert run.returncode == 0, f"the query should ride the restart out:\n{run.tail()}"
+        batch1 = [m for m in run.metrics() if m.get("batch_id") == "1"]
+        assert batch1 and int(batch1[0]["batch_restarts"]) >= 1, batch1
     job.assert_exact()
 
 

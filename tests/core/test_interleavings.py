@@ -153,11 +153,11 @@ class _Driver(InMemoryDriverCommitSink):
 def _make(family: Family, target: InMemoryTarget, fail: _FailOnce) -> TwoPhaseCommitSink:
     sink: _Prepared | _Slots | _Driver
     if family is Family.PREPARE_IN_TASK:
-        sink = _Prepared(target, sink_id="x", retry=FAST)
+        sink = _Prepared(target, sink_id="x", retry=FAST, outage_timeout=0)
     elif family is Family.COMMIT_IN_TASK:
-        sink = _Slots(target, sink_id="x", slots=2, retry=FAST)
+        sink = _Slots(target, sink_id="x", slots=2, retry=FAST, outage_timeout=0)
     else:
-        sink = _Driver(target, sink_id="x", retry=FAST)
+        sink = _Driver(target, sink_id="x", retry=FAST, outage_timeout=0)
     sink.fail = fail
     return sink
 

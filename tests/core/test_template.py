@@ -219,8 +219,9 @@ def test_commit_that_always_fails_exhausts_retries_then_a_restart_commits_exactl
     target: InMemoryTarget,
 ) -> None:
     write(InMemoryPreparedSink(target, sink_id="events"), 0)
-    broken = FlakyCommitSink(
-        target, failures=10**6, sink_id="events", retry=FixedDelay(max_attempts=3, delay=0.0)
+    broken = FlakyCommitSink(  # outage_timeout=0: the failed batch ends the query
+        target, failures=10**6, sink_id="events", retry=FixedDelay(max_attempts=3, delay=0.0),
+        outage_timeout=0,
     )
     with pytest.raises(RetriesExhaustedError) as info:
         write(broken, 1)
@@ -606,7 +607,8 @@ def test_sink_ids_that_extend_each_other_do_not_share_anything(target: InMemoryT
 
 
 def test_no_retry_policy_fails_on_the_first_transient_error(target: InMemoryTarget) -> None:
-    sink = FlakyCommitSink(target, failures=1, sink_id="events", retry=NoRetry())
+    sink = FlakyCommitSink(target, failures=1, sink_id="events", retry=NoRetry(),
+                           outage_timeout=0)
     with pytest.raises(RetriesExhaustedError) as info:
         write(sink, 0)
     assert info.value.attempts == 1
