@@ -249,8 +249,10 @@ def standalone_cluster(
     executor_memory: str = "640m",
     daemon_memory: str = "256m",
     timeout: float = START_TIMEOUT,
+    cores: int = 1,
 ) -> Iterator[StandaloneCluster]:
-    """Start a master on 127.0.0.1 and ``workers`` one-core workers on 127.0.0.2, .3, ...
+    """Start a master on 127.0.0.1 and ``workers`` workers of ``cores`` cores each (one by
+    default: several applications at once need more) on 127.0.0.2, .3, ...
 
     Yields once the master's JSON status lists every worker ALIVE; stops every JVM it
     started on exit, also when the start failed.
@@ -312,7 +314,7 @@ def standalone_cluster(
                         "org.apache.spark.deploy.worker.Worker",
                         "--host", host,
                         "--webui-port", str(free_port()),
-                        "--cores", "1",
+                        "--cores", str(cores),
                         "--memory", worker_memory,
                         "--work-dir", str(worker_dir),
                         master_url,
