@@ -25,6 +25,10 @@ Stopping (``stop_gracefully``, ``stop_on_sigterm``, ``await_termination``; see
 left prepared or open. The sinks of each target load lazily: ``PostgresSink`` needs the
 ``postgres`` extra, ``KafkaSink`` the ``kafka`` extra, ``DeltaSink`` the ``delta`` extra;
 naming one without its extra raises an ImportError that says which extra to install.
+
+Metrics: every batch logs one ``key=value`` line on the ``connectors.metrics`` logger;
+``export_metrics(PrometheusMetrics(port=9464))`` or
+``export_metrics(OpenTelemetryMetrics())`` exports them (``docs/metrics.md``).
 """
 
 import logging
@@ -56,6 +60,7 @@ from connectors.core.retry import (
     NoRetry,
     RetryPolicy,
 )
+from connectors.observe import OpenTelemetryMetrics, PrometheusMetrics, export_metrics
 
 if TYPE_CHECKING:
     from connectors.core.batch import BatchInput
@@ -146,7 +151,9 @@ __all__ = [
     "KafkaSink",
     "NoRetry",
     "NonDeterministicReplayError",
+    "OpenTelemetryMetrics",
     "PostgresSink",
+    "PrometheusMetrics",
     "ProtocolStateError",
     "QueryBindingError",
     "RetriesExhaustedError",
@@ -154,6 +161,7 @@ __all__ = [
     "StopReport",
     "TransientError",
     "await_termination",
+    "export_metrics",
     "stop_gracefully",
     "stop_on_sigterm",
 ]

@@ -65,6 +65,8 @@ ROLES: dict[str, str] = {
              "(`app_id`, batch); ledger next to the table",
     "cli": "the `connectors` command (`demo`, `status`, `recover`, `doctor`): one target "
            "per participant",
+    "observe": "metrics exporters (`export_metrics`): Prometheus (`prometheus_client`) and "
+               "OpenTelemetry (the API) behind the core's registration point; the names",
     "testing": "`LocalBatch`, in-memory participants, the conformance suite, the pytest "
                "plugin",
     PYSPARK: "external: Spark itself, imported only by the adapter and the Spark-facing "

@@ -39,6 +39,8 @@ CONNECTORS_ALL = [
     "KafkaSink",
     "NoRetry",
     "NonDeterministicReplayError",
+    "OpenTelemetryMetrics",
+    "PrometheusMetrics",
     "PostgresSink",
     "ProtocolStateError",
     "QueryBindingError",
@@ -47,6 +49,7 @@ CONNECTORS_ALL = [
     "StopReport",
     "TransientError",
     "await_termination",
+    "export_metrics",
     "stop_gracefully",
     "stop_on_sigterm",
 ]

@@ -57,7 +57,7 @@ from connectors.core.crash import crash_point
 from connectors.core.errors import TransientError
 from connectors.core.ledger import Ledger, LedgerEntry
 from connectors.core.metrics import BatchMetrics
-from connectors.core.naming import new_run_id
+from connectors.core.naming import TransactionId, new_run_id
 from connectors.core.protocol import Family
 from connectors.core.retry import call_with_retry
 from connectors.core.tasks import prepare_task, slot_task
@@ -194,7 +194,10 @@ class Executor:
             return self.state.ledger.last_batch_id()
         if isinstance(command, ListPrepared):
             sink = cast("PreparedTransactionSink[Any]", self.sink)
-            return self._retry(lambda: list(sink.list_prepared()), "listing prepared transactions")
+            found = self._retry(lambda: list(sink.list_prepared()),
+                                "listing prepared transactions")
+            self._count_lingering(found)
+            return found
         if isinstance(command, NewRun):
             self.state.new_run()
             return None
@@ -293,6 +296,15 @@ class Executor:
             return batch.run_tasks(task, barrier=sink_s.barrier)
         finally:  # where the slots ran, for the batch's metrics (a failed one's too)
             self.metrics.extra.update(batch.run_figures())
+
+    def _count_lingering(self, prepared: list[str]) -> None:
+        """The batch's metrics: the most of this sink's prepared transactions one sweep
+        found (before settling them)."""
+        mine = 0
+        for raw in prepared:
+            tid = TransactionId.parse(raw)
+            mine += tid is not None and tid.belongs_to(self.sink.sink_id)
+        self.metrics.lingering = max(self.metrics.lingering, mine)
 
     def _decide(self, entry: LedgerEntry) -> LedgerEntry:
         """Record the decision; after an ambiguous failure re-read, never guess."""

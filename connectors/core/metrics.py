@@ -1,13 +1,42 @@
-"""Per-batch metrics: one structured log line per batch, and kept on the sink."""
+"""Per-batch metrics: one structured log line per batch, kept on the sink, and handed to
+the process's metrics exporters.
+
+The exporters themselves (Prometheus, OpenTelemetry) live in :mod:`connectors.observe`,
+outside the core, which imports no optional library: the core only keeps the registration
+point below. :meth:`BatchMetrics.emit` hands every batch's figures to each registered
+exporter; an exporter that raises never fails the batch (a WARNING names it, once).
+
+Example::
+
+    >>> class Seen:
+    ...     key, travels, got = "example:seen", False, []
+    ...     def start(self): pass
+    ...     def record(self, metrics): self.got.append(metrics.outcome)
+    ...     def close(self): pass
+    >>> seen = register_exporter(Seen())
+    >>> BatchMetrics("events", 0, "prepare_in_task", outcome="committed").emit()
+    >>> seen.got
+    ['committed']
+    >>> unregister_exporter(seen)
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Protocol, TypeVar
 
-__all__ = ["BatchMetrics"]
+__all__ = ["BatchMetrics", "MetricsExporter", "adopt_exporters", "register_exporter",
+           "registered_exporters", "unregister_exporter"]
 
-logger = logging.getLogger("connectors.metrics")
+logger = logging.getLogger("connectors.metrics")  # the channel of the per-batch lines
+_log = logging.getLogger(__name__)  # this module's own warnings
+
+#: Fields added after the first release of the log line: printed at its end, after the
+#: sink's ``extra`` figures, so that the line's earlier fields keep their places.
+_TAIL = ("lingering", "path")
 
 
 @dataclass
@@ -15,7 +44,15 @@ class BatchMetrics:
     """What one batch did. The last batch's metrics are on ``sink.last_metrics``.
 
     ``outcome`` is ``committed`` (new rows written), ``replayed`` (the batch was already
-    committed: nothing written) or ``failed``.
+    committed: nothing written) or ``failed``. Times are milliseconds: ``prepare_ms``
+    (the tasks), ``decide_ms`` (recording the decision), ``commit_ms`` (commits and the
+    ledger's commit record); ``extra["total_ms"]`` is the whole batch. ``retries`` counts
+    retried transient failures, ``reconciled`` transactions finished (or batches recorded)
+    from an earlier run, ``aborted`` transactions rolled back. ``lingering`` is the most of
+    this sink's prepared transactions a sweep of the batch found (before settling them:
+    what an earlier run or a losing attempt left). ``path`` names the write path the batch
+    took where the sink has several (Kafka: ``native``, ``batch``, ``record``; Delta:
+    ``tag``, ``txn_seed``, ``txn``), empty otherwise.
     """
 
     sink_id: str
@@ -32,10 +69,14 @@ class BatchMetrics:
     reconciled: int = 0
     aborted: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    lingering: int = 0
+    path: str = ""
 
     def as_dict(self) -> dict[str, object]:
         data = asdict(self)
+        tail = {key: data.pop(key) for key in _TAIL}
         data.update(data.pop("extra"))
+        data.update(tail)
         return data
 
     def log_line(self) -> str:
@@ -47,4 +88,89 @@ class BatchMetrics:
         return " ".join(parts)
 
     def emit(self) -> None:
+        """Log the batch's line, then hand the figures to every registered exporter."""
         logger.info("batch %s", self.log_line())
+        for exporter in registered_exporters():
+            try:
+                exporter.record(self)
+            except Exception as exc:  # an exporter never fails a batch
+                _warn_once(exporter.key, "recording a batch", exc)
+
+
+class MetricsExporter(Protocol):
+    """What the core asks of a metrics exporter (see :mod:`connectors.observe`).
+
+    ``key`` names it (one exporter per key in a process, e.g. ``prometheus:9464``).
+    ``travels``: whether a sink pickled for another driver process (Spark Connect's
+    foreachBatch worker) carries it there, to be started on that process's first batch.
+    """
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def travels(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def record(self, metrics: BatchMetrics) -> None: ...
+
+    def close(self) -> None: ...
+
+
+E = TypeVar("E", bound=MetricsExporter)
+_exporters: dict[str, MetricsExporter] = {}
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def register_exporter(exporter: E) -> E:
+    """Start ``exporter`` and hand it every batch's metrics from now on, process-wide.
+
+    An exporter of the same key already registered is kept and returned instead (calling
+    this twice, as a re-run notebook cell does, starts nothing twice)."""
+    with _lock:
+        found = _exporters.get(exporter.key)
+        if found is not None:
+            return found  # type: ignore[return-value]
+        exporter.start()
+        _exporters[exporter.key] = exporter
+        _warned.discard(exporter.key)
+        return exporter
+
+
+def unregister_exporter(exporter: MetricsExporter) -> None:
+    """Stop handing metrics to ``exporter`` (its ``close`` is the caller's)."""
+    with _lock:
+        if _exporters.get(exporter.key) is exporter:
+            del _exporters[exporter.key]
+
+
+def registered_exporters() -> tuple[MetricsExporter, ...]:
+    """The exporters registered in this process, in registration order."""
+    with _lock:
+        return tuple(_exporters.values())
+
+
+def adopt_exporters(exporters: Iterable[MetricsExporter]) -> None:
+    """Register the exporters a sink carried from the process that pickled it and that
+    this process lacks (Spark Connect's foreachBatch worker). A failure to start one is a
+    WARNING, once, never the batch's failure."""
+    for exporter in exporters:
+        try:
+            register_exporter(exporter)
+        except Exception as exc:
+            _warn_once(exporter.key, "starting", exc)
+
+
+def _warn_once(key: str, doing: str, exc: BaseException) -> None:
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    # The error's type (and an OSError's reason), never its message: that could quote an
+    # endpoint's credentials.
+    reason = f": {exc.strerror}" if isinstance(exc, OSError) and exc.strerror else ""
+    _log.warning("metrics exporter %s: %s failed (%s%s); batches go on, its figures may "
+                 "be incomplete (this warning is not repeated)", key, doing,
+                 type(exc).__name__, reason)

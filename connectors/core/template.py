@@ -45,7 +45,7 @@ from connectors.core.errors import ConfigurationError, GracefulStop
 from connectors.core.executor import DriverState, Executor
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
-from connectors.core.metrics import BatchMetrics
+from connectors.core.metrics import BatchMetrics, adopt_exporters, registered_exporters
 from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import Family
 from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, BatchRestarts, Outage
@@ -161,6 +161,9 @@ class TwoPhaseCommitSink(ABC):
         state = self.__dict__.copy()
         state["_driver"] = None
         state["last_metrics"] = None
+        # The process's metrics exporters travel with the sink: a driver elsewhere (Spark
+        # Connect's foreachBatch worker) starts them on its first batch.
+        state["_exporters"] = tuple(e for e in registered_exporters() if e.travels)
         return state
 
     def __repr__(self) -> str:
@@ -294,6 +297,7 @@ class TwoPhaseCommitSink(ABC):
 
     def _write(self, batch: BatchInput, batch_id: int, query_id: str | None) -> BatchMetrics:
         state = self._driver_state()
+        adopt_exporters(self.__dict__.get("_exporters", ()))
         metrics = BatchMetrics(self.sink_id, batch_id, self.family.value)
         started = time.monotonic()
         qid = query_id or BATCH_JOB_QUERY_ID

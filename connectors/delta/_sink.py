@@ -246,7 +246,7 @@ class DeltaSink(DriverCommitSink):
         if self._write_ms is not None:  # Delta's own write (the rest is the sink's)
             metrics.extra["write_ms"] = round(self._write_ms, 1)
         if self._batch_path is not None:
-            metrics.extra[f"delta_path_{self._batch_path}"] = 1
+            metrics.extra[f"delta_path_{self._batch_path}"], metrics.path = 1, self._batch_path
         self._commits.report(metrics)
         self._write_ms = self._batch_path = None  # the next batch may be a replay
 

@@ -381,6 +381,8 @@ class KafkaSink(TaskCommitSink[Slot]):
                     produced[path] = produced.get(path, 0) + int(rows)
         for path, rows in produced.items():
             metrics.extra[f"produce_{path}_rows"] = rows
+        if any(produced.values()):  # the path that produced the most rows
+            metrics.path = max(produced, key=lambda path: produced[path])
         metrics.extra["txn_ms"] = round(longest, 1)
         metrics.extra["barrier_wait_ms"] = round(waited, 1)
         limit = self.options.transaction_timeout_ms

@@ -164,7 +164,9 @@ def test_metrics_carry_numbers_and_names_only() -> None:
     from connectors.core.metrics import BatchMetrics
 
     kinds = {f.name: f.type for f in fields(BatchMetrics)}
-    assert {n for n, t in kinds.items() if t == "str"} == {"sink_id", "family", "outcome"}
+    # path: the name of a write path from the sink's own fixed set (native, batch, record)
+    assert {n for n, t in kinds.items() if t == "str"} == {"sink_id", "family", "outcome",
+                                                             "path"}
     assert kinds["extra"] == "dict[str, float]"
     assert all(t in ("int", "float", "str", "dict[str, float]") for t in kinds.values())
 

@@ -1,0 +1,65 @@
+"""A batch's metrics as the exporters count them: one function both exporters share, so
+that Prometheus and OpenTelemetry always show the same figures.
+
+Example::
+
+    >>> from connectors.core.metrics import BatchMetrics
+    >>> m = BatchMetrics("events", 7, "prepare_in_task", outcome="committed", rows=3,
+    ...                  prepare_ms=250.0, extra={"total_ms": 400.0})
+    >>> f = figures_of(m)
+    >>> f.counts["connectors_rows_total"], f.durations["total"], f.last_committed
+    (3, 0.4, 7)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from connectors.core.metrics import BatchMetrics
+from connectors.observe.names import DEFAULT_PATH
+
+__all__ = ["BatchFigures", "figures_of"]
+
+
+@dataclass(frozen=True)
+class BatchFigures:
+    """What one batch adds: ``labels`` (``sink_id``, ``family``), ``counts`` (counter
+    name -> increment), ``durations`` (phase -> seconds), the gauges' new values."""
+
+    labels: dict[str, str]
+    outcome: str
+    path: str
+    counts: dict[str, int]
+    durations: dict[str, float]
+    lingering: int
+    last_committed: int | None
+    ended: float
+
+
+def figures_of(metrics: BatchMetrics) -> BatchFigures:
+    """The figures of ``metrics`` (rows and bytes only for a committed batch)."""
+    written = metrics.outcome == "committed"
+    return BatchFigures(
+        labels={"sink_id": metrics.sink_id, "family": metrics.family},
+        outcome=metrics.outcome,
+        path=metrics.path or DEFAULT_PATH,
+        counts={
+            "connectors_rows_total": metrics.rows if written else 0,
+            "connectors_bytes_total": metrics.bytes if written else 0,
+            "connectors_tasks_total": metrics.tasks,
+            "connectors_retries_total": metrics.retries,
+            "connectors_reconciled_transactions_total": metrics.reconciled,
+            "connectors_aborted_transactions_total": metrics.aborted,
+        },
+        durations={
+            "prepare": metrics.prepare_ms / 1000,
+            "decide": metrics.decide_ms / 1000,
+            "commit": metrics.commit_ms / 1000,
+            "total": float(metrics.extra.get("total_ms", 0.0)) / 1000,
+        },
+        lingering=metrics.lingering,
+        last_committed=metrics.batch_id if metrics.outcome in ("committed", "replayed")
+        else None,
+        ended=time.time(),
+    )
