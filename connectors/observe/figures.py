@@ -38,15 +38,16 @@ class BatchFigures:
 
 
 def figures_of(metrics: BatchMetrics) -> BatchFigures:
-    """The figures of ``metrics`` (rows and bytes only for a committed batch)."""
-    written = metrics.outcome == "committed"
+    """The figures of ``metrics``. Rows and bytes count whatever the outcome: the
+    coordinator sets them only once the batch's rows are committed, so a batch that fails
+    after its commit (Spark replays it, and the replay writes nothing) still counts them."""
     return BatchFigures(
         labels={"sink_id": metrics.sink_id, "family": metrics.family},
         outcome=metrics.outcome,
         path=metrics.path or DEFAULT_PATH,
         counts={
-            "connectors_rows_total": metrics.rows if written else 0,
-            "connectors_bytes_total": metrics.bytes if written else 0,
+            "connectors_rows_total": metrics.rows,
+            "connectors_bytes_total": metrics.bytes,
             "connectors_tasks_total": metrics.tasks,
             "connectors_retries_total": metrics.retries,
             "connectors_reconciled_transactions_total": metrics.reconciled,

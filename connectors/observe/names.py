@@ -62,9 +62,10 @@ METRICS = (
                "Batches handled, by outcome (committed, replayed: already committed, "
                "skipped; failed) and write path"),
     MetricName("connectors_rows_total", "connectors.rows", "counter", "{row}", (),
-               "Rows written by committed batches"),
+               "Rows the sink's batches committed (rows an earlier run's decision held, "
+               "committed at a restart, count as reconciled transactions)"),
     MetricName("connectors_bytes_total", "connectors.bytes", "counter", "By", (),
-               "Bytes written by committed batches, as the sink counts them"),
+               "Bytes the sink's batches committed, as the sink counts them"),
     MetricName("connectors_tasks_total", "connectors.tasks", "counter", "{task}", (),
                "Tasks (or slots) that wrote a batch's rows"),
     MetricName("connectors_retries_total", "connectors.retries", "counter", "{retry}", (),

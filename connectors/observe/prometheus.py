@@ -6,6 +6,7 @@ exporter's textfile collector, or in a registry the application already serves
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any
 
 from connectors._deps import require
@@ -54,6 +55,7 @@ class PrometheusMetrics:
                                      "to export to")
         self._port, self._addr, self._textfile = port, addr, textfile
         self._registry = registry
+        self._token = uuid.uuid4().hex[:12]  # tells port-0 exporters apart (pickled too)
         self._lock = threading.Lock()
         self._started: _Started | None = None
 
@@ -63,10 +65,12 @@ class PrometheusMetrics:
     def __getstate__(self) -> dict[str, Any]:
         # The configuration only; the receiving process starts its own endpoint (a
         # registry object stays here: the other process gets a registry of its own).
-        return {"port": self._port, "addr": self._addr, "textfile": self._textfile}
+        return {"port": self._port, "addr": self._addr, "textfile": self._textfile,
+                "token": self._token}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._port, self._addr, self._textfile = state["port"], state["addr"], state["textfile"]
+        self._token = state["token"]
         self._registry, self._lock, self._started = None, threading.Lock(), None
 
     @property
@@ -79,7 +83,7 @@ class PrometheusMetrics:
     def key(self) -> str:
         where = f"{self._addr}:{self._port}" if self._port is not None else "-"
         if self._port == 0:  # any free port: every such exporter is one of its own
-            where += f"#{id(self)}"
+            where += f"#{self._token}"
         registry = id(self._registry) if self._registry is not None else "-"
         return f"prometheus:{where}:{self._textfile or '-'}:{registry}"
 
