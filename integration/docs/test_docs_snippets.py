@@ -135,6 +135,14 @@ def check_postgres_users(page: Page, run: sn.Run) -> None:
     sn.exact(rows, [(k, k + 200) for k in range(100)], "public.users after the upsert job")
 
 
+def check_metrics_postgres(page: Page, run: sn.Run) -> None:
+    rows = sn.postgres_rows(page.conninfo, "SELECT id, twice FROM public.metered")
+    sn.exact(rows, [(i, 2 * i) for i in range(250)], "public.metered after the metered job")
+    doc = (ROOT / "docs" / "metrics.md").read_text()
+    printed = doc.split("It prints the two series of the batch:", 1)[1].split("```")[1]
+    assert run.stdout.split() == printed.split()[1:], run.stdout  # [1:]: the info string
+
+
 def check_postgres_accounts(page: Page, run: sn.Run) -> None:
     rows = sn.postgres_rows(page.conninfo,
                             "SELECT id, seq, name, score FROM public.accounts ORDER BY id")
@@ -277,6 +285,7 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/stopping.md", "graceful_stop.py"): Expect(check_delta_events),
     ("docs/connector-guide.md", "staged_files_sink.py"): Expect(no_target),
     ("docs/connector-guide.md", "test_staged_files_sink.py"): Expect(check_pytest_passed),
+    ("docs/metrics.md", "metrics_postgres.py"): Expect(check_metrics_postgres),
     ("docs/security.md", "secure_postgres.py"): Expect(check_secure_payments),
     ("docs/security.md", "bash#0"): Expect(check_secure_status),
     ("docs/security.md", "secure_kafka.py"): Expect(check_secure_orders),
