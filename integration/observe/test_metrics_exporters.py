@@ -187,3 +187,67 @@ def test_metrics_of_a_streaming_query_read_back_from_prometheus_and_otel(
         assert last.value == 2
     # The Delta sink names its commit path (tag / txn_seed / txn).
     assert seen[delta_id][-1].path in ("tag", "txn_seed", "txn")
+
+
+def leave_prepared(conninfo: str, table: str, sink_id: str, batch_id: int) -> None:
+    """What a task killed right after its PREPARE TRANSACTION leaves: a prepared transaction
+    of the sink (of a run that is gone) holding a row, that no decision lists."""
+    import psycopg
+    from psycopg import sql
+
+    from connectors.core.naming import TransactionId
+    from connectors.postgres import XID_FORMAT_ID
+
+    tid = TransactionId(sink_id, "deadbeef", batch_id, 7)
+    conn = psycopg.connect(conninfo)
+    try:
+        conn.tpc_begin(conn.xid(XID_FORMAT_ID, *tid.xid_parts()))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (-1, 'lingering')").format(
+            sql.Identifier(table)))
+        conn.tpc_prepare()
+    finally:
+        conn.close()  # the transaction stays prepared, as the dead task's did
+
+
+def test_lingering_gauge_rises_with_a_left_prepared_transaction_and_falls_after_the_sweep(
+    spark: Any, postgres_conninfo: str, tmp_path: Path,
+    exporters: tuple[Any, InMemoryMetricReader],
+) -> None:
+    from connectors.postgres import PostgresSink
+
+    prom, reader = exporters
+    pg = PgTarget(postgres_conninfo, prefix="eos_metrics_l")
+    pg.create_table("id bigint NOT NULL, name text")
+    source, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    source.mkdir()
+    sink = PostgresSink(postgres_conninfo, pg.table, sink_id=pg.sink_id, ledger_table=pg.ledger)
+    base = (("family", "prepare_in_task"), ("sink_id", pg.sink_id))
+    lingering, aborted = [], []
+    try:
+        query = (spark.readStream.schema("id LONG, name STRING")
+                 .option("maxFilesPerTrigger", 1).json(str(source))
+                 .writeStream.foreachBatch(sink).option("checkpointLocation", str(ckpt))
+                 .start())
+        try:
+            for n, rows in enumerate(ROWS):
+                if n == 1:  # a task of batch 1's earlier attempt died after its PREPARE
+                    leave_prepared(postgres_conninfo, pg.table, pg.sink_id, 1)
+                    assert len(pg.prepared()) == 1
+                write_file(source, n, rows)
+                query.processAllAvailable()
+                scraped = scrape(prom.port)
+                lingering.append(scraped[("connectors_lingering_transactions", base)])
+                aborted.append(scraped[("connectors_aborted_transactions_total", base)])
+        finally:
+            query.stop()
+        left, ids = pg.prepared(), pg.ids()
+    finally:
+        sink.close()
+        pg.cleanup()
+    assert lingering == [0, 1, 0]
+    assert aborted == [0, 1, 1]  # rolled back by batch 1's sweep
+    assert left == []
+    assert sorted(ids) == sorted(1000 * n + i for n, rows in enumerate(ROWS)
+                                 for i in range(rows))  # the lingering row never visible
+    (gauge,) = of_sink(otel_points(reader)["connectors.transactions.lingering"], pg.sink_id)
+    assert gauge.value == 0
