@@ -376,6 +376,8 @@ def test_the_sink_writes_the_same_records_with_and_without_batch_produce(
             metrics = sink.last_metrics
             assert metrics is not None and metrics.extra[paths[batch_produce]] == n, metrics
             assert sum(metrics.extra[p] for p in paths.values()) == n
+            # the path the metrics' `path` label shows (docs/metrics.md)
+            assert f"produce_{metrics.path}_rows" == paths[batch_produce]
             sink(rows, 0)  # a replay: nothing written twice
         finally:
             sink.close()
