@@ -277,3 +277,28 @@ def test_a_missing_extra_is_named() -> None:
                          check=True, cwd=REPO).stdout
     assert "spark-exactly-once[prometheus]" in out and "PrometheusMetrics" in out
     assert "spark-exactly-once[otel]" in out and "OpenTelemetryMetrics" in out
+
+
+def test_importing_connectors_imports_no_exporter_library() -> None:
+    code = ("import sys, connectors\n"
+            "print(sorted(m for m in sys.modules\n"
+            "             if m.split('.')[0] in ('prometheus_client', 'opentelemetry')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=REPO).stdout
+    assert out.strip() == "[]"
+
+
+def test_what_travels_to_another_driver_process() -> None:
+    from prometheus_client import CollectorRegistry
+
+    assert connectors.PrometheusMetrics(port=9464).travels
+    assert connectors.PrometheusMetrics(port=None, textfile="/tmp/x.prom").travels
+    # The application's own registry, or provider, stays in the application's process.
+    assert not connectors.PrometheusMetrics(port=None, registry=CollectorRegistry()).travels
+    assert connectors.OpenTelemetryMetrics().travels
+    assert not connectors.OpenTelemetryMetrics(MeterProvider()).travels
+    stays = connectors.export_metrics(
+        connectors.PrometheusMetrics(port=None, registry=CollectorRegistry()))
+    goes = connectors.export_metrics(connectors.OpenTelemetryMetrics())
+    state = InMemoryPreparedSink(InMemoryTarget(), sink_id="events").__getstate__()
+    assert state["_exporters"] == (goes,) and stays in registered_exporters()
