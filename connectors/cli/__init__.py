@@ -9,6 +9,7 @@
     connectors doctor  --checkpoint PATH --sink-id ID --postgres CONNINFO
     connectors status  --kafka b:9092 --kafka-config-file client.properties
     connectors status  --delta s3a://bucket/table     # store settings from AWS_* variables
+    connectors status  --postgres-env PGCONN --watch --interval 5 --prometheus-port 9464
 
 Every command prints human-readable tables, or JSON with ``--json``. Exit codes: 0 all is
 well, 1 something needs an operator (lingering transactions, unfinished batches, a broken
@@ -166,6 +167,15 @@ def _print_status(statuses: list[SinkStatus]) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch:
+        from connectors.cli._watch_loop import run_watch
+
+        kinds: dict[str, TargetFactory] = {"postgres": _postgres, "kafka": _kafka,
+                                           "delta": _delta}
+        return run_watch(args, _targets(args), lambda kind: _rebuilt(kinds[kind], args))
+    if args.checkpoints or args.prometheus_port is not None or args.prometheus_textfile:
+        raise ConfigurationError("--checkpoint, --prometheus-port and --prometheus-textfile "
+                                 "go with --watch")
     statuses: list[SinkStatus] = []
     for target in _targets(args):
         try:
@@ -177,6 +187,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     else:
         _print_status(statuses)
     return EXIT_ATTENTION if any(s.needs_attention for s in statuses) else EXIT_OK
+
+
+def _rebuilt(factory: TargetFactory, args: argparse.Namespace) -> Target:
+    target = factory(args)
+    assert target is not None  # it made one before, from the same arguments
+    return target
 
 
 # ----------------------------------------------------------------------------- recover
@@ -265,8 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_arguments(demo)
 
     status = sub.add_parser("status", help="per sink: last committed batch, unfinished "
-                            "batches, lingering transactions")
+                            "batches, lingering transactions (--watch: refreshed until "
+                            "Ctrl-C, and as Prometheus gauges)")
     _add_target_args(status)
+    from connectors.cli._watch_loop import add_watch_arguments
+
+    add_watch_arguments(status)
 
     recover = sub.add_parser("recover", help="settle what dead drivers left")
     _add_target_args(recover)
