@@ -63,7 +63,7 @@ ROLES: dict[str, str] = {
              "ledger topic",
     "delta": "`DeltaSink` (COMMIT_ON_DRIVER): one Delta commit per batch, keyed by "
              "(`app_id`, batch); ledger next to the table",
-    "cli": "the `connectors` command (`demo`, `status`, `recover`, `doctor`): one target "
+    "cli": "the `connectors` command (`demo`, `status [--watch]`, `recover`, `doctor`): one target "
            "per participant",
     "observe": "metrics exporters (`export_metrics`): Prometheus (`prometheus_client`) and "
                "OpenTelemetry (the API) behind the core's registration point; the names",

@@ -15,8 +15,8 @@ Needs ``prometheus_client`` (``pip install 'spark-exactly-once[prometheus]'``).
 
 Example::
 
-    >>> sorted(GAUGES)[:2]
-    ['connectors_watch_last_committed_batch_id', 'connectors_watch_last_refresh_timestamp_seconds']
+    >>> LINGERING, GAUGES[LINGERING][0]
+    ('connectors_watch_lingering_transactions', ('sink_id', 'target'))
 """
 
 from __future__ import annotations

@@ -242,3 +242,12 @@ def test_watch_options_without_watch_are_a_usage_error(
     assert "--watch" in capsys.readouterr().err
     assert main(["status", "--postgres", "host=db", "--watch", "--interval", "0"]) == EXIT_USAGE
     assert "--interval" in capsys.readouterr().err
+
+
+def test_the_docs_name_every_gauge_and_the_cli_help_the_options() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "watching.md").read_text()
+    assert all(f"`{name}`" in page for name in GAUGES)
+    helptext = build_parser()._subparsers._group_actions[0].choices["status"].format_help()  # type: ignore[union-attr]
+    for option in ("--watch", "--interval", "--checkpoint", "--prometheus-port",
+                   "--prometheus-textfile"):
+        assert option in helptext
