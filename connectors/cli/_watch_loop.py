@@ -55,8 +55,10 @@ def add_watch_arguments(p: argparse.ArgumentParser) -> None:
                    "(node_exporter's textfile collector)")
 
 
-class _Stop(Exception):
-    """SIGTERM: end the watch as Ctrl-C does."""
+class _Stop(BaseException):
+    """SIGTERM: end the watch as Ctrl-C does (a ``BaseException`` like
+    ``KeyboardInterrupt``, so that no ``except Exception`` around a target's call, where
+    the watcher turns errors into rows, swallows it)."""
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

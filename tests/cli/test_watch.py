@@ -251,3 +251,32 @@ def test_the_docs_name_every_gauge_and_the_cli_help_the_options() -> None:
     for option in ("--watch", "--interval", "--checkpoint", "--prometheus-port",
                    "--prometheus-textfile"):
         assert option in helptext
+
+
+def test_sigterm_ends_the_watch_like_ctrl_c_and_the_handler_is_restored() -> None:
+    import os
+    import signal
+
+    class Terminating(FakeTarget):
+        def status(self, sink_id: str) -> SinkStatus:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return super().status(sink_id)
+
+    before = signal.getsignal(signal.SIGTERM)
+    w = world(a=status("a", 1))
+    out = Tty()
+    assert run_watch(watch_args(), [Terminating(w)], lambda k: Terminating(w), out=out,
+                     refreshes=3) == 0
+    assert out.getvalue().count(CLEAR_HOME) == 0  # it ended inside the first refresh
+    assert out.getvalue().endswith(SHOW_CURSOR + "\n")
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_an_unexpected_error_is_shown_with_its_type() -> None:
+    class Odd(FakeTarget):
+        def sink_ids(self) -> list[str]:
+            raise RuntimeError("odd")
+
+    obs = Observer([Odd(world())], lambda k: Odd(world()))
+    (row,) = obs.refresh().rows
+    assert row.sink_id == "-" and row.error == "RuntimeError: odd" and not row.reachable
