@@ -1,5 +1,5 @@
 """``connectors status --watch``: rows, tables, the JSON Lines stream and the gauges, with
-fake targets (no services; integration/test_cli_watch.py runs it against real ones)."""
+fake targets (no services; integration/cli/test_cli_watch.py runs it against real ones)."""
 
 from __future__ import annotations
 

@@ -32,14 +32,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors import CrashPoint
 from connectors.cli._gauges import LAG, LINGERING, TARGET_UP
 from connectors.cli._watch_loop import CLEAR_HOME, SHOW_CURSOR
-from integration._driver import REPO, run_cli
-from integration._pg import DRIVER_PGOPTIONS, PgTarget
-from integration._proxy import Proxy
-from integration.test_cli_postgres import leaks
-from integration.test_postgres_kill import CRASH_BATCH, PgJob
+from connectors.sdk import CrashPoint
+from integration.cli.test_cli_postgres import leaks
+from integration.postgres.test_postgres_kill import CRASH_BATCH, PgJob
+from integration.support._driver import REPO, run_cli
+from integration.support._pg import DRIVER_PGOPTIONS, PgTarget
+from integration.support._proxy import Proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -295,7 +295,7 @@ def test_watch_json_lists_kafka_and_delta_sinks_and_a_kafka_open_transaction(
 ) -> None:
     from confluent_kafka import Producer
 
-    from integration._kafka import KafkaTarget
+    from integration.support._kafka import KafkaTarget
 
     kafka = KafkaTarget(kafka_bootstrap, prefix="watch")
     sid = kafka.sink_id  # the same sink id in both targets: one --sink-id for the watch
