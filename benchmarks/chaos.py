@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.chaos",
                                 description=(__doc__ or "").splitlines()[0])
     p.add_argument("--failures", type=int, default=15, help="failures to cause (default 15)")
+    p.add_argument("--each", type=int, default=None,
+                   help="instead: this many failures of each kind, in a shuffled order")
+    p.add_argument("--quick", action="store_true",
+                   help="CI's short campaign: --each 1 --interval 15 30 --rows-per-feed 100")
     p.add_argument("--minutes", type=float, default=None, help="stop causing them after this")
     p.add_argument("--sinks", default="postgres,kafka,delta")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"of {', '.join(KINDS)}")
@@ -135,6 +139,11 @@ def campaign(args: argparse.Namespace) -> int:
     if unknown := set(kinds) - set(KINDS):
         raise SystemExit(f"unknown failure kinds {sorted(unknown)}: {', '.join(KINDS)}")
     rng = random.Random(args.seed)
+    plan: list[str] | None = None
+    if args.each is not None:
+        plan = [k for k in kinds for _ in range(args.each)]
+        rng.shuffle(plan)
+        args.failures = len(plan)
     env = _env()
     root = Path(tempfile.mkdtemp(prefix="eos-chaos-"))
     failures: list[Failure] = []
@@ -166,7 +175,7 @@ def campaign(args: argparse.Namespace) -> int:
                         job.feed()
                     next_feed = now + args.feed_every
                 if now >= next_failure:
-                    kind = rng.choice(kinds)
+                    kind = plan[len(failures)] if plan is not None else rng.choice(kinds)
                     started = time.monotonic()
                     victim = strike(
                         kind, rng, jobs, cluster.root,
@@ -203,7 +212,10 @@ def campaign(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return campaign(_parser().parse_args(argv))
+    args = _parser().parse_args(argv)
+    if args.quick:
+        args.each, args.interval, args.rows_per_feed = 1, (15.0, 30.0), 100
+    return campaign(args)
 
 
 if __name__ == "__main__":
