@@ -36,6 +36,7 @@ from obstore.store import S3Store
 from psycopg import sql
 
 from integration import services as _services
+from integration.services import process as _process
 from integration.support._fixtures_services import NativeKafka, NativePostgres, NativeS3, S3Service
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -197,6 +198,37 @@ def test_prepared_transaction_survives_postgres_crash(
         assert _count(conninfo, pg_table) == 0
         conn.tpc_commit(recovered[gtrid])
     assert _count(conninfo, pg_table) == 1
+
+
+#: SIGKILL / immediate restarts per service in the address tests below: the move they
+#: guard against (a port that still looked taken) was a race, so one restart proves little.
+ADDRESS_RESTARTS = 3
+
+
+def _kept_ports(service: str) -> dict[str, int]:
+    section = _process._load_state()[service]
+    return {key: value for key, value in section.items() if key.endswith("port")}
+
+
+@pytest.mark.timeout(600)
+def test_postgres_immediate_restarts_keep_the_address(
+    native_postgres: NativePostgres, pg_table: str
+) -> None:
+    """``scripts/services restart --only postgres --mode immediate``, several times: the
+    port stays, and a client with the conninfo from before connects and writes."""
+    conninfo = native_postgres.conninfo
+    ports = _kept_ports("postgres")
+    for attempt in range(ADDRESS_RESTARTS):
+        restarted = _services_cli("restart", "--only", "postgres", "--mode", "immediate")
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        assert "choosing a new one" not in restarted.stderr
+        assert _kept_ports("postgres") == ports
+        current = _services.status().postgres
+        assert current is not None and current.conninfo == conninfo
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'after a restart')").format(
+                sql.Identifier(pg_table)), (attempt,))
+    assert _count(conninfo, pg_table) == ADDRESS_RESTARTS
 
 
 # ================================================================================ Kafka
@@ -391,6 +423,32 @@ def test_kafka_keeps_committed_data_and_fences_across_broker_restart(
         producer.produce(topic, value=b"zombie")
         producer.commit_transaction(KAFKA_TIMEOUT)
     assert _consume_all(bootstrap, topic, "read_committed") == ["before-restart", "after-restart"]
+
+
+@pytest.mark.timeout(600)
+def test_kafka_sigkill_restarts_keep_the_address(
+    native_kafka: NativeKafka, admin: AdminClient, topic: str
+) -> None:
+    """``scripts/services restart --only kafka --kill``, several times (the broker was
+    not started by the restarting process, as from the command line): every port stays,
+    and a producer made before the first restart, with the old bootstrap address, goes
+    on producing; a consumer with that address reads it all."""
+    bootstrap = native_kafka.bootstrap
+    ports = _kept_ports("kafka")
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True})
+    sent = ["before the restarts"]
+    _produce(producer, topic, sent)
+    for attempt in range(ADDRESS_RESTARTS):
+        restarted = _services_cli("restart", "--only", "kafka", "--kill")
+        assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+        assert "choosing a new one" not in restarted.stderr
+        assert _kept_ports("kafka") == ports
+        current = _services.status().kafka
+        assert current is not None and current.bootstrap == bootstrap
+        sent.append(f"after restart {attempt}")
+        _produce(producer, topic, sent[-1:])
+    assert _consume_all(bootstrap, topic, "read_committed") == sent
 
 
 # =================================================================================== S3

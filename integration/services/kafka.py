@@ -22,6 +22,7 @@ from integration.services.config import (
 )
 from integration.services.kafka_cluster import _cluster_id_for_start, kafka_metadata_ok
 from integration.services.kafka_jars import _java, kafka_libs
+from integration.services.ports import stable_port
 from integration.services.process import (
     _children,
     _load_state,
@@ -32,7 +33,6 @@ from integration.services.process import (
     _run,
     _save_state,
     _section,
-    _stable_port,
     _terminate,
     _wait,
 )
@@ -125,8 +125,11 @@ def _configured_port(path: Path, pattern: str) -> int | None:
     return None
 
 
-def start_kafka() -> KafkaInfo:
-    """Start (or re-verify) the single-node KRaft broker; returns its bootstrap address."""
+def start_kafka(*, keep_ports: bool = False) -> KafkaInfo:
+    """Start (or re-verify) the single-node KRaft broker; returns its bootstrap address.
+
+    ``keep_ports=True`` (a restart) fails rather than move to new ports when a stored one
+    stays taken (:func:`~integration.services.ports.stable_port`)."""
     with _locked():
         version = kafka_version()
         kdir = _kafka_dir()
@@ -175,9 +178,11 @@ def start_kafka() -> KafkaInfo:
         data_dir = kdir / "data"
         for directory in (config_dir, logs_dir, data_dir):
             directory.mkdir(parents=True, exist_ok=True)
-        port = _stable_port(section, "port", False, set())
-        controller_port = _stable_port(section, "controller_port", False, {port})
-        sasl_port = _stable_port(section, "sasl_port", False, {port, controller_port})
+        keep = keep_ports
+        port = stable_port(section, "port", False, set(), keep=keep)
+        controller_port = stable_port(section, "controller_port", False, {port}, keep=keep)
+        sasl_port = stable_port(section, "sasl_port", False, {port, controller_port},
+                                keep=keep)
         cluster_id = _cluster_id_for_start(section, data_dir)
         section["version"] = version
         _save_state(state)
@@ -299,7 +304,7 @@ def restart_kafka(kill: bool = False, downtime: float = 0.0) -> KafkaInfo:
         stop_kafka(kill=kill)
         if downtime > 0:
             time.sleep(downtime)
-        return start_kafka()
+        return start_kafka(keep_ports=True)
 
 
 def _kafka_status() -> tuple[KafkaInfo | None, int | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
@@ -30,18 +31,20 @@ from integration.services.pg_cluster import (
     _pg_write_conf,
     _psql,
 )
+from integration.services.ports import stable_port
 from integration.services.process import (
     _apt_install,
     _is_root,
     _load_state,
     _locked,
     _log_excerpt,
+    _proc_alive,
     _refresh_env_file,
     _run,
     _save_state,
     _section,
     _service_user,
-    _stable_port,
+    _wait,
 )
 
 log = logging.getLogger("connectors.services")
@@ -109,8 +112,12 @@ def postgres_messages() -> tuple[str | None, str | None]:
     return section.get("lc_messages"), section.get("lc_messages_fallback")
 
 
-def start_postgres() -> PostgresInfo:
-    """Start (or re-verify) the private PostgreSQL cluster; returns its connection info."""
+def start_postgres(*, keep_ports: bool = False) -> PostgresInfo:
+    """Start (or re-verify) the private PostgreSQL cluster; returns its connection info.
+
+    ``keep_ports=True`` (a restart) fails rather than move to a new port when the stored
+    one stays taken (:func:`~integration.services.ports.stable_port`).
+    """
     with _locked():
         bindir = _pg_bindir(install=True)
         user = _service_user(create=True)
@@ -122,7 +129,7 @@ def start_postgres() -> PostgresInfo:
             section["port"] = _configured_port(
                 root / "data" / "eos_services.conf", r"^port = (\d+)"
             )
-        port = _stable_port(section, "port", running, set())
+        port = stable_port(section, "port", running, set(), keep=keep_ports)
         info = PostgresInfo(HOST, port)
         logfile = root / "log" / "postgres.log"
         started = time.monotonic()
@@ -198,9 +205,22 @@ def stop_postgres(mode: PgStopMode = "fast") -> bool:
         if not _pg_running(bindir, user, root):
             return False
         log.info("stopping PostgreSQL (-m %s)", mode)
+        postmaster = _pg_postmaster_pid(root)
         _pg_ctl(bindir, user, root, "stop", "-m", mode, "-w", "-t", "60", timeout=90)
+        if postmaster is not None:
+            # pg_ctl returns once postmaster.pid is gone, which the postmaster removes on
+            # its way out, before its sockets are closed: wait for the process itself.
+            with contextlib.suppress(ServiceError):
+                _wait("the PostgreSQL postmaster to exit", lambda: not _proc_alive(postmaster),
+                      timeout=30, interval=0.02)
         _refresh_env_file()
         return True
+
+
+def _pg_postmaster_pid(root: Path) -> int | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int((root / "data" / "postmaster.pid").read_text().splitlines()[0])
+    return None
 
 
 def restart_postgres(mode: PgStopMode = "fast", downtime: float = 0.0) -> PostgresInfo:
@@ -212,7 +232,7 @@ def restart_postgres(mode: PgStopMode = "fast", downtime: float = 0.0) -> Postgr
         stop_postgres(mode)
         if downtime > 0:
             time.sleep(downtime)
-        return start_postgres()
+        return start_postgres(keep_ports=True)
 
 
 def _postgres_status() -> tuple[PostgresInfo | None, Path | None]:

@@ -21,6 +21,7 @@ from integration.services.config import (
     _s3_dir,
     service_timeout,
 )
+from integration.services.ports import stable_port
 from integration.services.process import (
     _children,
     _load_state,
@@ -31,7 +32,6 @@ from integration.services.process import (
     _rotate,
     _save_state,
     _section,
-    _stable_port,
     _terminate,
     _wait,
 )
@@ -111,7 +111,7 @@ def _s3_bucket(info: S3Info) -> bool:
     return True
 
 
-def start_s3() -> S3Info:
+def start_s3(*, keep_ports: bool = False) -> S3Info:
     """Start (or re-verify) moto's S3 server and create the test bucket; returns its address.
 
     moto keeps everything in memory: after a stop or restart the bucket is created again,
@@ -148,7 +148,7 @@ def start_s3() -> S3Info:
                 for key, value in state[name].items()
                 if key.endswith("port") and isinstance(value, int)
             }
-            port = _stable_port(section, "port", False, others)
+            port = stable_port(section, "port", False, others, keep=keep_ports)
             _save_state(state)
             _rotate(out_file, S3_LOG_ROTATE_BYTES)
             log.info("starting S3 (moto, port %d, up to %.0fs)", port, timeout)
@@ -216,7 +216,7 @@ def restart_s3(kill: bool = False, downtime: float = 0.0) -> S3Info:
         stop_s3(kill=kill)
         if downtime > 0:
             time.sleep(downtime)
-        return start_s3()
+        return start_s3(keep_ports=True)
 
 
 def _s3_status() -> tuple[S3Info | None, int | None]:
