@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from benchmarks._chart import Panel, default_chart_path, draw_chart
 from benchmarks._common import (
     format_table,
     load_service_env,
@@ -213,6 +214,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bootstrap", default=None, help="default: $EOS_KAFKA_BOOTSTRAP")
     p.add_argument("--driver-memory", default="3g")
     p.add_argument("--json", default=None, help="also write the results to this file")
+    p.add_argument("--chart", default=str(default_chart_path("kafka_bench")),
+                   help="the tables as a PNG chart (benchmarks/charts/kafka_bench.png)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
@@ -248,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
     batch_ids: dict[str, int] = {}
+    panels: list[Panel] = []
     sinks: dict[str, Any] = {}
     created: list[str] = []
 
@@ -262,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         key = f"{name}-{size}"
         if key not in sinks:
             sinks[key] = KafkaSink(topic, {"bootstrap.servers": bootstrap},
-                                   sink_id=f"bench-{tag}-{key}"[:40], slots=args.partitions,
+                                   sink_id=f"bench-{tag}-{key}", slots=args.partitions,
                                    barrier=name.startswith("kafka-sink-barrier"),
                                    reuse_producers=not name.startswith("kafka-sink-fresh"),
                                    batch_produce=("public" if name.startswith("kafka-sink-public")
@@ -350,6 +354,10 @@ def main(argv: list[str] | None = None) -> int:
                             "machine CPU-s per run", "JIT ms per run"], rows_out))
         paired = sorted(a / b for a, b in zip(times["spark-kafka"], times["kafka-sink"],
                                               strict=True))
+        panels.append(Panel(f"{title}, {args.rows:,} records", {
+            n: [a / b for a, b in zip(times["spark-kafka"], times[n], strict=True)]
+            for n in names if n != "spark-kafka"},
+            "x Spark's writer's throughput (its time over the contender's, per round)"))
         low, high = ratio_interval(times["spark-kafka"], times["kafka-sink"])
         out: dict[str, Any] = {"msgs_per_s": rates, "seconds": times, "cpu_seconds": cpu_s,
                                "jit_ms": jit_ms, "paired_ratios": paired,
@@ -401,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
               "per contender, interleaved (ms per batch, the whole sink call or save())")
         print(format_table(["contender", "median ms", "p90 ms", "min ms", "median vs spark-kafka",
                             "batches whose slots ran in the driver"], rows_out))
+        panels.append(Panel(f"{args.tiny_rows}-record batches, value {size} B", {
+            n: [a / b for a, b in zip(tiny_times[n], tiny_times["spark-kafka"], strict=True)]
+            for n in TINY if n != "spark-kafka"},
+            "x Spark's writer's time per batch (per interleaved batch)", better="lower"))
         ratio = median(tiny_times["kafka-sink"]) / base
         verdict = ("met, stretch met" if ratio <= STRETCH_TINY else
                    "met" if ratio <= TARGET_TINY else "NOT met")
@@ -436,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
             entry.update(latency(tiny, size))
             tiny.unpersist()
             results["sizes"][str(size)] = entry
+        if args.chart and panels:
+            chart = draw_chart(args.chart, "kafka_bench: KafkaSink and others vs Spark's "
+                               "Kafka writer", panels)
+            print(f"\nchart: {chart}")
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(results, fh, indent=1, default=str)

@@ -50,6 +50,7 @@ import pyarrow as pa
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from benchmarks._chart import Panel, default_chart_path, draw_chart
 from benchmarks._common import (
     REPO_ROOT,
     fetch_maven_jar,
@@ -446,6 +447,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jdbc-version", default=DEFAULT_JDBC_VERSION)
     p.add_argument("--driver-memory", default="4g")
     p.add_argument("--json", default=None, help="also write the results to this file")
+    p.add_argument("--chart", default=str(default_chart_path("postgres_bench")),
+                   help="the throughput table as a PNG chart "
+                        "(benchmarks/charts/postgres_bench.png)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if args.quick:
@@ -678,6 +682,16 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(format_table(headers, table_rows, align="llrrrrr"))
     print()
+    if args.chart and "jdbc-tuned" in by_key:
+        base = by_key["jdbc-tuned"].seconds
+        panel = Panel(f"Throughput, {rows:,} rows, {args.partitions} partitions", {
+            c.label: [a / b for a, b in zip(base, c.seconds, strict=False)]
+            for c in contenders if c.key != "jdbc-tuned"},
+            "x Spark JDBC tuned (its time over the contender's, per round)")
+        chart = draw_chart(args.chart, "postgres_bench: PostgresSink and others vs Spark "
+                           "JDBC (tuned)", [panel])
+        print(f"chart: {chart}")
+        print()
 
     verdicts: list[str] = []
     if "postgres-sink" in by_key:
