@@ -67,6 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
+from benchmarks._chart import Panel, default_chart_path, draw_chart
 from benchmarks._common import format_table, load_service_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -371,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=None, help="per mode and sink (default 3)")
     parser.add_argument("--quick", action="store_true",
                         help="15 batches, 3 warm-up, 1 run: a smoke test")
+    parser.add_argument("--chart", default=str(default_chart_path("connect_overhead")),
+                        help="the table as a PNG chart (benchmarks/charts/connect_overhead.png)")
     args = parser.parse_args(argv)
     # A SIGTERM (CI's timeout) unwinds like an error: the running runner's process group is
     # killed and its tables and topics dropped.
@@ -416,6 +419,15 @@ def main(argv: list[str] | None = None) -> int:
                         "Connect ms/batch (median, range)", "Connect / classic",
                         "Connect - classic (ms)", "runs' wall time (s)"], rows))
     print()
+    if args.chart:
+        panel = Panel(f"{args.rows} rows per batch", {
+            sink: [c / k for c, k in zip(results[sink]["connect"], results[sink]["classic"],
+                                         strict=True)] for sink in sinks},
+            "Spark Connect's ms per batch / classic PySpark's (per run)", better="lower")
+        chart = draw_chart(args.chart, "connect_overhead: the sinks over Spark Connect",
+                           [panel])
+        print(f"chart: {chart}")
+        print()
     load_after = os.getloadavg()
     print(f"* every run's output checked: each id exactly once; wall time "
           f"{time.monotonic() - started:.0f} s; 1-min load average {load_before[0]:.1f} "

@@ -94,6 +94,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks._chart import Panel, default_chart_path, draw_chart
 from benchmarks._common import format_table, median, ratio_interval
 from benchmarks._delta_s3 import S3Run, report_s3, s3_part, s3_server
 
@@ -184,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-s3", action="store_true", help="--quick without its S3 run")
     parser.add_argument("--s3-rows", type=int, default=None,
                         help="rows per micro-batch of the S3 run (100,000; 20,000 with --quick)")
+    parser.add_argument("--chart", default=str(default_chart_path("delta_bench")),
+                        help="the contenders' table as a PNG chart "
+                             "(benchmarks/charts/delta_bench.png)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.batches = 100_000, 3
@@ -351,6 +355,14 @@ def main(argv: list[str] | None = None) -> int:
                         "/ plain, all batches [95 %]", "round ratio median",
                         "paired batch median", "sink's own ms/batch"], rows, align="lll"))
     print()
+    if args.chart:
+        panel = Panel(f"{args.batches} batches x {args.rows:,} rows per round",
+                      {k: [t[k] / t["plain"] for t in per_round] for k in kinds[1:]},
+                      "the contender's wall time / a plain Delta append's (per round)",
+                      better="lower")
+        chart = draw_chart(args.chart, "delta_bench: DeltaSink vs a plain append", [panel])
+        print(f"chart: {chart}")
+        print()
     plain_batch = median(batch_s["plain"])
     print(f"* target: DeltaSink <= {TARGET_RATIO}x plain append (wall time of all {n} timed "
           "batches, 95 % bootstrap interval over the batch pairs)")

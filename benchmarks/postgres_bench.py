@@ -687,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
         panel = Panel(f"Throughput, {rows:,} rows, {args.partitions} partitions", {
             c.label: [a / b for a, b in zip(base, c.seconds, strict=False)]
             for c in contenders if c.key != "jdbc-tuned"},
-            "x Spark JDBC tuned (its time over the contender's, per round)")
+            "Spark JDBC tuned's time / the contender's (per round)")
         chart = draw_chart(args.chart, "postgres_bench: PostgresSink and others vs Spark "
                            "JDBC (tuned)", [panel])
         print(f"chart: {chart}")
