@@ -1,6 +1,7 @@
-"""The benchmarks' result tables as charts (PNG, matplotlib): one panel per table, one bar
-per contender, the median ratio over the runs with its spread (min-max over the runs) as
-error bars, and a line at 1.0x (the baseline).
+"""The benchmarks' result tables as charts (PNG, matplotlib): one panel per table, one row
+per contender, the median ratio over the runs (a dot) with its spread (min-max over the
+runs) as error bars, and a line at 1.0x (the baseline). When one run lies 20x away from
+another, the axis is logarithmic, so that outlier does not squash the rest.
 
 Every benchmark writes its chart beside the tables it prints, to ``--chart`` (default
 ``benchmarks/charts/<benchmark>.png``), and prints where. A run of one round draws no
@@ -60,6 +61,7 @@ def draw_chart(path: Path | str, title: str, panels: Sequence[Panel]) -> Path:
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     if not panels:
         raise ValueError("draw_chart needs at least one panel")
@@ -74,16 +76,25 @@ def draw_chart(path: Path | str, title: str, panels: Sequence[Panel]) -> Path:
         above = [hi - m for m, _, hi in stats]
         runs = max((len(v) for v in panel.ratios.values()), default=0)
         ypos = list(range(len(names)))
-        ax.barh(ypos, medians, xerr=[below, above], capsize=4, color="#4c72b0",
-                ecolor="#222222", height=0.6)
+        ax.errorbar(medians, ypos, xerr=[below, above], fmt="o", color="#4c72b0",
+                    ecolor="#222222", capsize=4, markersize=7)
         ax.axvline(1.0, color="#c44e52", linewidth=1, linestyle="--")
         ax.set_yticks(ypos, names)
-        ax.invert_yaxis()
-        for y, (m, _lo, hi) in zip(ypos, stats, strict=True):
+        ax.set_ylim(len(names) - 0.5, -0.7)  # first contender on top, room for the labels
+        for y, m in zip(ypos, medians, strict=True):
             if m == m:
-                ax.text(max(hi, m) * 1.01, y, f" {m:.2f}x", va="center", fontsize=8)
-        right = max([hi for _, _, hi in stats if hi == hi] + [1.0])
-        ax.set_xlim(0, right * 1.18)
+                ax.annotate(f"{m:.2f}x", (m, y), xytext=(0, 7), textcoords="offset points",
+                            ha="center", fontsize=8)
+        known = [v for _, lo, hi in stats for v in (lo, hi) if v == v and v > 0] + [1.0]
+        low, high = min(known), max(known)
+        if high / low > 20:  # one outlier run would squash the rest: a log axis shows all
+            ax.set_xscale("log")
+            ax.set_xlim(low / 1.3, high * 1.3)
+        else:
+            ax.set_xlim(0, high * 1.12)
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: f"{v:g}x"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.grid(axis="x", alpha=0.3)
         spread = "min-max over" if runs > 1 else "no spread:"
         ax.set_title(f"{panel.title} (median, {spread} {runs} run{'s' if runs != 1 else ''})",
                      fontsize=10)
