@@ -67,7 +67,8 @@ def draw_chart(path: Path | str, title: str, panels: Sequence[Panel]) -> Path:
         raise ValueError("draw_chart needs at least one panel")
     heights = [1.2 + 0.45 * max(1, len(p.ratios)) for p in panels]
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, sum(heights) + 0.6),
-                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+                             gridspec_kw={"height_ratios": heights}, squeeze=False,
+                             layout="constrained")  # room for the suptitle too
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         names = list(panel.ratios)
         stats = [_summary(panel.ratios[n]) for n in names]
@@ -103,7 +104,6 @@ def draw_chart(path: Path | str, title: str, panels: Sequence[Panel]) -> Path:
             ax.annotate(note, (0, 0), xycoords="axes fraction", xytext=(0, -30 - 11 * i),
                         textcoords="offset points", fontsize=7, color="#555555")
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png", dpi=100)
