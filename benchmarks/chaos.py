@@ -38,7 +38,7 @@ from benchmarks._chaos_faults import KINDS, Failure, strike
 from benchmarks._chaos_jobs import REPO, SinkJob, make_jobs
 from benchmarks._chaos_report import Progress, table, timeline_png
 
-DEFAULT_OUT = REPO / "benchmarks" / "results" / "chaos"
+DEFAULT_OUT = REPO / "benchmarks" / "charts"  # chaos.md, chaos.json, chaos.png
 
 
 def _parser() -> argparse.ArgumentParser:
