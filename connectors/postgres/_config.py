@@ -95,6 +95,10 @@ class Conninfo:
         db = self._params.get("dbname")
         return f"{host}{':' + str(port) if port else ''}{'/' + str(db) if db else ''}"
 
+    def param(self, keyword: str) -> str | None:
+        """The value the settings give ``keyword`` (never a secret's: ``None`` for those)."""
+        return None if is_secret_keyword(keyword) else self._params.get(keyword)
+
     @property
     def dbname(self) -> str | None:
         return self._params.get("dbname")

@@ -7,8 +7,11 @@ What decides the error class:
   ``lc_messages``), and :data:`_TABLE` maps those classes to the library's errors;
 - a failure while connecting carries none (libpq keeps the server's code to itself):
   :class:`CannotConnectError`, one configuration error naming what to check, quoting
-  the server's text with secrets removed. Only when the same settings connected before
-  in this process (a server restart, a network blip) is it a :class:`TransientError`;
+  the server's text with secrets removed, unless no server answers (or it answers "not
+  now") at that address: then it is :class:`~connectors.postgres._reach.TargetDownError`,
+  transient (libpq's ``PQping`` tells, see :mod:`connectors.postgres._reach`). When the same
+  settings connected before in this process (a server restart, a network blip) it is a
+  :class:`TransientError` whatever the server said;
 - a connection lost mid-statement (no SQLSTATE) is a :class:`TransientError`.
 
 Row values stay out of the message unless the sink's ``values_in_errors`` is ``True``:
@@ -37,6 +40,7 @@ from connectors.core.errors import (
     TransientError,
 )
 from connectors.postgres._config import Conninfo
+from connectors.postgres._reach import first_contact
 from connectors.postgres._redact import redact
 
 __all__ = ["CONNECT_ADVICE", "CannotConnectError", "raise_translated", "translate"]
@@ -222,8 +226,13 @@ def translate(
                 return TransientError(
                     f"{doing}: cannot reconnect (the same settings connected before: the "
                     f"server may be restarting): {text}", **ids)
-            advice = next((a for words, a in TLS_ADVICE if words in str(exc)), CONNECT_ADVICE)
-            return CannotConnectError(f"{doing}: {advice} (server: {text})", **ids)
+            tls = next((a for words, a in TLS_ADVICE if words in str(exc)), None)
+            if tls is not None:
+                return CannotConnectError(f"{doing}: {tls} (server: {text})", **ids)
+            return first_contact(doing=doing, conninfo=conninfo, text=text, ids=ids,
+                                 refused=lambda advice: CannotConnectError(
+                                     f"{doing}: {advice or CONNECT_ADVICE} (server: {text})",
+                                     **ids))
         if isinstance(exc, psycopg.OperationalError):
             return TransientError(f"{doing}: connection lost ({name}: {text})", **ids)
         if isinstance(exc, psycopg.DataError) and not values:

@@ -15,11 +15,14 @@ are printed.
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from connectors.testing.kill import spark_batches
 from integration.kafka.test_kafka_kill import KafkaJob, kafka  # noqa: F401 - the fixture
 from integration.support._kafka import KafkaTarget
 from integration.support._outage import ride_out
@@ -49,5 +52,38 @@ def test_broker_sigkilled_and_restarted_again_and_again_under_one_driver_run_is_
     met = [m for m in metrics if m.get("batch_restarts")
            or float(m.get("total_ms", 0)) > 5000]
     assert len(met) >= OUTAGES, metrics
+    job.assert_exact()
+    kafka.assert_no_open_transactions()
+
+
+def test_a_query_started_while_the_broker_is_down_waits_for_it_then_is_exact(
+    tmp_path: Path, kafka: KafkaTarget, native_kafka: Any  # noqa: F811
+) -> None:
+    """The driver's first contact with the cluster meets no broker (stopped before the
+    driver starts, started 10 s after the query's first batch is in Spark's offset log):
+    "no answer from the Kafka cluster" is transient, so the batch waits within
+    ``outage_timeout`` and lands once the broker is back."""
+    job = KafkaJob(tmp_path, kafka, files=3)
+    native_kafka.stop(kill=True)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(job.run)
+            deadline = time.monotonic() + 300
+            while not spark_batches(job.checkpoint)[0]:
+                assert not future.done(), future.result().tail()
+                assert time.monotonic() < deadline, "the query planned no batch in 300 s"
+                time.sleep(0.2)
+            time.sleep(10.0)
+            assert not future.done(), (
+                f"the query ended while the broker was down:\n{future.result().tail()}")
+            native_kafka.start()
+            back = time.monotonic()
+            run = future.result(timeout=600)
+    finally:
+        native_kafka.start()  # no-op when it runs
+    assert run.returncode == 0, run.tail()
+    first = run.batch_metrics(kafka.sink_id, 0)
+    print(f"first contact with the broker down: the run ended {time.monotonic() - back:.1f} s "
+          f"after its return; batch 0: {first}")
     job.assert_exact()
     kafka.assert_no_open_transactions()

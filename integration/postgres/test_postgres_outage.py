@@ -13,33 +13,27 @@ server's return to the next committed batch are printed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from integration.postgres.test_postgres_kill import PgJob
+from connectors.testing.kill import spark_batches
+from integration.postgres.test_postgres_kill import PgJob, pg  # noqa: F401 - the fixture
 from integration.support._outage import ride_out
-from integration.support._pg import DRIVER_PGOPTIONS, PgTarget
+from integration.support._pg import PgTarget
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 OUTAGES, EVERY = 4, 3
-
-
-@pytest.fixture
-def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTarget]:
-    monkeypatch.setenv("EOS_POSTGRES_CONNINFO", postgres_conninfo)  # the driver reads it
-    monkeypatch.setenv("PGOPTIONS", DRIVER_PGOPTIONS)
-    target = PgTarget(postgres_conninfo, prefix="outage")
-    target.create_table()
-    yield target
-    target.cleanup()
+#: Seconds PostgreSQL stays down after the query asked for it (first contact).
+DOWN_AFTER_FIRST_CONTACT = 10.0
 
 
 def test_postgres_restarted_immediate_again_and_again_under_one_driver_run_is_exact(
-    tmp_path: Path, pg: PgTarget, native_postgres: Any
+    tmp_path: Path, pg: PgTarget, native_postgres: Any  # noqa: F811
 ) -> None:
     job = PgJob(tmp_path, pg, files=OUTAGES * EVERY + 4)
 
@@ -52,5 +46,41 @@ def test_postgres_restarted_immediate_again_and_again_under_one_driver_run_is_ex
     assert seen.run.returncode == 0, seen.run.tail()
     restarts = [m for m in seen.run.metrics() if m.get("batch_restarts")]
     assert restarts, "no batch met the restarting server (the outages came between batches?)"
+    job.assert_exact()
+    assert pg.prepared() == []
+
+
+def test_a_query_started_while_postgresql_is_down_waits_for_it_then_is_exact(
+    tmp_path: Path, pg: PgTarget, native_postgres: Any  # noqa: F811
+) -> None:
+    """The first contact of the driver (and of its sinks' settings) meets no server: that
+    is a server that may be restarting, not a wrong setting (libpq's PQping says nothing
+    answers): the batch waits within ``outage_timeout`` and lands once PostgreSQL is back.
+    PostgreSQL is stopped before the driver starts and started 10 s after the query's
+    first batch is in Spark's offset log (the sink is calling it by then)."""
+    job = PgJob(tmp_path, pg, files=3)
+    native_postgres.stop(mode="immediate")
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(job.run)
+            deadline = time.monotonic() + 300
+            while not spark_batches(job.checkpoint)[0]:
+                assert not future.done(), future.result().tail()
+                assert time.monotonic() < deadline, "the query planned no batch in 300 s"
+                time.sleep(0.2)
+            time.sleep(DOWN_AFTER_FIRST_CONTACT)
+            assert not future.done(), (
+                f"the query ended while PostgreSQL was down:\n{future.result().tail()}")
+            native_postgres.start()
+            back = time.monotonic()
+            run = future.result(timeout=600)
+    finally:
+        native_postgres.start()  # no-op when it runs
+    assert run.returncode == 0, run.tail()
+    first = run.batch_metrics(pg.sink_id, 0)
+    assert int(first.get("batch_restarts", "0")) >= 1, run.tail()
+    assert "TargetDownError" in run.output and "no PostgreSQL server answers" in run.output
+    print(f"first contact with PostgreSQL down: the run ended {time.monotonic() - back:.1f} s "
+          f"after its return; batch 0 ran {int(first['batch_restarts']) + 1} time(s)")
     job.assert_exact()
     assert pg.prepared() == []

@@ -431,7 +431,8 @@ class NativePostgres:
         _services.stop_postgres(mode)
 
     def start(self) -> _services.PostgresInfo:
-        return _services.start_postgres()
+        """Start it after :meth:`stop`: at the same address (clients keep their conninfo)."""
+        return _services.start_postgres(keep_ports=True)
 
 
 @dataclass(frozen=True)
@@ -447,7 +448,8 @@ class NativeKafka:
         _services.stop_kafka(kill=kill)
 
     def start(self) -> _services.KafkaInfo:
-        return _services.start_kafka()
+        """Start it after :meth:`stop`: at the same address (clients keep their bootstrap)."""
+        return _services.start_kafka(keep_ports=True)
 
 
 @pytest.fixture(scope="session")
