@@ -35,6 +35,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+import connectors
+
 __all__ = [
     "INPUT_SCHEMA",
     "BatchWriter",
@@ -105,6 +107,9 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                         help="rate source: on SIGTERM stop the query gracefully "
                              "(connectors.stop_on_sigterm) or with a plain query.stop(), "
                              "then exit 0")
+    parser.add_argument("--prometheus-textfile", default=None, metavar="PATH",
+                        help="export the sinks' metrics to this Prometheus textfile "
+                             "(connectors.PrometheusMetrics, docs/metrics.md)")
     _add_batch_run_flag(parser)
 
 
@@ -147,6 +152,8 @@ def run_timed(
 ) -> int:
     """Set up logging, ``run(args)``, log ``finished in %.1f s`` on ``log``; its exit code."""
     setup_logging()
+    if args.prometheus_textfile:
+        connectors.export_metrics(connectors.PrometheusMetrics(textfile=args.prometheus_textfile))
     start = time.monotonic()
     code = run(args)
     log.info("finished in %.1f s", time.monotonic() - start)

@@ -9,6 +9,9 @@ Example::
     >>> f = figures_of(m)
     >>> f.counts["connectors_rows_total"], f.durations["total"], f.last_committed
     (3, 0.4, 7)
+    >>> failed = figures_of(BatchMetrics("events", 9, "prepare_in_task", outcome="failed"))
+    >>> lag_after(f, None), lag_after(failed, 7), lag_after(failed, None)
+    (0, 2, 1)
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from connectors.core.metrics import BatchMetrics
 from connectors.observe.names import DEFAULT_PATH
 
-__all__ = ["BatchFigures", "figures_of"]
+__all__ = ["BatchFigures", "figures_of", "lag_after"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class BatchFigures:
     name -> increment), ``durations`` (phase -> seconds), the gauges' new values."""
 
     labels: dict[str, str]
+    batch_id: int
     outcome: str
     path: str
     counts: dict[str, int]
@@ -43,6 +47,7 @@ def figures_of(metrics: BatchMetrics) -> BatchFigures:
     after its commit (Spark replays it, and the replay writes nothing) still counts them."""
     return BatchFigures(
         labels={"sink_id": metrics.sink_id, "family": metrics.family},
+        batch_id=metrics.batch_id,
         outcome=metrics.outcome,
         path=metrics.path or DEFAULT_PATH,
         counts={
@@ -64,3 +69,19 @@ def figures_of(metrics: BatchMetrics) -> BatchFigures:
         else None,
         ended=time.time(),
     )
+
+
+def lag_after(figures: BatchFigures, last_committed: int | None) -> int:
+    """The sink's lag behind Spark's offset log once this batch ended, in batches.
+
+    Spark writes batch N to its offset log before it hands N to the sink, and plans N + 1
+    only once N is in its commit log: the batch in hand is the log's head. So the lag is 0
+    after a committed (or replayed) batch, and after a failed batch N it is N minus the
+    last batch this process saw committed (``last_committed``), or 1 (at least the batch in
+    hand) when it saw none. A driver that is stuck or dead records nothing: ``connectors
+    status --watch`` measures the lag from outside (offset log against ledger)."""
+    if figures.last_committed is not None:
+        return 0
+    if last_committed is not None and last_committed < figures.batch_id:
+        return figures.batch_id - last_committed
+    return 1

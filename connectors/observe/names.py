@@ -86,6 +86,9 @@ METRICS = (
     MetricName("connectors_last_committed_batch_id", "connectors.batch.last_committed",
                "gauge", "{batch}", (),
                "Id of the last batch known committed (committed or replayed)"),
+    MetricName("connectors_lag_batches", "connectors.batch.lag", "gauge", "{batch}", (),
+               "Batches of Spark's offset log the sink has not committed, as the driver "
+               "saw at its last batch (0 after a committed one)"),
     MetricName("connectors_last_batch_timestamp_seconds", "connectors.batch.last_time",
                "gauge", "s", ("outcome",),
                "Unix time at which the sink's last batch of this outcome ended"),

@@ -12,7 +12,7 @@ from typing import Any
 
 from connectors._deps import require
 from connectors.core.metrics import BatchMetrics, unregister_exporter
-from connectors.observe.figures import figures_of
+from connectors.observe.figures import figures_of, lag_after
 from connectors.observe.names import DURATION_BUCKETS, METRICS, MetricName
 
 __all__ = ["METER_NAME", "OpenTelemetryMetrics"]
@@ -113,6 +113,9 @@ class OpenTelemetryMetrics:
                 seconds, {**f.labels, "phase": phase})
         with self._lock:
             self._gauges["connectors_lingering_transactions"][base] = f.lingering
+            last = self._gauges["connectors_last_committed_batch_id"].get(base)
+            self._gauges["connectors_lag_batches"][base] = lag_after(
+                f, None if last is None else int(last))
             if f.last_committed is not None:
                 self._gauges["connectors_last_committed_batch_id"][base] = f.last_committed
             self._gauges["connectors_last_batch_timestamp_seconds"][

@@ -12,7 +12,7 @@ from typing import Any
 from connectors._deps import require
 from connectors.core.errors import ConfigurationError
 from connectors.core.metrics import BatchMetrics, unregister_exporter
-from connectors.observe.figures import figures_of
+from connectors.observe.figures import figures_of, lag_after
 from connectors.observe.names import DURATION_BUCKETS, METRICS
 
 __all__ = ["PrometheusMetrics"]
@@ -142,6 +142,7 @@ class _Started:
                 self.instruments[m.prometheus] = prom.Histogram(
                     m.prometheus, m.description, m.all_labels, registry=self.registry,
                     buckets=DURATION_BUCKETS)
+        self.last_committed: dict[tuple[str, str], int] = {}
         self.server: Any = None
         self.port = port
         if port is not None:
@@ -158,7 +159,10 @@ class _Started:
         for phase, seconds in f.durations.items():
             i["connectors_batch_duration_seconds"].labels(sink, family, phase).observe(seconds)
         i["connectors_lingering_transactions"].labels(sink, family).set(f.lingering)
+        i["connectors_lag_batches"].labels(sink, family).set(
+            lag_after(f, self.last_committed.get((sink, family))))
         if f.last_committed is not None:
+            self.last_committed[(sink, family)] = f.last_committed
             i["connectors_last_committed_batch_id"].labels(sink, family).set(f.last_committed)
         i["connectors_last_batch_timestamp_seconds"].labels(sink, family, f.outcome).set(
             f.ended)

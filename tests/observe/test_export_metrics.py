@@ -174,6 +174,38 @@ def test_prometheus_textfile_and_endpoint_show_the_batches(tmp_path: Path) -> No
         urllib.request.urlopen(url, timeout=5)
 
 
+def test_the_lag_gauge_is_0_after_a_commit_and_counts_the_batches_since_after_a_failure(
+) -> None:
+    """Both exporters: 0 after a committed or replayed batch; after batch 3 fails with 1
+    the last committed, 2 (batches 2 and 3 are in Spark's offset log, not in the sink);
+    then 0 again once batch 3 commits."""
+    reader = InMemoryMetricReader()
+    otel = connectors.export_metrics(
+        connectors.OpenTelemetryMetrics(MeterProvider(metric_readers=[reader])))
+    prom = connectors.export_metrics(connectors.PrometheusMetrics(port=0, addr="127.0.0.1"))
+
+    def lags() -> tuple[float, float]:
+        (point,) = otel_points(reader)["connectors.batch.lag"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{prom.port}/metrics",
+                                    timeout=10) as response:
+            scraped = samples(response.read().decode())
+        return point.value, scraped[("connectors_lag_batches", labels())]
+
+    target = InMemoryTarget()
+    sink = InMemoryPreparedSink(target, sink_id="events")
+    write(sink, 0), write(sink, 1)
+    assert lags() == (0, 0)
+    crash.arm(CrashPoint.BEFORE_DECISION, batch_id=3)
+    with pytest.raises(SimulatedCrash):
+        write(sink, 3)
+    assert sink.last_metrics.outcome == "failed"
+    assert lags() == (2, 2)
+    write(InMemoryPreparedSink(target, sink_id="events"), 3)  # the next run
+    assert lags() == (0, 0)
+    otel.close()
+    prom.close()
+
+
 def test_prometheus_needs_somewhere_to_export_and_a_valid_port() -> None:
     with pytest.raises(connectors.ConfigurationError):
         connectors.PrometheusMetrics(port=None)
