@@ -26,8 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from connectors.core.errors import ConfigurationError, RetriesExhaustedError, TransientError
+from connectors.core.retry import ExponentialBackoff
 
-__all__ = ["DEFAULT_OUTAGE_TIMEOUT", "BatchRestarts", "Outage", "is_transient"]
+__all__ = ["DEFAULT_BATCH_BACKOFF", "DEFAULT_OUTAGE_TIMEOUT", "BatchRestarts", "Outage",
+           "is_transient"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,32 +38,38 @@ logger = logging.getLogger(__name__)
 DEFAULT_OUTAGE_TIMEOUT = 120.0
 
 
+#: The waits between a batch's attempts: 1 s doubling to 10 s, 20 % jitter (the attempts
+#: are bounded by the outage's time, not by a count).
+DEFAULT_BATCH_BACKOFF = ExponentialBackoff(
+    initial_delay=1.0, max_delay=10.0, multiplier=2.0, max_attempts=1_000_000, jitter=0.2)
+
+
 @dataclass(frozen=True)
 class Outage:
     """How a sink rides out an unavailable target (immutable, picklable).
 
     ``timeout``: seconds, from a batch's first failed attempt, during which the batch runs
-    again after a transient error (0: never). Delays between attempts grow from
-    ``initial_delay`` by ``multiplier`` up to ``max_delay``, jittered by ``jitter``.
+    again after a transient error (0: never). ``backoff`` spaces the attempts (its
+    ``delay_for`` and ``jitter``; the timeout, not its ``max_attempts``, ends them).
     """
 
     timeout: float = DEFAULT_OUTAGE_TIMEOUT
-    initial_delay: float = 1.0
-    max_delay: float = 10.0
-    multiplier: float = 2.0
-    jitter: float = 0.2
+    backoff: ExponentialBackoff = DEFAULT_BATCH_BACKOFF
 
     def __post_init__(self) -> None:
-        for name in ("timeout", "initial_delay", "max_delay"):
-            value = getattr(self, name)
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not math.isfinite(value) or value < 0):
-                raise ConfigurationError(f"outage {name} must be a finite number >= 0 "
-                                         f"(seconds), got {value!r}")
-        if not 1.0 <= self.multiplier < math.inf:
-            raise ConfigurationError(f"outage multiplier must be >= 1, got {self.multiplier!r}")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ConfigurationError(f"outage jitter must be in [0, 1], got {self.jitter!r}")
+        value = self.timeout
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value < 0):
+            raise ConfigurationError(f"outage_timeout must be a finite number >= 0 "
+                                     f"(seconds), got {value!r}")
+        if not isinstance(self.backoff, ExponentialBackoff):
+            raise ConfigurationError(f"an outage's backoff must be an ExponentialBackoff, got "
+                                     f"{type(self.backoff).__name__}")
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        """The jittered wait after the ``failures``-th failed attempt (1-based)."""
+        b = self.backoff
+        return max(0.0, b.delay_for(failures) * (1.0 + rng.uniform(-b.jitter, b.jitter)))
 
 
 def is_transient(error: BaseException) -> bool:
@@ -77,8 +85,10 @@ class BatchRestarts:
     Example::
 
         >>> from connectors.core.errors import TransientError
-        >>> restarts = BatchRestarts(Outage(timeout=60, jitter=0), "events", 7,
-        ...                          target="PostgreSQL db:5432", clock=lambda: 0.0)
+        >>> from connectors.core.retry import ExponentialBackoff
+        >>> steady = ExponentialBackoff(initial_delay=1.0, max_delay=10.0, jitter=0.0)
+        >>> restarts = BatchRestarts(Outage(timeout=60, backoff=steady), "events", 7,
+        ...                          target=lambda: "PostgreSQL db:5432", clock=lambda: 0.0)
         >>> restarts.after(TransientError("connection lost"))
         1.0
         >>> restarts.after(TransientError("connection refused"))
@@ -91,7 +101,7 @@ class BatchRestarts:
         sink_id: str,
         batch_id: int,
         *,
-        target: str,
+        target: Callable[[], str],
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -116,11 +126,11 @@ class BatchRestarts:
         self.failures += 1
         waited = now - self.first_failure
         o = self.outage
-        delay = min(o.initial_delay * o.multiplier ** min(self.failures - 1, 64), o.max_delay)
-        delay = max(0.0, delay * (1.0 + self.rng.uniform(-o.jitter, o.jitter)))
+        delay = o.delay(self.failures, self.rng)
+        target = self.target()  # named only once a batch failed (a sink's hook: not free)
         if waited + delay > o.timeout:
             raise RetriesExhaustedError(
-                f"{self.target} stayed unavailable for {waited:.0f} s, past the sink's "
+                f"{target} stayed unavailable for {waited:.0f} s, past the sink's "
                 f"outage_timeout ({o.timeout:g} s): batch {self.batch_id} ran "
                 f"{self.failures} time(s); last error: {type(error).__name__}: {error}",
                 attempts=self.failures, sink_id=self.sink_id, batch_id=self.batch_id,
@@ -128,6 +138,6 @@ class BatchRestarts:
         logger.warning(
             "sink %s: batch %d failed (%s: %s); %s may be restarting: the batch runs again "
             "in %.1f s as a new driver run (%.0f of %g s of outage_timeout used)",
-            self.sink_id, self.batch_id, type(error).__name__, error, self.target, delay,
+            self.sink_id, self.batch_id, type(error).__name__, error, target, delay,
             waited, o.timeout)
         return delay

@@ -303,7 +303,7 @@ class TwoPhaseCommitSink(ABC):
         qid = query_id or BATCH_JOB_QUERY_ID
         coordinator = self._coordinator(state.run_id, qid, metrics)
         restarts = BatchRestarts(self.outage, self.sink_id, batch_id,
-                                 target=self.describe_target())
+                                 target=self.describe_target)
         try:
             while True:
                 try:

@@ -27,8 +27,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import TaskCommit
 from connectors.core.protocol import Family
 from connectors.core.restarts import BatchRestarts, Outage
-from connectors.core.retry import NoRetry
-from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.retry import ExponentialBackoff, NoRetry
 from connectors.testing import (
     InMemoryDriverCommitSink,
     InMemoryPreparedSink,
@@ -37,8 +36,8 @@ from connectors.testing import (
     LocalBatch,
     batch_rows,
 )
+from tests._batches import QUERY, assert_exact, write
 
-QUERY = "query-1"
 #: Failures left per (sink class, hook), shared by the copies LocalBatch gives the tasks.
 FAILURES: collections.Counter[str] = collections.Counter()
 
@@ -95,17 +94,6 @@ class Driver(InMemoryDriverCommitSink):
     def commit_batch(self, batch: Any, ctx: BatchContext) -> Fingerprint | None:
         _fail("commit_batch")
         return super().commit_batch(batch, ctx)
-
-
-def write(sink: TwoPhaseCommitSink, batch_id: int, **options: Any) -> Any:
-    return sink.write_batch(LocalBatch(batch_rows(batch_id), partitions=3, **options),
-                            batch_id, query_id=QUERY)
-
-
-def assert_exact(target: InMemoryTarget, *batch_ids: int) -> None:
-    want = [tuple(r.values()) for b in batch_ids for r in batch_rows(b).to_pylist()]
-    assert collections.Counter(target.committed_rows()) == collections.Counter(want)
-    assert target.lingering() == 0
 
 
 @pytest.mark.parametrize(("make", "hook"), [
@@ -207,8 +195,9 @@ def test_a_requested_graceful_stop_ends_the_outage_wait(clock: FakeClock) -> Non
 
 def test_batch_restarts_alone() -> None:
     now = [0.0]
-    r = BatchRestarts(Outage(timeout=25, jitter=0), "s", 3, target="T", clock=lambda: now[0],
-                      rng=random.Random(1))
+    steady = ExponentialBackoff(initial_delay=1.0, max_delay=10.0, jitter=0.0)
+    r = BatchRestarts(Outage(timeout=25, backoff=steady), "s", 3, target=lambda: "T",
+                      clock=lambda: now[0], rng=random.Random(1))
     delays = []
     with pytest.raises(RetriesExhaustedError, match=r"T stayed unavailable for 25 s"):
         while True:
@@ -218,8 +207,42 @@ def test_batch_restarts_alone() -> None:
             now[0] += delay
     assert delays == [1, 2, 4, 8, 10]  # the next (10 s) would end past 25 s
     assert r.after(ValueError("not a target's")) is None
-    assert BatchRestarts(Outage(timeout=0), "s", 3, target="T").after(
+    assert BatchRestarts(Outage(timeout=0), "s", 3, target=lambda: "T").after(
         TransientError("down")) is None
+
+
+def test_the_default_waits_are_jittered_around_1_2_4_8_10_s() -> None:
+    outage, rng = Outage(), random.Random(7)
+    for failures, base in ((1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (60, 10.0)):
+        assert base * 0.8 <= outage.delay(failures, rng) <= base * 1.2
+    with pytest.raises(ConfigurationError, match="ExponentialBackoff"):
+        Outage(backoff=NoRetry())  # type: ignore[arg-type]
+
+
+class Named(InMemoryPreparedSink):
+    """Counts how often the template asks for the target's name."""
+
+    asked = 0
+
+    def describe_target(self) -> str:
+        Named.asked += 1
+        return "the in-memory target"
+
+
+def test_the_target_is_named_only_once_a_batch_failed(clock: FakeClock) -> None:
+    target = InMemoryTarget()
+    Named.asked = 0
+    for batch_id in range(3):
+        write(Named(target, sink_id="events"), batch_id)
+    assert Named.asked == 0  # a batch that succeeds asks for no name
+    FAILURES["begin_transaction"] = 1
+
+    class Failing(Named, Prepared):
+        pass
+
+    write(Failing(target, sink_id="events"), 3)
+    assert Named.asked == 1
+    assert_exact(target, 0, 1, 2, 3)
 
 
 @pytest.mark.parametrize("bad", [-1, float("nan"), "120", True])

@@ -39,32 +39,9 @@ from connectors.testing import (
     LocalBatch,
     batch_rows,
 )
+from tests._batches import QUERY, assert_exact, expected, write
 
-QUERY = "query-1"
 FAST = FixedDelay(max_attempts=5, delay=0.0)  # retries without sleeping
-Row = tuple[Any, ...]
-
-
-def expected(*batch_ids: int) -> list[Row]:
-    return sorted(
-        (tuple(r.values()) for b in batch_ids for r in batch_rows(b).to_pylist()), key=repr
-    )
-
-
-def write(
-    sink: TwoPhaseCommitSink, batch_id: int, *, rows_of: int | None = None, partitions: int = 3,
-    **options: Any,
-) -> Any:
-    table = batch_rows(batch_id if rows_of is None else rows_of)
-    return sink.write_batch(LocalBatch(table, partitions=partitions, **options), batch_id,
-                            query_id=QUERY)
-
-
-def assert_exact(target: InMemoryTarget, *batch_ids: int) -> None:
-    assert collections.Counter(target.committed_rows()) == collections.Counter(
-        expected(*batch_ids)
-    )
-    assert target.lingering() == 0
 
 
 SINKS: dict[str, Callable[..., TwoPhaseCommitSink]] = {

@@ -30,15 +30,10 @@ from connectors.core.metrics import (
     unregister_exporter,
 )
 from connectors.core.protocol import CrashPoint
-from connectors.testing import InMemoryPreparedSink, InMemoryTarget, LocalBatch, batch_rows
+from connectors.testing import InMemoryPreparedSink, InMemoryTarget, batch_rows
+from tests._batches import write
 
-QUERY = "query-1"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def write(sink: Any, batch_id: int, **options: Any) -> BatchMetrics:
-    batch = LocalBatch(batch_rows(batch_id), partitions=3, **options)
-    return sink.write_batch(batch, batch_id, query_id=QUERY)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True)
