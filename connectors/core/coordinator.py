@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from connectors.core.batch import TaskOutcome
@@ -72,31 +71,15 @@ from connectors.core.metrics import BatchMetrics
 from connectors.core.protocol import BatchState, CrashPoint, Family
 from connectors.core.recovery import Recovery, Settled
 from connectors.core.replay import check_replay
+from connectors.core.runs import Part, RunFacts
 from connectors.core.transactions import SlotPlan
 
-__all__ = ["Coordinator", "RunFacts", "Steps"]
+__all__ = ["Coordinator", "Part", "RunFacts", "Steps"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 #: A coordinator's steps: yields commands, receives their results, returns at the end.
 Steps = Generator[Command, Any, T]
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """What the driver run knows before a batch, from which the coordinator decides
-    whether the run starts (RECONCILING) first.
-
-    ``started``: this run reconciled and bound already; ``query_id``: the query it bound;
-    ``swept``: the run's last batch closed with a sweep after every task of it had ended,
-    so nothing of this sink can be prepared that the sweep did not settle (the next
-    PREPARE_IN_TASK batch then skips its opening sweep: one listing of the target's
-    prepared transactions per batch).
-    """
-
-    started: bool = False
-    query_id: str | None = None
-    swept: bool = False
 
 
 class Coordinator:
@@ -221,30 +204,50 @@ class Coordinator:
             if abort_undecided:
                 yield from self.reconcile()
             return Settled()
-        committed: list[str] = []
-        if commit_decided:
-            committed = yield from self.recovery.finish_unfinished()
-        settled = yield from self.recovery.sweep(
-            transactions, commit_decided=commit_decided, abort_undecided=abort_undecided,
-            keep=keep, done=frozenset(committed))
-        settled.committed[:0] = committed
-        return settled
+        return (yield from self.recovery.settle(transactions, commit_decided=commit_decided,
+                                                abort_undecided=abort_undecided, keep=keep))
 
     def batch(self, batch_id: int, *, swept: bool = False) -> Steps[None]:
         """The steps of one batch, for the sink's family (``swept``: see
-        :class:`RunFacts`)."""
+        :class:`RunFacts`): :meth:`prepare`, then :meth:`complete`."""
+        part = yield from self.prepare(batch_id, swept=swept)
+        if not part.done:
+            yield from self.complete(part)
+
+    def prepare(self, batch_id: int, *, swept: bool = False) -> Steps[Part]:
+        """The first half of a batch, after which nothing of it is visible: a replay the
+        ledger has is finished here (``done``); else PREPARE_IN_TASK runs its tasks to
+        prepared transactions, COMMIT_IN_TASK plans its slots and checks every record,
+        COMMIT_ON_DRIVER checks the batch and asks the target whether it has it (``done``
+        when it has). A fan-out prepares every target before it decides."""
         self.metrics.batch_id = batch_id
         entry = cast("LedgerEntry | None", (yield from self._do(ReadDecision(batch_id))))
         if entry is not None:
             yield from self._replay(entry)
             self.metrics.outcome = "replayed"
-            return
+            return Part(batch_id, done=True)
         if self.family is Family.PREPARE_IN_TASK:
-            yield from self._prepared_batch(batch_id, swept)
+            return (yield from self._prepare_transactions(batch_id, swept))
+        if self.family is Family.COMMIT_IN_TASK:
+            return (yield from self._plan_slots(batch_id))
+        return (yield from self._check_driver_batch(batch_id))
+
+    def complete(self, part: Part) -> Steps[None]:
+        """The second half: decide and commit (PREPARE_IN_TASK), run the slots, which commit
+        in their tasks (COMMIT_IN_TASK), commit on the driver (COMMIT_ON_DRIVER)."""
+        if self.family is Family.PREPARE_IN_TASK:
+            yield from self._decide_and_commit(part)
         elif self.family is Family.COMMIT_IN_TASK:
-            yield from self._slot_batch(batch_id)
+            yield from self._run_slots(part)
         else:
-            yield from self._driver_batch(batch_id)
+            yield from self._commit_driver_batch(part)
+
+    def abandon(self, part: Part) -> Steps[None]:
+        """A prepared part that will not be decided (another target of a fan-out refused
+        the batch): roll back its transactions now (best effort; the next sweep does it
+        otherwise). Nothing of the other families' parts was written."""
+        for commit in part.commits:
+            yield from self._do(Abort(part.batch_id, commit.transaction_id, quiet=True))
 
     def _replay(self, entry: LedgerEntry) -> Steps[None]:
         """A batch the ledger has: check the replay holds the recorded rows; finish the
@@ -259,7 +262,7 @@ class Coordinator:
             yield from self.recovery.finish(entry)
 
     # ---- PREPARE_IN_TASK ----
-    def _prepared_batch(self, batch_id: int, swept: bool) -> Steps[None]:
+    def _prepare_transactions(self, batch_id: int, swept: bool) -> Steps[Part]:
         if not swept:  # a losing attempt of an earlier batch may have prepared since
             yield from self.recovery.sweep()
         yield from self._do(PlanInput(batch_id))
@@ -278,8 +281,13 @@ class Coordinator:
             for commit in commits:
                 yield from self._do(Abort(batch_id, commit.transaction_id, quiet=True))
             raise errors[0]
+        return Part(batch_id, commits=tuple(commits),
+                    fingerprint=sum((c.fingerprint for c in commits), Fingerprint()))
+
+    def _decide_and_commit(self, part: Part) -> Steps[None]:
+        batch_id, commits, fp = part.batch_id, list(part.commits), part.fingerprint
+        assert fp is not None
         yield from self._crash(CrashPoint.BEFORE_DECISION, batch_id)
-        fp = sum((c.fingerprint for c in commits), Fingerprint())
         mine = LedgerEntry(self.sink_id, batch_id, self.run_id, BatchState.DECIDED,
                            tuple(commits), fp, self.query_id)
         decision = cast("LedgerEntry", (yield from self._do(Decide(mine))))
@@ -320,11 +328,15 @@ class Coordinator:
                            type(exc).__name__)
 
     # ---- COMMIT_IN_TASK ----
-    def _slot_batch(self, batch_id: int) -> Steps[None]:
+    def _plan_slots(self, batch_id: int) -> Steps[Part]:
         plan = cast("SlotPlan", (yield from self._do(PlanSlots(batch_id))))
         if plan.record:
             yield from self._do(RecordSlots(batch_id, plan))
         slots = cast("int", (yield from self._do(PlanInput(batch_id))))
+        return Part(batch_id, slots=slots)
+
+    def _run_slots(self, part: Part) -> Steps[None]:
+        batch_id, slots = part.batch_id, part.slots
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         try:
             outcomes = cast("Sequence[TaskOutcome]", (yield from self._do(RunTasks(batch_id))))
@@ -353,7 +365,7 @@ class Coordinator:
         yield from self._crash(CrashPoint.AFTER_COMMIT, batch_id)
 
     # ---- COMMIT_ON_DRIVER ----
-    def _driver_batch(self, batch_id: int) -> Steps[None]:
+    def _check_driver_batch(self, batch_id: int) -> Steps[Part]:
         yield from self._do(PlanInput(batch_id))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         fp: Fingerprint | None = None
@@ -366,7 +378,12 @@ class Coordinator:
                         self.sink_id, batch_id)
             yield from self._do(Decide(record))
             self.metrics.outcome, self.metrics.reconciled = "replayed", 1
-            return
+            return Part(batch_id, done=True)
+        return Part(batch_id, fingerprint=fp, record=record)
+
+    def _commit_driver_batch(self, part: Part) -> Steps[None]:
+        batch_id, fp, record = part.batch_id, part.fingerprint, part.record
+        assert record is not None
         yield from self._crash(CrashPoint.BEFORE_DECISION, batch_id)
         yield from self._do(RecordIntent(batch_id))
         observed = cast("Fingerprint | None", (yield from self._do(CommitBatch(batch_id))))

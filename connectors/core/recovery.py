@@ -88,6 +88,19 @@ class Recovery:
             committed += [c.transaction_id for c in entry.commits]
         return committed
 
+    def settle(self, transactions: Sequence[str], *, commit_decided: bool,
+               abort_undecided: bool, keep: frozenset[str]) -> Generator[Command, Any, Settled]:
+        """An operator's recovery (``connectors recover``): finish the decided batches
+        (``commit_decided``), then sweep ``transactions`` (those in ``keep`` are left)."""
+        committed: list[str] = []
+        if commit_decided:
+            committed = yield from self.finish_unfinished()
+        settled = yield from self.sweep(
+            transactions, commit_decided=commit_decided, abort_undecided=abort_undecided,
+            keep=keep, done=frozenset(committed))
+        settled.committed[:0] = committed
+        return settled
+
     def sweep(
         self,
         transactions: Sequence[str] | None = None,

@@ -385,7 +385,8 @@ class ReDecide(Coordinator):
         if self.family is not Family.PREPARE_IN_TASK:
             yield from super()._replay(entry)
             return
-        yield from self._prepared_batch(entry.batch_id, False)
+        part = yield from self._prepare_transactions(entry.batch_id, False)
+        yield from self._decide_and_commit(part)
 
     def _do(self, command: Any) -> Steps[Any]:
         result = yield from super()._do(command)
