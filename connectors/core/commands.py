@@ -15,6 +15,7 @@ from connectors.core.transactions import SlotPlan
 
 __all__ = [
     "Abort",
+    "AdoptDecision",
     "BindQuery",
     "Command",
     "Commit",
@@ -200,6 +201,15 @@ class CommitBatch(Command):
 class Decide(Command):
     """Record ``entry`` in the ledger, first writer wins -> the recorded
     ``LedgerEntry`` (another run's, if it decided first)."""
+
+    entry: LedgerEntry
+
+
+@dataclass(frozen=True)
+class AdoptDecision(Command):
+    """PREPARE_IN_TASK, at a run's start: record ``entry``, this sink's part of a decision a
+    fan-out made durable in its own ledger (by an earlier run), as the sink's decision ->
+    the recorded ``LedgerEntry`` (the sink's own, if it has one already)."""
 
     entry: LedgerEntry
 

@@ -11,14 +11,14 @@ second decision with other committables, a batch recorded committed before all o
 transactions are: each raises :class:`~connectors.core.errors.ProtocolStateError`
 before the side effect could happen.
 
-Crash points are commands too (:class:`Crash`): the list of crash points is the list of
-places where the coordinator yields one (task-side points are the tasks' own, in
-:mod:`connectors.core.tasks`). Recovery is not a second code path: the start of a driver
-run (:meth:`Coordinator.start`) finishes the ledger's unfinished decisions with the same
+Crash points are commands too (:class:`Crash`; task-side points are in
+:mod:`connectors.core.tasks`). Recovery is not a second code path: a run's start
+(:meth:`Coordinator.start`) finishes unfinished decisions with the same
 :meth:`Recovery.finish <connectors.core.recovery.Recovery.finish>` a batch uses, and settles
-stray transactions with the same sweep that closes every PREPARE_IN_TASK batch. The
-coordinator also decides when a driver run starts (the first batch, another query, the
-batch after a failure: :class:`RunFacts`) and ends it when a batch fails (:class:`NewRun`).
+stray transactions with the sweep that closes every PREPARE_IN_TASK batch. The coordinator
+also decides when a run starts (:class:`RunFacts`) and ends it when a batch fails
+(:class:`NewRun`). A batch is two halves, :meth:`Coordinator.prepare` (nothing visible)
+and :meth:`Coordinator.complete`, so that a fan-out decides between them.
 
 Example, driving a coordinator by hand (what the executor does)::
 
@@ -41,6 +41,7 @@ from typing import Any, TypeVar, cast
 from connectors.core.batch import TaskOutcome
 from connectors.core.commands import (
     Abort,
+    AdoptDecision,
     BindQuery,
     Command,
     CommitBatch,
@@ -137,26 +138,10 @@ class Coordinator:
 
     # ---- a whole write: start of the run if needed, the batch, pruning ----
     def write(self, batch_id: int, run: RunFacts) -> Steps[None]:
-        """Steps of ``sink.write_batch``: the run's start when ``run`` has not started for
-        this query, the batch-id check, the batch, then pruning the ledger. When any step
-        fails, the run ends (:class:`NewRun`): its leftovers get swept and may be aborted
-        in the ledger, which must not fence the next attempt."""
+        """Steps of ``sink.write_batch``: :meth:`open`, the batch, pruning the ledger. When
+        any step fails, the run ends (:class:`NewRun`)."""
         try:
-            swept = run.swept
-            if not run.started or run.query_id != self.query_id:
-                yield from self.start(batch_id)
-                swept = True
-            last = cast("int | None", (yield from self._do(LastBatchId())))
-            if last is not None and batch_id < last:
-                raise QueryBindingError(
-                    f"batch id went backwards: got {batch_id}, but batch {last} is already "
-                    "decided. Spark only replays the last batch; this is another query or a "
-                    "reused run id. Use the original checkpoint or a new sink_id; "
-                    "reset_binding=True forgets the ledger, and rows the new query reads "
-                    "again are then written again (duplicates)",
-                    sink_id=self.sink_id,
-                    batch_id=batch_id,
-                )
+            swept = yield from self.open(batch_id, run)
             yield from self.batch(batch_id, swept=swept)
             yield from self._do(Prune(self.keep_batches))
         except GeneratorExit:
@@ -165,23 +150,46 @@ class Coordinator:
             yield from self._do(NewRun())
             raise
 
-    def start(self, batch_id: int) -> Steps[int]:
+    def open(self, batch_id: int, run: RunFacts,
+             adopt: Sequence[LedgerEntry] = ()) -> Steps[bool]:
+        """Before a batch: the run's start when ``run`` has not started for this query
+        (``adopt``: see :meth:`start`), then the batch-id check. Returns whether nothing
+        of this sink can be prepared that a sweep did not settle (:class:`RunFacts`)."""
+        swept = run.swept
+        if not run.started or run.query_id != self.query_id:
+            yield from self.start(batch_id, adopt)
+            swept = True
+        last = cast("int | None", (yield from self._do(LastBatchId())))
+        if last is not None and batch_id < last:
+            raise QueryBindingError(
+                f"batch id went backwards: got {batch_id}, but batch {last} is already "
+                "decided. Spark only replays the last batch; this is another query or a "
+                "reused run id. Use the original checkpoint or a new sink_id; "
+                "reset_binding=True forgets the ledger, and rows the new query reads "
+                "again are then written again (duplicates)",
+                sink_id=self.sink_id,
+                batch_id=batch_id,
+            )
+        return swept
+
+    def start(self, batch_id: int, adopt: Sequence[LedgerEntry] = ()) -> Steps[int]:
         """RECONCILING, the start of a driver run at batch ``batch_id``: open the run,
-        settle what earlier runs left (finish decided batches, roll back undecided
-        transactions, fence slots), then bind to the query. Returns the binding's
-        generation."""
+        record ``adopt`` (this sink's parts of a fan-out's decisions, so that they are
+        finished, not swept), settle what earlier runs left (finish decided batches, roll
+        back undecided transactions, fence slots), then bind to the query. Returns the
+        binding's generation."""
         logger.info("sink %s: RECONCILING (run %s, query %s)", self.sink_id, self.run_id,
                     self.query_id)
         yield from self._do(OpenRun(self.run_id, batch_id))
+        for entry in adopt:
+            yield from self._do(AdoptDecision(entry))
         yield from self.reconcile()
         generation = yield from self._do(BindQuery(self.query_id, self.reset_binding))
         return cast("int", generation)
 
     def reconcile(self) -> Steps[None]:
-        """Settle what earlier runs left, for the family: finish decided batches and sweep
-        (PREPARE_IN_TASK), fence every slot (COMMIT_IN_TASK). COMMIT_ON_DRIVER: the
-        target's commit is the decision; nothing stays prepared (an attempt's intent is
-        settled by the batch's own ``TargetHasBatch``)."""
+        """Settle what earlier runs left: finish decided batches and sweep (PREPARE_IN_TASK),
+        fence every slot (COMMIT_IN_TASK); COMMIT_ON_DRIVER leaves nothing prepared."""
         if self.family is Family.PREPARE_IN_TASK:
             yield from self.recovery.finish_unfinished()
             yield from self.recovery.sweep()

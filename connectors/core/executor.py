@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.commands import (
     Abort,
+    AdoptDecision,
     BindQuery,
     Command,
     Commit,
@@ -248,6 +249,8 @@ class Executor:
                 f"commit of batch {command.batch_id}", batch_id=command.batch_id))
         if isinstance(command, Decide):
             return self._timed("decide_ms", partial(self._decide, command.entry))
+        if isinstance(command, AdoptDecision):
+            return self._decide(command.entry)
         if isinstance(command, ForbidDecision):
             return self.state.ledger.forbid_decision(command.batch_id, command.run_id)
         if isinstance(command, Commit):

@@ -14,6 +14,8 @@ executor never performs it:
 - ``Decide`` with other committables than the accepted task results, than an earlier
   decision of the batch, or with a transaction already rolled back; of another run; of a
   COMMIT_ON_DRIVER batch the target does not hold;
+- ``AdoptDecision`` (a fan-out's decision copied into a participant's ledger) of anything
+  but this prepared-transaction sink's own transactions, decided;
 - ``MarkCommitted`` before every transaction of the decision committed;
 - ``RecordSlots`` (a task-commit sink's slot count in its ledger) without the batch's
   ``PlanSlots`` or once its tasks ran;
@@ -37,6 +39,7 @@ from typing import Any
 from connectors.core.batch import TaskOutcome
 from connectors.core.commands import (
     Abort,
+    AdoptDecision,
     Command,
     Commit,
     CommitBatch,
@@ -73,6 +76,11 @@ def split_outcomes(
             batch_id=batch_id,
         )
     return sorted(commits, key=lambda c: c.partition), errors
+
+
+def _belongs(transaction_id: str, sink_id: str) -> bool:
+    parsed = TransactionId.parse(transaction_id)
+    return parsed is not None and parsed.belongs_to(sink_id)
 
 
 def _ids(entry: LedgerEntry) -> frozenset[str]:
@@ -131,6 +139,13 @@ class Guard:
             self._check_abort(command)
         elif isinstance(command, Decide):
             self._check_decide(command.entry)
+        elif isinstance(command, AdoptDecision):
+            adopted = command.entry
+            if (self.family is not Family.PREPARE_IN_TASK or adopted.sink_id != self.sink_id
+                    or adopted.state is not BatchState.DECIDED
+                    or any(not _belongs(t, self.sink_id) for t in _ids(adopted))):
+                self._refuse(f"adopting a decision of batch {adopted.batch_id} that is not "
+                             "this prepared-transaction sink's own part", adopted.batch_id)
         elif isinstance(command, MarkCommitted):
             entry = self.decisions.get(command.batch_id)
             if entry is None:
@@ -205,7 +220,8 @@ class Guard:
 
     def after(self, command: Command, result: Any) -> None:
         """Learn from a performed command's result."""
-        if isinstance(command, ReadDecision | ForbidDecision) and result is not None:
+        if isinstance(command, ReadDecision | ForbidDecision | AdoptDecision) and (
+                result is not None):
             self._learn(result)
         elif isinstance(command, Decide):
             entry: LedgerEntry = result
