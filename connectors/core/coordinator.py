@@ -91,12 +91,9 @@ class Coordinator:
         sink_id: the sink's id (transaction ids of other sinks are never touched).
         run_id: this driver run's id (written into transaction ids and decisions).
         query_id: the query the sink is bound to (recorded with decisions).
-        reset_binding: bind to a new query, forgetting the ledger.
-        on_replay_mismatch: ``"fail"`` or ``"warn"``, see the template.
+        reset_binding, on_replay_mismatch, keep_batches: the template's options.
         fingerprint_in_commit: COMMIT_ON_DRIVER: the commit observes the fingerprint.
-        keep_batches: decisions kept in the ledger.
-        metrics: counts (outcome, rows, reconciled, aborted) go here; timings are the
-            executor's.
+        metrics: counts (outcome, rows, reconciled, aborted); timings are the executor's.
     """
 
     def __init__(
@@ -223,11 +220,10 @@ class Coordinator:
             yield from self.complete(part)
 
     def prepare(self, batch_id: int, *, swept: bool = False) -> Steps[Part]:
-        """The first half of a batch, after which nothing of it is visible: a replay the
-        ledger has is finished here (``done``); else PREPARE_IN_TASK runs its tasks to
-        prepared transactions, COMMIT_IN_TASK plans its slots and checks every record,
-        COMMIT_ON_DRIVER checks the batch and asks the target whether it has it (``done``
-        when it has). A fan-out prepares every target before it decides."""
+        """The first half of a batch; nothing of it is visible after it. A replay the ledger
+        has is finished here (``done``); else PREPARE_IN_TASK prepares its transactions,
+        COMMIT_IN_TASK plans its slots and checks every record, COMMIT_ON_DRIVER checks the
+        batch and asks the target for it (``done`` when it has it)."""
         self.metrics.batch_id = batch_id
         entry = cast("LedgerEntry | None", (yield from self._do(ReadDecision(batch_id))))
         if entry is not None:
@@ -251,9 +247,8 @@ class Coordinator:
             yield from self._commit_driver_batch(part)
 
     def abandon(self, part: Part) -> Steps[None]:
-        """A prepared part that will not be decided (another target of a fan-out refused
-        the batch): roll back its transactions now (best effort; the next sweep does it
-        otherwise). Nothing of the other families' parts was written."""
+        """A part that will not be decided (a fan-out's other target refused the batch):
+        roll back its prepared transactions now (best effort: else the next sweep)."""
         for commit in part.commits:
             yield from self._do(Abort(part.batch_id, commit.transaction_id, quiet=True))
 
