@@ -175,6 +175,14 @@ class TwoPhaseCommitSink(ABC):
         """Driver, once, when the driver's first run starts (after :meth:`begin_run`): the
         sink's durable ledger (no I/O needed yet)."""
 
+    def create_ledger_for(self, sink_id: str) -> Ledger:
+        """Driver, once, for a fan-out whose first target this sink is: a ledger of this
+        sink's kind, in its store, for the decisions of ``sink_id`` (another id than the
+        sink's). Default: none; the fan-out then needs ``ledger=``."""
+        raise ConfigurationError(
+            f"{type(self).__name__} keeps no ledger for others: pass ledger= to the FanOut "
+            f"{sink_id!r}, or put a target that does first", sink_id=sink_id)
+
     def validate_input(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
         """Driver, before any task of a batch runs: refuse input that cannot be written.
 

@@ -172,6 +172,9 @@ class InMemoryPreparedSink(PreparedTransactionSink[_MemTxn]):
     def create_ledger(self) -> Ledger:
         return self.target.ledger(self.sink_id)
 
+    def create_ledger_for(self, sink_id: str) -> Ledger:
+        return self.target.ledger(sink_id)
+
     def begin_transaction(self, txn: TaskTransaction) -> _MemTxn:
         return _MemTxn(str(txn.transaction_id))
 
@@ -243,6 +246,9 @@ class InMemoryTaskCommitSink(TaskCommitSink[_MemSlot]):
     def create_ledger(self) -> Ledger:
         return self.target.ledger(self.sink_id)
 
+    def create_ledger_for(self, sink_id: str) -> Ledger:
+        return self.target.ledger(sink_id)
+
     def open_slot(self, slot: SlotTransaction) -> _MemSlot:
         with self.target.lock:
             epoch = self.target.epochs.get(slot.name, 0) + 1  # fences the previous owner
@@ -291,6 +297,9 @@ class InMemoryDriverCommitSink(DriverCommitSink):
 
     def create_ledger(self) -> Ledger:
         return self.target.ledger(self.sink_id)
+
+    def create_ledger_for(self, sink_id: str) -> Ledger:
+        return self.target.ledger(sink_id)
 
     def is_committed(self, ctx: BatchContext) -> bool:
         with self.target.lock:

@@ -104,7 +104,9 @@ def test_no_sink_overrides_the_entry_points() -> None:
     overriding = []
     for path in sorted(CORE.parent.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and node.name != "TwoPhaseCommitSink":
+            # FanOut is no sink: it has entry points of its own over its targets'.
+            if isinstance(node, ast.ClassDef) and node.name not in ("TwoPhaseCommitSink",
+                                                                    "FanOut"):
                 names = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
                 overriding += [f"{path.name}:{node.name}.{n}" for n in sorted(names & entry)]
     assert not overriding, overriding

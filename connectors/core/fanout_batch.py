@@ -1,0 +1,244 @@
+"""One attempt of a fan-out's batch: every target prepared, one decision, every target
+completed (docs/fan-out.md). :class:`~connectors.core.fanout.FanOut` runs it, again as a
+new run when it failed with a transient error.
+
+Each target keeps its own coordinator, executor, run and ledger: the steps of a target are
+its family's (:meth:`Coordinator.prepare <connectors.core.coordinator.Coordinator.prepare>`
+and :meth:`~connectors.core.coordinator.Coordinator.complete`), and its guard checks them.
+What this module adds is the order across targets and the fan-out's decision, a
+:class:`~connectors.core.ledger.LedgerEntry` of the fan-out's sink id listing every part:
+a prepared target's transactions, and a marker per other target. A run's start copies
+each prepared target's part of a decided, unfinished batch into that target's ledger
+(:class:`~connectors.core.commands.AdoptDecision`) before the target sweeps, so decided
+transactions are committed and undecided ones rolled back.
+
+Crash points are the template's, armed for the fan-out's sink id: ``before_decision``
+(every target prepared or checked, no decision), ``after_decision`` (the decision durable,
+nothing committed), ``between_commits`` (a target committed, a later one not yet),
+``after_commit`` (every target has the batch, the decision not yet marked).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from connectors.core.batch import BatchInput
+from connectors.core.coordinator import Coordinator
+from connectors.core.crash import crash_point
+from connectors.core.errors import (
+    ConnectorError,
+    ProtocolStateError,
+    QueryBindingError,
+    TransientError,
+)
+from connectors.core.executor import DriverState, Executor
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit
+from connectors.core.metrics import BatchMetrics
+from connectors.core.naming import TransactionId
+from connectors.core.protocol import BatchState, CrashPoint, Family
+from connectors.core.retry import RetryPolicy, call_with_retry
+from connectors.core.runs import Part
+
+if TYPE_CHECKING:
+    from connectors.core.template import TwoPhaseCommitSink
+
+__all__ = ["FanOutBatch", "parts_of"]
+
+logger = logging.getLogger(__name__)
+
+
+def _marker(sink_id: str, part: Part) -> TaskCommit:
+    """The decision's entry for a target that prepares nothing (it commits afterwards)."""
+    return TaskCommit(f"target:{sink_id}", -1, -1, part.fingerprint or Fingerprint())
+
+
+def parts_of(decision: LedgerEntry, sink_id: str) -> LedgerEntry | None:
+    """``sink_id``'s part of a fan-out's decision, as that target's own decision (its
+    transactions, their run and fingerprint), or ``None`` when it prepared nothing."""
+    mine = []
+    for commit in decision.commits:
+        parsed = TransactionId.parse(commit.transaction_id)
+        if parsed is not None and parsed.belongs_to(sink_id):
+            mine.append((parsed, commit))
+    if not mine:
+        return None
+    runs = {parsed.run_id for parsed, _ in mine}
+    if len(runs) != 1:
+        raise ProtocolStateError(f"the fan-out's decision of batch {decision.batch_id} lists "
+                                 f"transactions of {sorted(runs)} for {sink_id}",
+                                 sink_id=sink_id, batch_id=decision.batch_id)
+    commits = tuple(c for _, c in mine)
+    return LedgerEntry(sink_id, decision.batch_id, runs.pop(), BatchState.DECIDED, commits,
+                       sum((c.fingerprint for c in commits), Fingerprint()),
+                       decision.query_id)
+
+
+class _Target:
+    """One target in one attempt: its sink, run, coordinator and executor."""
+
+    def __init__(self, sink: TwoPhaseCommitSink, batch: BatchInput, query_id: str,
+                 metrics: BatchMetrics) -> None:
+        self.sink = sink
+        self.state: DriverState = sink._driver_state()
+        self.coordinator: Coordinator = sink._coordinator(self.state.run_id, query_id, metrics)
+        self.executor = Executor(sink, self.state, metrics, batch)
+
+    def run(self, steps: Any) -> Any:
+        """Perform ``steps``; an error that names no sink names this target."""
+        try:
+            return self.executor.run(steps)
+        except ConnectorError as exc:
+            if exc.sink_id is None:
+                exc.sink_id = self.sink.sink_id
+            raise
+
+
+class FanOutBatch:
+    """One attempt of batch ``batch_id`` into ``sinks`` (in commit order), deciding in the
+    fan-out's ``state`` (its ledger and run)."""
+
+    def __init__(self, sink_id: str, state: DriverState, sinks: Sequence[TwoPhaseCommitSink],
+                 inputs: Mapping[str, BatchInput], query_id: str,
+                 metrics: Mapping[str, BatchMetrics], *, retry: RetryPolicy,
+                 reset_binding: bool = False) -> None:
+        self.sink_id = sink_id
+        self.state = state
+        self.query_id = query_id
+        self.retry = retry
+        self.reset_binding = reset_binding
+        self.targets = [_Target(s, inputs[s.sink_id], query_id, metrics[s.sink_id])
+                        for s in sinks]
+
+    # ---- the fan-out's own ledger ----
+    @property
+    def ledger(self) -> Ledger:
+        return self.state.ledger
+
+    def _retried(self, fn: Callable[[], Any], doing: str, batch_id: int) -> Any:
+        return call_with_retry(fn, policy=self.retry, description=doing,
+                               sink_id=self.sink_id, batch_id=batch_id)
+
+    def _crash(self, point: CrashPoint, batch_id: int) -> None:
+        crash_point(point, sink_id=self.sink_id, batch_id=batch_id)
+
+    # ---- the attempt ----
+    def run(self, batch_id: int) -> None:
+        """Write the batch into every target under one decision; on any failure every run
+        (the fan-out's and each target's) ends, and the next attempt starts them again."""
+        try:
+            self._run(batch_id)
+        except BaseException:
+            self.state.new_run()
+            for target in self.targets:
+                target.state.new_run()
+            raise
+
+    def _run(self, batch_id: int) -> None:
+        adopt = self._open(batch_id)
+        swept = [t.run(t.coordinator.open(batch_id, t.state.facts(), adopt.get(t.sink.sink_id,
+                                                                                ())))
+                 for t in self.targets]
+        decided = self._retried(lambda: self.ledger.get(batch_id),
+                                f"reading the fan-out's decision of batch {batch_id}", batch_id)
+        parts: list[Part] = []
+        try:
+            for target, was_swept in zip(self.targets, swept, strict=True):
+                parts.append(target.run(target.coordinator.prepare(batch_id, swept=was_swept)))
+        except BaseException:
+            self._abandon(parts)
+            raise
+        if decided is None:
+            decided = self._decide(batch_id, parts)
+        else:
+            self._check_replay(decided, parts)
+        first = True
+        for target, part in zip(self.targets, parts, strict=True):
+            if part.done:
+                continue
+            if not first:
+                self._crash(CrashPoint.BETWEEN_COMMITS, batch_id)
+            target.run(target.coordinator.complete(part))
+            first = False
+        if decided.state is not BatchState.COMMITTED:
+            self._retried(lambda: self.ledger.mark_committed(batch_id),
+                          f"recording batch {batch_id} committed in every target", batch_id)
+        self._crash(CrashPoint.AFTER_COMMIT, batch_id)
+        keep = min(t.sink.keep_batches for t in self.targets)
+        self.ledger.prune(keep)
+        for target in self.targets:
+            target.state.ledger.prune(target.sink.keep_batches)
+
+    def _open(self, batch_id: int) -> dict[str, tuple[LedgerEntry, ...]]:
+        """The fan-out's run start when due: its unfinished decisions, split into the
+        prepared targets' parts to adopt; the binding to the query."""
+        state = self.state
+        if state.started and state.query_id == self.query_id:
+            return {}
+        state.ledger.open_run(state.run_id)
+        adopt: dict[str, list[LedgerEntry]] = {}
+        for decision in state.ledger.unfinished():
+            if decision.batch_id != batch_id:
+                raise QueryBindingError(
+                    f"batch {decision.batch_id} of fan-out {self.sink_id} is decided but not "
+                    f"in every target yet, and batch {batch_id} came instead: run batch "
+                    f"{decision.batch_id} again (the query's checkpoint; a batch job's run id)",
+                    sink_id=self.sink_id, batch_id=batch_id)
+            for target in self.targets:
+                if target.sink.family is Family.PREPARE_IN_TASK:
+                    part = parts_of(decision, target.sink.sink_id)
+                    if part is not None:
+                        adopt.setdefault(target.sink.sink_id, []).append(part)
+        state.generation = state.ledger.bind_query(self.query_id, reset=self.reset_binding)
+        state.query_id, state.started = self.query_id, True
+        return {sink_id: tuple(parts) for sink_id, parts in adopt.items()}
+
+    def _decide(self, batch_id: int, parts: Sequence[Part]) -> LedgerEntry:
+        self._crash(CrashPoint.BEFORE_DECISION, batch_id)
+        commits: list[TaskCommit] = []
+        for target, part in zip(self.targets, parts, strict=True):
+            if target.sink.family is Family.PREPARE_IN_TASK:
+                commits.extend(part.commits)
+            else:
+                commits.append(_marker(target.sink.sink_id, part))
+        mine = LedgerEntry(self.sink_id, batch_id, self.state.run_id, BatchState.DECIDED,
+                           tuple(commits), None, self.query_id)
+        try:
+            decided: LedgerEntry = self._retried(lambda: self.ledger.decide(mine),
+                                                 f"deciding batch {batch_id}", batch_id)
+        except BaseException:
+            self._abandon(parts)  # no decision (or an unknown one): the sweep settles it
+            raise
+        if decided.run_id != self.state.run_id:
+            self._abandon(parts)
+            raise TransientError(
+                f"batch {batch_id} of fan-out {self.sink_id} was decided by run "
+                f"{decided.run_id}, not this run: it runs again as a new run, which finishes "
+                "that decision", sink_id=self.sink_id, batch_id=batch_id)
+        self._crash(CrashPoint.AFTER_DECISION, batch_id)
+        logger.info("fan-out %s batch %d: decided for %d target(s)", self.sink_id, batch_id,
+                    len(self.targets))
+        return decided
+
+    def _check_replay(self, decided: LedgerEntry, parts: Sequence[Part]) -> None:
+        """A batch decided earlier: each prepared target found its adopted decision (its
+        replay check ran); a prepared target that prepared again would be a second copy."""
+        for target, part in zip(self.targets, parts, strict=True):
+            if target.sink.family is Family.PREPARE_IN_TASK and not part.done:
+                self._abandon(parts)
+                raise ProtocolStateError(
+                    f"batch {decided.batch_id} of fan-out {self.sink_id} is decided, but "
+                    f"target {target.sink.sink_id} prepared it again instead of finishing "
+                    "its part", sink_id=self.sink_id, batch_id=decided.batch_id)
+
+    def _abandon(self, parts: Sequence[Part]) -> None:
+        for target, part in zip(self.targets, parts, strict=False):
+            if not part.done and part.commits:
+                try:
+                    target.run(target.coordinator.abandon(part))
+                except Exception as exc:  # the next start's sweep rolls them back
+                    logger.warning("fan-out %s: rolling back %s's prepared part failed (%s)",
+                                   self.sink_id, target.sink.sink_id, type(exc).__name__)
+
