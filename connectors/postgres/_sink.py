@@ -197,6 +197,10 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
     def create_ledger(self) -> Ledger:
         return PostgresLedger(self._driver_db(), self.options.ledger_table, sink_id=self.sink_id)
 
+    def create_ledger_for(self, sink_id: str) -> Ledger:
+        """Driver: a fan-out's decisions in this sink's ledger table, under ``sink_id``."""
+        return PostgresLedger(self._driver_db(), self.options.ledger_table, sink_id=sink_id)
+
     def validate_input(self, schema: pa.Schema) -> None:
         """Driver: the table exists (or is created), every column fits, keys are indexed."""
         self._plan = plan_table(self._driver_db(), self.options, schema, sink_id=self.sink_id)
