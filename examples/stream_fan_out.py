@@ -1,7 +1,8 @@
 """One streaming job into PostgreSQL, Kafka and Delta Lake under one decision per batch.
 
 Each micro-batch of the JSON files in ``--input`` (columns ``id LONG, name STRING,
-amount DOUBLE, ts TIMESTAMP``, one file per batch, ``Trigger.AvailableNow``) goes to a
+amount DOUBLE, ts TIMESTAMP``, one file per batch, ``Trigger.AvailableNow``), or of the
+``rate`` source (the same columns, ``--batches`` of ``--rows-per-batch``), goes to a
 PostgreSQL table, a Kafka topic (key ``id``, value the row as JSON) and a Delta table, in
 all three or in none (docs/fan-out.md; the fan-out's decisions are kept in PostgreSQL's
 ledger table). The fan-out is not in the public API yet (``connectors.core.fanout``).
@@ -24,7 +25,7 @@ from connectors.core.fanout import FanOut
 from connectors.delta import DeltaSink
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink
-from examples._runner import job_parser, parse_job_args, run_timed, stream
+from examples._runner import job_parser, parse_job_args, rate_as_input_rows, run_timed, stream
 from examples.stream_to_delta import build_session
 
 __all__ = ["main", "make_fan_out", "run"]
@@ -57,11 +58,11 @@ def run(args: argparse.Namespace) -> int:
     fan = make_fan_out(args)  # validates the options before Spark starts
     logger.info("writing %r", fan)
     spark = build_session(args.master, args.conf, connect=args.connect)
-    return stream(spark, args, fan)
+    return stream(spark, args, fan, rate=rate_as_input_rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = job_parser(__doc__.splitlines()[0], sources=("files",))
+    parser = job_parser(__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--conninfo", default=None,
                         help="libpq connection string (default $EOS_POSTGRES_CONNINFO)")

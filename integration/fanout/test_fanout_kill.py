@@ -35,15 +35,24 @@ CRASH_BATCH = 1
 class FanJob(KillJob):
     module = "examples.stream_fan_out"
 
-    def __init__(self, root: Path, pg: PgTarget, kafka: KafkaTarget) -> None:
+    def __init__(self, root: Path, pg: PgTarget, kafka: KafkaTarget,
+                 batches: int | None = None) -> None:
         self.fan_id = f"fan-{uuid.uuid4().hex[:8]}"
         super().__init__(root, sink_id=self.fan_id, cwd=REPO)
         self.pg, self.kafka = pg, kafka
         self.input, self.path = root / "in", root / "delta"
-        self.total = make_input_files(self.input, FILES, ROWS_PER_FILE)
+        #: ``batches``: the rate source, that many batches of ROWS_PER_FILE rows.
+        self.batches = batches
+        if batches is None:
+            self.total = make_input_files(self.input, FILES, ROWS_PER_FILE)
+        else:
+            self.total = batches * ROWS_PER_FILE
 
     def args(self) -> list[str]:
-        return ["--source", "files", "--input", str(self.input),
+        source = (["--source", "files", "--input", str(self.input)] if self.batches is None
+                  else ["--source", "rate", "--batches", str(self.batches),
+                        "--rows-per-batch", str(ROWS_PER_FILE)])
+        return [*source,
                 "--checkpoint", str(self.checkpoint), "--conninfo", self.pg.conninfo,
                 "--bootstrap", self.kafka.bootstrap, "--table", self.pg.table,
                 "--ledger-table", self.pg.ledger, "--topic", self.kafka.topic,
@@ -121,3 +130,37 @@ def test_a_query_into_all_three_is_exact(job: FanJob) -> None:
     job.assert_exact()
     metrics: dict[str, Any] = {m["sink_id"]: m for m in run.metrics()}
     assert set(metrics) == {job.pg.sink_id, job.kafka.sink_id, f"{job.fan_id}-delta"}
+
+
+def test_stopped_gracefully_in_the_fan_out_phases_then_exact_in_all_three(
+        tmp_path: Path, postgres_conninfo: str, kafka_bootstrap: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deploy's SIGTERM (``connectors.stop_on_sigterm``) lands while a batch holds at a
+    fan-out point (a stall): the batch in flight lands in all three, the next is refused
+    before any side effect; after each stop the three show the same rows, nothing is left
+    prepared or open; the last run goes to the end, exact in all three."""
+    from integration.core.test_stopping import FIRST, G, Stopped, batches_for, stop_chain
+
+    monkeypatch.setenv("PGOPTIONS", DRIVER_PGOPTIONS)
+    pg = PgTarget(postgres_conninfo, prefix="fanstop")
+    pg.create_table()
+    kafka = KafkaTarget(kafka_bootstrap, "fanstop")
+    kafka.create()
+    plan = [(G, CrashPoint.BEFORE_DECISION), (G, CrashPoint.BETWEEN_COMMITS)]
+    try:
+        job = FanJob(tmp_path, pg, kafka, batches=batches_for(plan))
+
+        def agree(stopped: Stopped) -> None:
+            seen = job.seen()
+            want = collections.Counter(range((stopped.batch + 1) * ROWS_PER_FILE))
+            assert {n: c == want for n, c in seen.items()} == {
+                "postgres": True, "kafka": True, "delta": True}, (stopped, seen)
+            assert pg.prepared() == []
+            kafka.assert_no_open_transactions()
+
+        stops = stop_chain(job, job.fan_id, plan, agree)
+        assert [s.batch for s in stops] == [FIRST, FIRST + 1]
+        job.assert_exact()
+    finally:
+        pg.cleanup()
+        kafka.cleanup()
