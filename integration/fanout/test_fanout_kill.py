@@ -11,6 +11,7 @@ prepared or open, and the three agree."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -164,3 +165,35 @@ def test_stopped_gracefully_in_the_fan_out_phases_then_exact_in_all_three(
     finally:
         pg.cleanup()
         kafka.cleanup()
+
+
+def test_a_null_into_postgresqls_not_null_column_commits_the_batch_nowhere_then_exact(
+        job: FanJob) -> None:
+    """A file holds a row without an id; PostgreSQL's ``id`` is NOT NULL: its tasks
+    refuse the batch before the fan-out decides, so Kafka and Delta never get it either, and
+    the query ends naming PostgreSQL's target and the column. The operator fixes the file
+    (same name: Spark's offset log lists it) and restarts: exact in all three."""
+    bad = job.input / "part-00001.json"
+    good = bad.read_text()
+    lines = good.splitlines()
+    row = json.loads(lines[3])
+    lines[3] = json.dumps({**row, "id": None})
+    bad.write_text("\n".join(lines) + "\n")
+    first = job.run()
+    assert first.returncode != 0, first.tail()
+    assert "BadInputError" in first.output and "NOT NULL" in first.output, first.tail()
+    assert job.pg.sink_id in first.output, first.tail()
+    # The rewritten file is the newest, so the last batch: the others are in all three,
+    # none of its rows in any.
+    refused = {json.loads(line)["id"] for line in good.splitlines()}
+    seen = job.seen()
+    for name, counts in seen.items():
+        assert counts.total() == (FILES - 1) * ROWS_PER_FILE, (name, counts.total())
+        assert not refused & set(counts), name
+    assert seen["postgres"] == seen["kafka"] == seen["delta"]
+    assert job.pg.prepared() == []
+    job.kafka.assert_no_open_transactions()
+    bad.write_text(good)  # the fix
+    second = job.run()
+    check_restart(second)
+    job.assert_exact()
