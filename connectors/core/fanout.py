@@ -101,6 +101,14 @@ class FanOut:
         #: Metrics of each target's last batch (by sink id).
         self.last_metrics: dict[str, BatchMetrics] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark Connect pickles the fan-out to its foreachBatch worker: the configuration
+        # and the sinks (each pickles its own), never this driver's ledger or figures.
+        state = self.__dict__.copy()
+        state["_state"] = None
+        state["last_metrics"] = {}
+        return state
+
     def __repr__(self) -> str:
         return f"FanOut({', '.join(repr(s) for s, _ in self.targets)}, sink_id={self.sink_id!r})"
 

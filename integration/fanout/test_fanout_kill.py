@@ -197,3 +197,35 @@ def test_a_null_into_postgresqls_not_null_column_commits_the_batch_nowhere_then_
     second = job.run()
     check_restart(second)
     job.assert_exact()
+
+
+class ConnectFanJob(FanJob):
+    """The fan-out job as a Spark Connect client: the fan-out runs in the server's
+    foreachBatch worker (pickled there with its sinks), bound to the query by its name."""
+
+    def args(self) -> list[str]:
+        return [*super().args(), "--connect", "--query-name", "fan-orders"]
+
+
+def test_under_spark_connect_the_worker_killed_after_the_decision_then_exact(
+        tmp_path: Path, postgres_conninfo: str, kafka_bootstrap: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGOPTIONS", DRIVER_PGOPTIONS)
+    pg = PgTarget(postgres_conninfo, prefix="fanconn")
+    pg.create_table()
+    kafka = KafkaTarget(kafka_bootstrap, "fanconn")
+    kafka.create()
+    try:
+        job = ConnectFanJob(tmp_path, pg, kafka)
+        first = job.run(crash=f"{CrashPoint.AFTER_DECISION.value}:sink={job.fan_id}:"
+                              f"batch={CRASH_BATCH}")
+        assert first.returncode != 0, first.tail()
+        assert job.reached(CrashPoint.AFTER_DECISION, CRASH_BATCH), reached(job.crash_log)
+        shown = {name: counts.total() // ROWS_PER_FILE for name, counts in job.seen().items()}
+        assert shown == {"postgres": 1, "kafka": 1, "delta": 1}, shown
+        second = job.run()
+        check_restart(second)
+        job.assert_exact()
+    finally:
+        pg.cleanup()
+        kafka.cleanup()

@@ -286,3 +286,47 @@ def _metrics() -> Any:
     from connectors.core.metrics import BatchMetrics
 
     return BatchMetrics("other", 0, "prepare_in_task")
+
+
+_BY_NAME: dict[str, InMemoryTarget] = {}
+
+
+class _Named:
+    """Holds its in-memory target by name, as a real sink holds a DSN (it pickles)."""
+
+    target: InMemoryTarget
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()  # type: ignore[misc]
+        state["target"] = next(k for k, v in _BY_NAME.items() if v is self.target)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.target = _BY_NAME[state["target"]]
+
+
+class NamedPrepared(_Named, InMemoryPreparedSink):
+    pass
+
+
+class NamedLake(_Named, InMemoryDriverCommitSink):
+    pass
+
+
+def test_a_pickled_fan_out_carries_its_configuration_not_its_driver_state(t: Targets) -> None:
+    import pickle
+
+    _BY_NAME.update(db=t.db, lake=t.lake)
+    fan = FanOut(NamedPrepared(t.db, sink_id="db"), NamedLake(t.lake, sink_id="lake"),
+                 sink_id=FAN, query_name="orders")
+    batch = LocalBatch(batch_rows(0), partitions=2)
+    fan.write_batches({"db": batch, "lake": batch}, 0, query_id=QUERY)
+    assert fan._state is not None and fan.last_metrics
+    copy = pickle.loads(pickle.dumps(fan))
+    assert copy._state is None and copy.last_metrics == {}
+    assert (copy.sink_id, copy.query_name, [s.sink_id for s in copy.sinks]) == (
+        FAN, "orders", ["db", "lake"])
+    write_again = LocalBatch(batch_rows(1), partitions=2)
+    copy.write_batches({"db": write_again, "lake": write_again}, 1, query_id=QUERY)
+    assert len(t.db.committed_rows()) == len(t.lake.committed_rows()) == 14
