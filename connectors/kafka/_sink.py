@@ -37,7 +37,6 @@ The sink is the template's hooks delegating to collaborators, each given what it
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -55,12 +54,11 @@ from connectors.kafka._clients import KafkaClients
 from connectors.kafka._committer import SlotCommitter
 from connectors.kafka._config import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
-    TIMEOUT_WARN_RATIO,
     KafkaConfig,
     KafkaOptions,
 )
+from connectors.kafka._figures import slot_figures
 from connectors.kafka._ledger import KafkaLedger
-from connectors.kafka._produce import PRODUCE_PATHS
 from connectors.kafka._records import RecordLimits
 from connectors.kafka._scan import FrameChecks, bad_input_message
 from connectors.kafka._slot import Alignment, Slot, marker_key
@@ -296,6 +294,15 @@ class KafkaSink(TaskCommitSink[Slot]):
         )
         return self._ledger
 
+    def create_ledger_for(self, sink_id: str) -> Ledger:
+        """Driver: a fan-out's decisions in a ledger topic of its own
+        (``_connectors.<sink_id>.ledger``) on this sink's cluster."""
+        return KafkaLedger(
+            self.config, f"_connectors.{sink_id}.ledger", sink_id=sink_id,
+            admin=self._clients.admin(), replication_factor=self.options.replication_factor,
+            transaction_timeout_ms=self.options.transaction_timeout_ms,
+            timeout=self._clients.timeout, preflight=self._clients.check_broker)
+
     def fence_all(self) -> int:
         """Driver: ``init_transactions`` on every slot id the sink ever used (see
         :meth:`~connectors.kafka._slots.DriverSlots.fence_all`); the topics are checked
@@ -361,37 +368,9 @@ class KafkaSink(TaskCommitSink[Slot]):
             handover.rows if handover is not None and self._checks.frames.row_bound == self._bound
             else 0)
         if metrics.outcome != "failed" and self._ledger is not None:
-            self._check_durations(self._ledger, metrics.batch_id, metrics)
+            slot_figures(self._ledger.get(metrics.batch_id), metrics,
+                         self.options.transaction_timeout_ms)
         metrics.extra["sink_ms"] = metrics.extra.get("total_ms", 0.0)
-
-    def _check_durations(self, ledger: Ledger, batch_id: int, metrics: BatchMetrics) -> None:
-        """Warn when a slot's transaction reached 80% of ``transaction.timeout.ms``."""
-        entry = ledger.get(batch_id)
-        if entry is None:
-            return
-        longest, waited = 0.0, 0.0
-        # Rows per produce path: produce_native_rows / produce_batch_rows / produce_record_rows.
-        produced = dict.fromkeys(PRODUCE_PATHS, 0)
-        for commit in entry.commits:
-            if commit.payload:
-                info = json.loads(commit.payload)
-                longest = max(longest, float(info.get("txn_ms", 0)))
-                waited = max(waited, float(info.get("wait_ms", 0)))
-                for path, rows in dict(info.get("produce_rows", {})).items():
-                    produced[path] = produced.get(path, 0) + int(rows)
-        for path, rows in produced.items():
-            metrics.extra[f"produce_{path}_rows"] = rows
-        if any(produced.values()):  # the path that produced the most rows
-            metrics.path = max(produced, key=lambda path: produced[path])
-        metrics.extra["txn_ms"] = round(longest, 1)
-        metrics.extra["barrier_wait_ms"] = round(waited, 1)
-        limit = self.options.transaction_timeout_ms
-        if longest >= TIMEOUT_WARN_RATIO * limit:
-            logger.warning(
-                "sink %s batch %d: a slot's transaction took %.0f ms (barrier wait %.0f ms), "
-                "%.0f%% of transaction.timeout.ms=%d: raise transaction.timeout.ms (at most "
-                "the broker's transaction.max.timeout.ms), use more slots or smaller batches",
-                self.sink_id, batch_id, longest, waited, 100 * longest / limit, limit)
 
     def close(self) -> None:
         super().close()

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from connectors.core import crash
 from connectors.core.crash import SimulatedCrash
@@ -134,3 +135,49 @@ def test_bad_input_into_either_target_commits_nothing_in_either_then_exact_after
     finally:
         fixed.close()
     both.assert_exact(0, 1, 2)
+
+
+def test_two_kafka_targets_keep_the_decision_in_a_ledger_topic_of_its_own(
+        kafka_bootstrap: str) -> None:
+    """No PostgreSQL target: the fan-out's decisions go to a ledger topic of its own on the
+    first target's cluster (KafkaSink.create_ledger_for). A crash between the two targets'
+    commits, then the replay: exact in both."""
+    crash.disarm_all()
+    first, second = (KafkaHarness(kafka_bootstrap, barrier=False),
+                     KafkaHarness(kafka_bootstrap, barrier=False))
+    fan_id = f"{first.target.sink_id}-fan"
+
+    def write(batch_id: int) -> None:
+        fan = FanOut(first.new_sink(), second.new_sink(), sink_id=fan_id)
+        records = to_records(batch_rows(batch_id))
+        try:
+            fan.write_batches({first.target.sink_id: LocalBatch(records, partitions=2),
+                               second.target.sink_id: LocalBatch(records, partitions=2)},
+                              batch_id, query_id=QUERY)
+        finally:
+            fan.close()
+
+    try:
+        write(0)
+        crash.arm(CrashPoint.BETWEEN_COMMITS, sink_id=fan_id, batch_id=1)
+        with pytest.raises(SimulatedCrash):
+            write(1)
+        want = collections.Counter(tuple(r.values()) for b in (0, 1)
+                                   for r in batch_rows(b).to_pylist())
+        assert collections.Counter(first.committed_rows()) == want
+        assert collections.Counter(second.committed_rows()) != want  # the window
+        write(1)
+        write(2)
+        want = collections.Counter(tuple(r.values()) for b in (0, 1, 2)
+                                   for r in batch_rows(b).to_pylist())
+        for harness in (first, second):
+            assert collections.Counter(harness.committed_rows()) == want
+            assert harness.lingering_transactions() == 0
+    finally:
+        crash.disarm_all()
+        first.cleanup()
+        second.cleanup()
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        for future in admin.delete_topics([f"_connectors.{fan_id}.ledger"],
+                                          operation_timeout=30).values():
+            future.result(30)

@@ -20,6 +20,7 @@ from connectors.core.protocol import BatchState
 from connectors.core.tasks import SlotMarker, SlotTransaction
 from connectors.kafka import KafkaSink
 from connectors.kafka._clients import KafkaClients
+from connectors.kafka._figures import slot_figures
 from connectors.kafka._slot import Slot, marker_key
 
 
@@ -138,20 +139,16 @@ def test_driver_warns_at_80_percent_of_the_transaction_timeout(
 ) -> None:
     sink = _sink(config={"transaction.timeout.ms": 10_000})
 
-    class Ledger:
-        def __init__(self, txn_ms: float) -> None:
-            payload = json.dumps({"txn_ms": txn_ms, "wait_ms": 1000.0}).encode()
-            commit = TaskCommit("eos1|unit|slot|0", 0, 1, Fingerprint(), payload)
-            self.entry = LedgerEntry("unit", 3, "abcd1234", BatchState.COMMITTED, (commit,))
-
-        def get(self, _b: int) -> LedgerEntry:
-            return self.entry
+    def entry(txn_ms: float) -> LedgerEntry:
+        payload = json.dumps({"txn_ms": txn_ms, "wait_ms": 1000.0}).encode()
+        commit = TaskCommit("eos1|unit|slot|0", 0, 1, Fingerprint(), payload)
+        return LedgerEntry("unit", 3, "abcd1234", BatchState.COMMITTED, (commit,))
 
     caplog.set_level(logging.WARNING, "connectors.kafka")
     for txn_ms, warned in ((7_000.0, False), (8_500.0, True)):
         caplog.clear()
         metrics = BatchMetrics("unit", 3, "commit_in_task")
-        sink._check_durations(Ledger(txn_ms), 3, metrics)  # type: ignore[arg-type]
+        slot_figures(entry(txn_ms), metrics, sink.options.transaction_timeout_ms)
         assert ("85% of transaction.timeout.ms=10000" in caplog.text) is warned
         assert metrics.extra["txn_ms"] == txn_ms
 
