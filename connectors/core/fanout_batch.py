@@ -177,6 +177,11 @@ class FanOutBatch:
         state = self.state
         if state.started and state.query_id == self.query_id:
             return {}
+        # The decisions' ledger may be the first target's kind, which may need what its
+        # run's start takes from the batch (DeltaSink: the session): that start first.
+        first = self.targets[0]
+        first.sink.begin_run(first.state.context(first.sink.sink_id, batch_id,
+                                                 first.executor.batch))
         state.ledger.open_run(state.run_id)
         adopt: dict[str, list[LedgerEntry]] = {}
         for decision in state.ledger.unfinished():

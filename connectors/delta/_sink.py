@@ -127,14 +127,11 @@ class DeltaSink(DriverCommitSink):
         from connectors.delta import DeltaSink
 
         sink = DeltaSink(f"{path}/events", sink_id="events-delta", create_table=True)
-        query = (df.writeStream.foreachBatch(sink)
-                 .option("checkpointLocation", ckpt).start())
-
+        query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
         upsert = DeltaSink(table="lake.users", sink_id="users", merge_on=["user_id"])
 
-    Delta forgets transaction ids older than ``delta.setTransactionRetentionDuration`` when
-    a table sets it: the sink detects a forgotten id when a run starts and refuses to write
-    a batch it can no longer prove uncommitted, rather than write it twice.
+    A transaction id Delta forgot (``delta.setTransactionRetentionDuration``) is detected
+    when a run starts: a batch the sink can no longer prove uncommitted is refused.
     """
 
     #: No separate fingerprint job before a write: a MERGE's fingerprint is observed inside
@@ -218,10 +215,9 @@ class DeltaSink(DriverCommitSink):
 
     # ---- a run's start: the session and the table's location, from its first batch ----
     def begin_run(self, ctx: BatchContext) -> None:
-        """Driver, when a run starts, before its ledger is opened: the run's Spark session
-        and the table's location (a catalog table resolved, or created, with the batch's
-        schema); what an earlier run believed of the table is dropped (a failed commit's
-        outcome is known only to the log)."""
+        """Driver, a run's start, before its ledger opens: the run's Spark session and the
+        table's location (a catalog table resolved, or created); what an earlier run
+        believed of the table is dropped (a failed commit's outcome is the log's)."""
         df = self._frame(ctx.batch)
         self._spark = df.sparkSession
         if self.table is not None and self._location is None:
@@ -252,9 +248,8 @@ class DeltaSink(DriverCommitSink):
 
     def close(self) -> None:
         super().close()
-        self._schema = None
+        self._schema = self._location = None
         self._commits.close()
-        self._location = None
 
     @property
     def _session(self) -> SparkSession:  # driver hooks run after begin_run only
@@ -283,6 +278,13 @@ class DeltaSink(DriverCommitSink):
                              probe=self._probe)
         self._commits.ledger = ledger
         return ledger
+
+    def create_ledger_for(self, sink_id: str) -> Ledger:
+        """Driver: a fan-out's decisions beside this sink's ledger (``<table>/_connectors/
+        <sink_id>``, or ``<ledger_path>/fan-outs/<sink_id>``); no table to probe."""
+        path = None if self.ledger_path is None else f"{self.ledger_path}/fan-outs/{sink_id}"
+        return open_ledger(path, self.location, sink_id, conf=spark_conf(self._session),
+                           options=self.storage_options, probe=lambda _app_id: None)
 
     def _probe(self, app_id: str) -> int | None:
         """The ledger is empty: the table's last batch of ``app_id`` (TableCommits.probe)."""
