@@ -51,7 +51,8 @@ T = TypeVar("T")
 CONNECT_ADVICE = "cannot connect or authenticate: check host, user, password, dbname"
 #: libpq's own words (English, from the client library: no SQLSTATE, no server language)
 #: for a TLS failure at connect time, and the setting to fix. The first match wins; an
-#: unrecognised failure keeps :data:`CONNECT_ADVICE`.
+#: unrecognised failure keeps :data:`CONNECT_ADVICE`. A match that names a setting is a
+#: configuration error at once; :data:`GENERIC_TLS` goes through ``PQping`` first.
 TLS_ADVICE: tuple[tuple[str, str], ...] = (
     ("does not match host name",
      "TLS: the server's certificate is not for this host: with sslmode=verify-full, host "
@@ -73,6 +74,9 @@ TLS_ADVICE: tuple[tuple[str, str], ...] = (
     ("SSL error",
      "TLS: the handshake failed: check sslmode, sslrootcert, sslcert and sslkey"),
 )
+#: The one entry of :data:`TLS_ADVICE` that names no setting: a server that restarts cuts
+#: handshakes short with it too ("SSL error: unexpected eof while reading").
+GENERIC_TLS = "SSL error"
 #: Longest quotation of a server's or client's text in a message.
 _MAX_QUOTE = 400
 
@@ -226,12 +230,16 @@ def translate(
                 return TransientError(
                     f"{doing}: cannot reconnect (the same settings connected before: the "
                     f"server may be restarting): {text}", **ids)
-            tls = next((a for words, a in TLS_ADVICE if words in str(exc)), None)
-            if tls is not None:
+            words, tls = next(((w, a) for w, a in TLS_ADVICE if w in str(exc)),
+                              (None, None))
+            if tls is not None and words != GENERIC_TLS:
                 return CannotConnectError(f"{doing}: {tls} (server: {text})", **ids)
+            # No settings named: a handshake cut short may be a server going down (its
+            # restart's EOF), so PQping decides as for any other failure to connect.
+            fallback = tls or CONNECT_ADVICE
             return first_contact(doing=doing, conninfo=conninfo, text=text, ids=ids,
                                  refused=lambda advice: CannotConnectError(
-                                     f"{doing}: {advice or CONNECT_ADVICE} (server: {text})",
+                                     f"{doing}: {advice or fallback} (server: {text})",
                                      **ids))
         if isinstance(exc, psycopg.OperationalError):
             return TransientError(f"{doing}: connection lost ({name}: {text})", **ids)

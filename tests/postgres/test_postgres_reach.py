@@ -103,3 +103,17 @@ def test_the_real_ping_of_a_closed_port_says_no_response() -> None:
         port = s.getsockname()[1]
         assert real_ping(Conninfo(f"host=127.0.0.1 port={port} user=x password={SECRET}")) \
             is pq.Ping.NO_RESPONSE
+
+
+def test_a_handshake_cut_short_by_a_restarting_server_is_transient(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the chaos soak: a driver starting while PostgreSQL restarts (``immediate``)
+    got "SSL error: unexpected eof while reading" and ended as a TLS configuration error.
+    A TLS failure that names no setting now goes through PQping like any other."""
+    text = ('connection failed: connection to server at "127.0.0.1", port 5432 failed: SSL '
+            'error: unexpected eof while reading')
+    err = first("host=127.0.0.1 port=5432", pq.Ping.NO_RESPONSE, monkeypatch, text=text)
+    assert type(err) is TargetDownError
+    # A server that answers PQping: the handshake itself is the problem (the TLS advice).
+    err = first("host=127.0.0.1 port=5432", pq.Ping.OK, monkeypatch, text=text)
+    assert type(err) is CannotConnectError and "TLS: the handshake failed" in str(err)
