@@ -19,7 +19,7 @@ from connectors.core.errors import ConfigurationError, GracefulStop
 from connectors.core.executor import DriverState
 from connectors.core.fanout_batch import FanOutBatch
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
-from connectors.core.metrics import BatchMetrics
+from connectors.core.metrics import BatchMetrics, adopt_exporters
 from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import Family
 from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, BatchRestarts, Outage
@@ -178,6 +178,8 @@ class FanOut:
                query_id: str | None) -> dict[str, BatchMetrics]:
         if self._state is None:
             self._state = DriverState(self.create_ledger)
+        for sink in self.sinks:  # exporters that travelled with a sink (Spark Connect)
+            adopt_exporters(sink.__dict__.get("_exporters", ()))
         metrics = {s.sink_id: BatchMetrics(s.sink_id, batch_id, s.family.value)
                    for s in self.sinks}
         restarts = BatchRestarts(self.outage, self.sink_id, batch_id,
@@ -217,6 +219,11 @@ class FanOut:
                                    type(exc).__name__)
                 sink.last_metrics = self.last_metrics[sink.sink_id] = m
                 m.emit()
+                try:
+                    inputs[sink.sink_id].publish_metrics(m.as_dict())
+                except Exception as exc:  # figures must never fail a batch
+                    logger.warning("sink %s: publishing the batch's metrics failed: %s",
+                                   sink.sink_id, type(exc).__name__)
         return metrics
 
     def close(self) -> None:

@@ -226,6 +226,9 @@ def test_under_spark_connect_the_worker_killed_after_the_decision_then_exact(
         second = job.run()
         check_restart(second)
         job.assert_exact()
+        # The worker published each target's figures into the session for the client.
+        for sink_id in (pg.sink_id, kafka.sink_id, f"{job.fan_id}-delta"):
+            assert f"last metrics of sink {sink_id}: {{" in second.output, second.tail()
     finally:
         pg.cleanup()
         kafka.cleanup()
