@@ -405,11 +405,10 @@ def run_batch_job(df: DataFrame, sink: ClosableSink, run_id: int) -> int:
     """Write the static ``df`` once with ``sink`` as run ``run_id`` of a batch job: 0, or
     the sink's error raised. Classic PySpark: ``sink(df, run_id)`` (no streaming query
     calls it, so the sink knows it is a batch job). Spark Connect cannot tell a batch call
-    from a streaming one: ``run_batch(df, run_id)`` on each sink (a ``DeltaSinks`` has no
-    ``run_batch``: its sinks are called one by one, each reading ``df`` again)."""
+    from a streaming one: ``run_batch(df, run_id)`` (a sink's, or a fan-out's such as
+    ``DeltaSinks``)."""
     if type(df).__module__.startswith("pyspark.sql.connect."):
-        for one in getattr(sink, "sinks", [sink]):
-            one.run_batch(df, run_id)
+        sink.run_batch(df, run_id)  # type: ignore[attr-defined]
     else:
         sink(df, run_id)
     return 0

@@ -68,6 +68,7 @@ class FanOut:
         outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT,
         query_name: str | None = None,
         reset_binding: bool = False,
+        min_targets: int = 2,
     ) -> None:
         self.sink_id = validate_sink_id(sink_id)
         pairs: list[tuple[TwoPhaseCommitSink, Transform | None]] = []
@@ -83,7 +84,7 @@ class FanOut:
                                          sink_id=sink_id)
             pairs.append((sink, transform))
         ids = [s.sink_id for s, _ in pairs]
-        if len(pairs) < 2:
+        if len(pairs) < min_targets:  # DeltaSinks keeps taking a list of one
             raise ConfigurationError("a FanOut needs two targets or more", sink_id=sink_id)
         if dup := sorted({i for i in ids if ids.count(i) > 1} | ({sink_id} & set(ids))):
             raise ConfigurationError(
@@ -186,11 +187,34 @@ class FanOut:
                                  target=lambda: ", ".join(s.describe_target()
                                                           for s in self.sinks))
         started = time.monotonic()
+        reported: set[str] = set()
+
+        def report(sink: TwoPhaseCommitSink) -> None:
+            """A target is done with the batch (or the batch failed): its figures, once."""
+            if sink.sink_id in reported:
+                return
+            reported.add(sink.sink_id)
+            m = metrics[sink.sink_id]
+            m.extra["total_ms"] = (time.monotonic() - started) * 1000
+            try:
+                sink.report_metrics(m)
+            except Exception as exc:  # figures must never fail a batch
+                logger.warning("sink %s: report_metrics failed: %s", sink.sink_id,
+                               type(exc).__name__)
+            sink.last_metrics = self.last_metrics[sink.sink_id] = m
+            m.emit()
+            try:
+                inputs[sink.sink_id].publish_metrics(m.as_dict())
+            except Exception as exc:  # figures must never fail a batch
+                logger.warning("sink %s: publishing the batch's metrics failed: %s",
+                               sink.sink_id, type(exc).__name__)
+
         try:
             while True:
                 attempt = FanOutBatch(self.sink_id, self._state, self.sinks, inputs,
                                       query_id or BATCH_JOB_QUERY_ID, metrics,
-                                      retry=self.retry, reset_binding=self.reset_binding)
+                                      retry=self.retry, reset_binding=self.reset_binding,
+                                      finished=report)
                 try:
                     attempt.run(batch_id)
                     break
@@ -204,26 +228,13 @@ class FanOut:
                     m.extra["batch_restarts"] = restarts.failures
                 time.sleep(delay)
         except BaseException:
-            for m in metrics.values():
-                m.outcome = "failed"
+            for sink in self.sinks:
+                if sink.sink_id not in reported:
+                    metrics[sink.sink_id].outcome = "failed"
             raise
         finally:
-            total = (time.monotonic() - started) * 1000
             for sink in self.sinks:
-                m = metrics[sink.sink_id]
-                m.extra["total_ms"] = total
-                try:
-                    sink.report_metrics(m)
-                except Exception as exc:  # figures must never fail a batch
-                    logger.warning("sink %s: report_metrics failed: %s", sink.sink_id,
-                                   type(exc).__name__)
-                sink.last_metrics = self.last_metrics[sink.sink_id] = m
-                m.emit()
-                try:
-                    inputs[sink.sink_id].publish_metrics(m.as_dict())
-                except Exception as exc:  # figures must never fail a batch
-                    logger.warning("sink %s: publishing the batch's metrics failed: %s",
-                                   sink.sink_id, type(exc).__name__)
+                report(sink)
         return metrics
 
     def close(self) -> None:

@@ -98,13 +98,16 @@ class _Target:
 
 class FanOutBatch:
     """One attempt of batch ``batch_id`` into ``sinks`` (in commit order), deciding in the
-    fan-out's ``state`` (its ledger and run)."""
+    fan-out's ``state`` (its ledger and run); ``finished(sink)`` once a target has the
+    batch (its figures are final)."""
 
     def __init__(self, sink_id: str, state: DriverState, sinks: Sequence[TwoPhaseCommitSink],
                  inputs: Mapping[str, BatchInput], query_id: str,
                  metrics: Mapping[str, BatchMetrics], *, retry: RetryPolicy,
-                 reset_binding: bool = False) -> None:
+                 reset_binding: bool = False,
+                 finished: Callable[[TwoPhaseCommitSink], None] = lambda _sink: None) -> None:
         self.sink_id = sink_id
+        self.finished = finished
         self.state = state
         self.query_id = query_id
         self.retry = retry
@@ -156,12 +159,12 @@ class FanOutBatch:
             self._check_replay(decided, parts)
         first = True
         for target, part in zip(self.targets, parts, strict=True):
-            if part.done:
-                continue
-            if not first:
-                self._crash(CrashPoint.BETWEEN_COMMITS, batch_id)
-            target.run(target.coordinator.complete(part))
-            first = False
+            if not part.done:
+                if not first:
+                    self._crash(CrashPoint.BETWEEN_COMMITS, batch_id)
+                target.run(target.coordinator.complete(part))
+                first = False
+            self.finished(target.sink)  # its figures are final: logged as it is done
         if decided.state is not BatchState.COMMITTED:
             self._retried(lambda: self.ledger.mark_committed(batch_id),
                           f"recording batch {batch_id} committed in every target", batch_id)

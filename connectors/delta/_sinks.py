@@ -1,26 +1,33 @@
-"""``DeltaSinks``: several Delta sinks fed by one ``foreachBatch`` (the batch persisted
-once), each exactly once with its own txn app id."""
+"""``DeltaSinks``: several Delta sinks fed by one ``foreachBatch`` under one decision per
+batch: a :class:`~connectors.core.fanout.FanOut` of Delta sinks (docs/fan-out.md)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from connectors.core.errors import ConfigurationError
+from connectors.core.fanout import FanOut
 from connectors.delta._sink import DeltaSink
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 __all__ = ["DeltaSinks"]
 
 
-class DeltaSinks:
-    """Several Delta sinks fed by one ``foreachBatch``, each exactly once.
+def fan_out_id(sinks: list[DeltaSink]) -> str:
+    """A stable id for the decisions of these sinks (whatever their order)."""
+    digest = hashlib.blake2b("|".join(sorted(s.sink_id for s in sinks)).encode(),
+                             digest_size=6).hexdigest()
+    return f"delta-sinks-{digest}"
 
-    Each sink commits its own Delta commit with its own txn app id (its sink id), so two
-    of them may write the same table in one batch: Delta would silently skip the second
-    write if both used one app id. The batch is persisted once and unpersisted after.
+
+class DeltaSinks(FanOut):
+    """Several Delta sinks fed by one ``foreachBatch``: a batch in all their tables or in
+    none (a :class:`~connectors.core.fanout.FanOut`; its decisions beside the first
+    table's ledger, under ``sink_id``, by default ``delta-sinks-<digest of the ids>``).
+
+    Each sink commits with its own sink id (Delta's txn app id), so two of them may write
+    the same table in one batch. The batch is persisted once and unpersisted after.
 
     Example::
 
@@ -32,31 +39,18 @@ class DeltaSinks:
         query = df.writeStream.foreachBatch(sinks).option("checkpointLocation", ckpt).start()
     """
 
-    def __init__(self, sinks: Iterable[DeltaSink], *, persist: bool = True) -> None:
-        self.sinks = list(sinks)
-        if not self.sinks or not all(isinstance(s, DeltaSink) for s in self.sinks):
+    def __init__(self, sinks: Iterable[DeltaSink], *, persist: bool = True,
+                 sink_id: str | None = None, **options: Any) -> None:
+        listed = list(sinks)
+        if not listed or not all(isinstance(s, DeltaSink) for s in listed):
             raise ConfigurationError("DeltaSinks needs a non-empty list of DeltaSink")
-        ids = [s.sink_id for s in self.sinks]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        if dup:
+        ids = [s.sink_id for s in listed]
+        if dup := sorted({i for i in ids if ids.count(i) > 1}):
             raise ConfigurationError(
                 f"sink id(s) {', '.join(dup)} repeat: each sink needs its own sink_id (its "
-                "Delta txn app id), or Delta skips the second write to a table"
-            )
-        self.persist = bool(persist)
+                "Delta txn app id), or Delta skips the second write to a table")
+        super().__init__(*listed, sink_id=sink_id or fan_out_id(listed), persist=persist,
+                         min_targets=1, **options)
 
     def __repr__(self) -> str:
-        return f"DeltaSinks({self.sinks!r})"
-
-    def __call__(self, df: DataFrame, batch_id: int) -> None:
-        data = df.persist() if self.persist else df
-        try:
-            for sink in self.sinks:
-                sink(data, batch_id)
-        finally:
-            if self.persist:
-                data.unpersist()
-
-    def close(self) -> None:
-        for sink in self.sinks:
-            sink.close()
+        return f"DeltaSinks({self.sinks!r}, sink_id={self.sink_id!r})"

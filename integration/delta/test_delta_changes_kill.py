@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 R = 60  # rows per batch
 COND, FN, REPLACE, DYNAMIC = (SINKS[k] for k in ("cond", "fn", "replace", "dynamic"))
-ORDER = [COND, FN, REPLACE, DYNAMIC]  # the order DeltaSinks writes them in each batch
+ORDER = [COND, FN, REPLACE, DYNAMIC]  # the order DeltaSinks commits them in each batch
 SEED_ROW = (-1, "u", -1, "seed", 0.0, -1)
 WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
 
@@ -155,9 +155,11 @@ def kill_plan_then_random(job: CdcJob, plan: list[tuple[CrashPoint, str, int]]) 
 # The CI plan: both change-stream forms at every crash point of the family (the issue's
 # proof), the overwrite variants where the table and the ledger disagree (after_decision:
 # the restart reconciles from the table; after_commit: the ledger's fingerprint).
+# In the order a restarted driver meets them: DeltaSinks is a fan-out, so every sink checks
+# its batch (``before_tasks``) before the decision, and then each commits in turn.
 CI_PLAN = [
-    *[(p, s, 1) for s in (COND, FN) for p in (CrashPoint.BEFORE_TASKS,
-                                              CrashPoint.BEFORE_DECISION,
+    *[(CrashPoint.BEFORE_TASKS, s, 1) for s in (COND, FN)],
+    *[(p, s, 1) for s in (COND, FN) for p in (CrashPoint.BEFORE_DECISION,
                                               CrashPoint.AFTER_DECISION)],
     (CrashPoint.AFTER_DECISION, REPLACE, 1),
     *[(CrashPoint.AFTER_COMMIT, s, 2) for s in (COND, FN, DYNAMIC)],
@@ -165,7 +167,8 @@ CI_PLAN = [
 # Wide: every sink at every point (the reconciled path passes no after_commit, so that one
 # is in the next batch).
 WIDE_PLAN = [
-    *[(p, s, 1) for s in ORDER for p in (CrashPoint.BEFORE_TASKS, CrashPoint.BEFORE_DECISION,
+    *[(CrashPoint.BEFORE_TASKS, s, 1) for s in ORDER],
+    *[(p, s, 1) for s in ORDER for p in (CrashPoint.BEFORE_DECISION,
                                          CrashPoint.AFTER_DECISION)],
     *[(CrashPoint.AFTER_COMMIT, s, 2) for s in ORDER],
 ]
