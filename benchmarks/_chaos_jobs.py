@@ -115,15 +115,18 @@ class SinkJob:
 
     # ---- what the target holds ----
     def committed(self) -> int | None:
-        """Batches the sink's ledger records committed (None while it cannot tell)."""
+        """Batches committed so far: the last committed batch id + 1 in the sink's ledger
+        (which keeps only its last ``keep_batches`` decisions, so a count of its entries
+        stops at 100), the Delta log's versions (None while it cannot tell)."""
         try:
             if self.name == "postgres":
-                return sum(1 for s in self.target.ledger_states().values() if s == "COMMITTED")
-            if self.name == "kafka":
-                return sum(1 for s in ledger_batches(self.target.bootstrap,
-                                                     self.target.ledger_topic).values()
-                           if s == "COMMITTED")
-            return len(list((self.root / "table" / "_delta_log").glob("*.json")))
+                states = self.target.ledger_states()
+            elif self.name == "kafka":
+                states = ledger_batches(self.target.bootstrap, self.target.ledger_topic)
+            else:
+                return len(list((self.root / "table" / "_delta_log").glob("*.json")))
+            done = [b for b, s in states.items() if s == "COMMITTED"]
+            return max(done) + 1 if done else 0
         except Exception:  # the target is down, or nothing written yet
             return None
 
