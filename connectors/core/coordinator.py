@@ -288,8 +288,8 @@ class Coordinator:
                     fingerprint=sum((c.fingerprint for c in commits), Fingerprint()))
 
     def _decide_and_commit(self, part: Part) -> Steps[None]:
-        batch_id, commits, fp = part.batch_id, list(part.commits), part.fingerprint
-        assert fp is not None
+        batch_id, commits = part.batch_id, list(part.commits)
+        fp = cast("Fingerprint", part.fingerprint)  # prepare sets it
         yield from self._crash(CrashPoint.BEFORE_DECISION, batch_id)
         mine = LedgerEntry(self.sink_id, batch_id, self.run_id, BatchState.DECIDED,
                            tuple(commits), fp, self.query_id)
@@ -385,8 +385,8 @@ class Coordinator:
         return Part(batch_id, fingerprint=fp, record=record)
 
     def _commit_driver_batch(self, part: Part) -> Steps[None]:
-        batch_id, fp, record = part.batch_id, part.fingerprint, part.record
-        assert record is not None
+        batch_id, fp = part.batch_id, part.fingerprint
+        record = cast("LedgerEntry", part.record)  # prepare sets it
         yield from self._crash(CrashPoint.BEFORE_DECISION, batch_id)
         yield from self._do(RecordIntent(batch_id))
         observed = cast("Fingerprint | None", (yield from self._do(CommitBatch(batch_id))))
