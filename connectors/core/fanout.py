@@ -15,7 +15,7 @@ from typing import Any
 
 from connectors.core.batch import BatchInput
 from connectors.core.engine import EngineCall, batch_input_for
-from connectors.core.errors import ConfigurationError, GracefulStop
+from connectors.core.errors import ConfigurationError
 from connectors.core.executor import DriverState
 from connectors.core.fanout_batch import FanOutBatch
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
@@ -24,7 +24,7 @@ from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import Family
 from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, BatchRestarts, Outage
 from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
-from connectors.core.stopping import begun, enter_batch, leave_batch
+from connectors.core.stopping import streaming_batch
 from connectors.core.template import TwoPhaseCommitSink
 
 __all__ = ["FanOut", "Transform"]
@@ -164,21 +164,15 @@ class FanOut:
         if query_id is None:
             return self._write(inputs, batch_id, None)
         first = inputs[self.sinks[0].sink_id]
-        if not begun(query_id, batch_id) and first.stop_requested(query_id):
-            raise GracefulStop(
-                f"a graceful stop of query {query_id} was requested: batch {batch_id} was "
-                "not started (it is replayed when the query starts again)",
-                sink_id=self.sink_id, batch_id=batch_id)
-        enter_batch(query_id, batch_id)
-        try:
+        with streaming_batch(query_id, batch_id, sink_id=self.sink_id,
+                             stopping=lambda: first.stop_requested(query_id)):
             return self._write(inputs, batch_id, query_id)
-        finally:
-            leave_batch(query_id)
 
     def _write(self, inputs: Mapping[str, BatchInput], batch_id: int,
                query_id: str | None) -> dict[str, BatchMetrics]:
         if self._state is None:
             self._state = DriverState(self.create_ledger)
+        state = self._state
         for sink in self.sinks:  # exporters that travelled with a sink (Spark Connect)
             adopt_exporters(sink.__dict__.get("_exporters", ()))
         metrics = {s.sink_id: BatchMetrics(s.sink_id, batch_id, s.family.value)
@@ -191,42 +185,26 @@ class FanOut:
 
         def report(sink: TwoPhaseCommitSink) -> None:
             """A target is done with the batch (or the batch failed): its figures, once."""
-            if sink.sink_id in reported:
-                return
-            reported.add(sink.sink_id)
-            m = metrics[sink.sink_id]
-            m.extra["total_ms"] = (time.monotonic() - started) * 1000
-            try:
-                sink.report_metrics(m)
-            except Exception as exc:  # figures must never fail a batch
-                logger.warning("sink %s: report_metrics failed: %s", sink.sink_id,
-                               type(exc).__name__)
-            sink.last_metrics = self.last_metrics[sink.sink_id] = m
-            m.emit()
-            try:
-                inputs[sink.sink_id].publish_metrics(m.as_dict())
-            except Exception as exc:  # figures must never fail a batch
-                logger.warning("sink %s: publishing the batch's metrics failed: %s",
-                               sink.sink_id, type(exc).__name__)
+            if sink.sink_id not in reported:
+                reported.add(sink.sink_id)
+                m = metrics[sink.sink_id]
+                m.extra["total_ms"] = (time.monotonic() - started) * 1000
+                sink._close_batch(m, inputs[sink.sink_id])
+                self.last_metrics[sink.sink_id] = m
+
+        def attempt() -> None:  # each attempt a new run of the fan-out and of every target
+            FanOutBatch(self.sink_id, state, self.sinks, inputs,
+                        query_id or BATCH_JOB_QUERY_ID, metrics, retry=self.retry,
+                        reset_binding=self.reset_binding, finished=report).run(batch_id)
+
+        def restarted(failures: int) -> None:
+            for m in metrics.values():
+                m.extra["batch_restarts"] = failures
 
         try:
-            while True:
-                attempt = FanOutBatch(self.sink_id, self._state, self.sinks, inputs,
-                                      query_id or BATCH_JOB_QUERY_ID, metrics,
-                                      retry=self.retry, reset_binding=self.reset_binding,
-                                      finished=report)
-                try:
-                    attempt.run(batch_id)
-                    break
-                except Exception as exc:
-                    delay = restarts.after(exc)
-                    if delay is None or (query_id is not None
-                                         and inputs[self.sinks[0].sink_id]
-                                         .stop_requested(query_id)):
-                        raise
-                for m in metrics.values():
-                    m.extra["batch_restarts"] = restarts.failures
-                time.sleep(delay)
+            restarts.run(attempt, on_restart=restarted, stopping=lambda: (
+                query_id is not None
+                and inputs[self.sinks[0].sink_id].stop_requested(query_id)))
         except BaseException:
             for sink in self.sinks:
                 if sink.sink_id not in reported:

@@ -24,6 +24,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from connectors.core.errors import ConfigurationError, RetriesExhaustedError, TransientError
 from connectors.core.retry import ExponentialBackoff
@@ -32,6 +33,7 @@ __all__ = ["DEFAULT_BATCH_BACKOFF", "DEFAULT_OUTAGE_TIMEOUT", "BatchRestarts", "
            "is_transient"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Seconds a target may stay unavailable before a batch gives up: a managed database's
 #: failover takes 30-120 s.
@@ -141,3 +143,18 @@ class BatchRestarts:
             self.sink_id, self.batch_id, type(error).__name__, error, target, delay,
             waited, o.timeout)
         return delay
+
+    def run(self, attempt: Callable[[], T], *, stopping: Callable[[], bool],
+            on_restart: Callable[[int], None]) -> T:
+        """``attempt()`` until it succeeds: after a failure, wait :meth:`after`'s delay and
+        call ``on_restart(failures)`` first; re-raise when :meth:`after` says the failure
+        cannot be mended, or when ``stopping()`` (a graceful stop was requested)."""
+        while True:
+            try:
+                return attempt()
+            except Exception as exc:
+                delay = self.after(exc)  # past the bound: RetriesExhaustedError
+                if delay is None or stopping():
+                    raise
+            on_restart(self.failures)
+            time.sleep(delay)

@@ -29,7 +29,12 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
+from collections.abc import Callable, Iterator
+
+from connectors.core.errors import GracefulStop
 
 __all__ = [
     "begun",
@@ -38,9 +43,11 @@ __all__ = [
     "leave_batch",
     "request_stop",
     "stop_requested",
+    "streaming_batch",
     "withdraw_stop",
 ]
 
+logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 _requested: set[str] = set()
 #: Batches in flight per query id (a query runs one batch at a time; a count is robust to
@@ -100,3 +107,24 @@ def busy(query_id: str) -> bool:
     with _lock:
         return _in_batch.get(query_id, 0) > 0
 
+
+@contextlib.contextmanager
+def streaming_batch(query_id: str, batch_id: int, *, stopping: Callable[[], bool],
+                    sink_id: str) -> Iterator[None]:
+    """The span of a streaming batch of ``sink_id`` (a sink or a fan-out): refused with
+    :class:`~connectors.core.errors.GracefulStop`, before any side effect, when
+    ``stopping()`` (a graceful stop was requested) and no other sink of the query began the
+    batch (the engine then records no commit for it and replays it at the next start);
+    while it runs, the query is busy (the stop helper waits for it to end)."""
+    if not begun(query_id, batch_id) and stopping():
+        logger.info("sink %s: graceful stop requested: batch %d is not started; it is "
+                    "replayed when the query starts again", sink_id, batch_id)
+        raise GracefulStop(
+            f"a graceful stop of query {query_id} was requested: batch {batch_id} was "
+            "not started (it is replayed when the query starts again)",
+            sink_id=sink_id, batch_id=batch_id)
+    enter_batch(query_id, batch_id)
+    try:
+        yield
+    finally:
+        leave_batch(query_id)

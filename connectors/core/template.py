@@ -41,7 +41,7 @@ from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.coordinator import Coordinator
 from connectors.core.deprecation import adopt_renamed_hooks, call_renamed
 from connectors.core.engine import EngineCall, batch_input_for
-from connectors.core.errors import ConfigurationError, GracefulStop
+from connectors.core.errors import ConfigurationError
 from connectors.core.executor import DriverState, Executor
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
@@ -50,7 +50,7 @@ from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import Family
 from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, BatchRestarts, Outage
 from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
-from connectors.core.stopping import begun, enter_batch, leave_batch
+from connectors.core.stopping import streaming_batch
 
 __all__ = ["TwoPhaseCommitSink"]
 
@@ -286,22 +286,9 @@ class TwoPhaseCommitSink(ABC):
             )
         if query_id is None:
             return self._write(batch, batch_id, None)
-        # A streaming batch: refused when a graceful stop was requested, unless another sink
-        # of the query began it already (the engine then records no commit for it and
-        # replays it at the next start); while it runs, the query is busy (the stop helper
-        # waits for it to end).
-        if not begun(query_id, batch_id) and batch.stop_requested(query_id):
-            logger.info("sink %s: graceful stop requested: batch %d is not started; it is "
-                        "replayed when the query starts again", self.sink_id, batch_id)
-            raise GracefulStop(
-                f"a graceful stop of query {query_id} was requested: batch {batch_id} was "
-                "not started (it is replayed when the query starts again)",
-                sink_id=self.sink_id, batch_id=batch_id)
-        enter_batch(query_id, batch_id)
-        try:
+        with streaming_batch(query_id, batch_id, sink_id=self.sink_id,
+                             stopping=lambda: batch.stop_requested(query_id)):
             return self._write(batch, batch_id, query_id)
-        finally:
-            leave_batch(query_id)
 
     def _write(self, batch: BatchInput, batch_id: int, query_id: str | None) -> BatchMetrics:
         state = self._driver_state()
@@ -309,41 +296,40 @@ class TwoPhaseCommitSink(ABC):
         metrics = BatchMetrics(self.sink_id, batch_id, self.family.value)
         started = time.monotonic()
         qid = query_id or BATCH_JOB_QUERY_ID
-        coordinator = self._coordinator(state.run_id, qid, metrics)
         restarts = BatchRestarts(self.outage, self.sink_id, batch_id,
                                  target=self.describe_target)
+
+        def attempt() -> None:  # each attempt a new run of the coordinator
+            coordinator = self._coordinator(state.run_id, qid, metrics)
+            Executor(self, state, metrics, batch).run(coordinator.write(batch_id, state.facts()))
+
         try:
-            while True:
-                try:
-                    Executor(self, state, metrics, batch).run(
-                        coordinator.write(batch_id, state.facts()))
-                    break
-                except Exception as exc:
-                    delay = restarts.after(exc)  # past the bound: RetriesExhaustedError
-                    if delay is None or (query_id is not None
-                                         and batch.stop_requested(query_id)):
-                        raise
-                metrics.extra["batch_restarts"] = restarts.failures
-                time.sleep(delay)
-                coordinator = self._coordinator(state.run_id, qid, metrics)  # the new run
+            restarts.run(attempt,
+                         stopping=lambda: query_id is not None and batch.stop_requested(query_id),
+                         on_restart=lambda n: metrics.extra.__setitem__("batch_restarts", n))
         except BaseException:
             metrics.outcome = "failed"
             raise
         finally:
             metrics.extra["total_ms"] = (time.monotonic() - started) * 1000
-            try:
-                self.report_metrics(metrics)
-            except Exception as exc:  # figures must never fail a batch
-                logger.warning("sink %s: report_metrics failed: %s", self.sink_id,
-                               type(exc).__name__)
-            self.last_metrics = metrics
-            metrics.emit()
-            try:
-                batch.publish_metrics(metrics.as_dict())
-            except Exception as exc:  # figures must never fail a batch
-                logger.warning("sink %s: publishing the batch's metrics failed: %s",
-                               self.sink_id, type(exc).__name__)
+            self._close_batch(metrics, batch)
         return metrics
+
+    def _close_batch(self, metrics: BatchMetrics, batch: BatchInput) -> None:
+        """A batch's figures are final: the sink's own (:meth:`report_metrics`), kept in
+        :attr:`last_metrics`, logged, published to the engine; never failing the batch."""
+        try:
+            self.report_metrics(metrics)
+        except Exception as exc:  # figures must never fail a batch
+            logger.warning("sink %s: report_metrics failed: %s", self.sink_id,
+                           type(exc).__name__)
+        self.last_metrics = metrics
+        metrics.emit()
+        try:
+            batch.publish_metrics(metrics.as_dict())
+        except Exception as exc:  # figures must never fail a batch
+            logger.warning("sink %s: publishing the batch's metrics failed: %s",
+                           self.sink_id, type(exc).__name__)
 
     def close(self) -> None:
         """Driver: release the ledger's resources. The sink may be used again."""

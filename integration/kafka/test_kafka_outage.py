@@ -15,17 +15,14 @@ are printed.
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from connectors.testing.kill import spark_batches
 from integration.kafka.test_kafka_kill import KafkaJob, kafka  # noqa: F401 - the fixture
 from integration.support._kafka import KafkaTarget
-from integration.support._outage import ride_out
+from integration.support._outage import ride_out, started_while_down
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -64,26 +61,11 @@ def test_a_query_started_while_the_broker_is_down_waits_for_it_then_is_exact(
     "no answer from the Kafka cluster" is transient, so the batch waits within
     ``outage_timeout`` and lands once the broker is back."""
     job = KafkaJob(tmp_path, kafka, files=3)
-    native_kafka.stop(kill=True)
-    try:
-        with ThreadPoolExecutor(1) as pool:
-            future = pool.submit(job.run)
-            deadline = time.monotonic() + 300
-            while not spark_batches(job.checkpoint)[0]:
-                assert not future.done(), future.result().tail()
-                assert time.monotonic() < deadline, "the query planned no batch in 300 s"
-                time.sleep(0.2)
-            time.sleep(10.0)
-            assert not future.done(), (
-                f"the query ended while the broker was down:\n{future.result().tail()}")
-            native_kafka.start()
-            back = time.monotonic()
-            run = future.result(timeout=600)
-    finally:
-        native_kafka.start()  # no-op when it runs
+    run, after = started_while_down(job, stop=lambda: native_kafka.stop(kill=True),
+                                    start=native_kafka.start)
     assert run.returncode == 0, run.tail()
     first = run.batch_metrics(kafka.sink_id, 0)
-    print(f"first contact with the broker down: the run ended {time.monotonic() - back:.1f} s "
+    print(f"first contact with the broker down: the run ended {after:.1f} s "
           f"after its return; batch 0: {first}")
     job.assert_exact()
     kafka.assert_no_open_transactions()

@@ -13,16 +13,13 @@ server's return to the next committed batch are printed.
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from connectors.testing.kill import spark_batches
 from integration.postgres.test_postgres_kill import PgJob, pg  # noqa: F401 - the fixture
-from integration.support._outage import ride_out
+from integration.support._outage import ride_out, started_while_down
 from integration.support._pg import PgTarget
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -59,28 +56,14 @@ def test_a_query_started_while_postgresql_is_down_waits_for_it_then_is_exact(
     PostgreSQL is stopped before the driver starts and started 10 s after the query's
     first batch is in Spark's offset log (the sink is calling it by then)."""
     job = PgJob(tmp_path, pg, files=3)
-    native_postgres.stop(mode="immediate")
-    try:
-        with ThreadPoolExecutor(1) as pool:
-            future = pool.submit(job.run)
-            deadline = time.monotonic() + 300
-            while not spark_batches(job.checkpoint)[0]:
-                assert not future.done(), future.result().tail()
-                assert time.monotonic() < deadline, "the query planned no batch in 300 s"
-                time.sleep(0.2)
-            time.sleep(DOWN_AFTER_FIRST_CONTACT)
-            assert not future.done(), (
-                f"the query ended while PostgreSQL was down:\n{future.result().tail()}")
-            native_postgres.start()
-            back = time.monotonic()
-            run = future.result(timeout=600)
-    finally:
-        native_postgres.start()  # no-op when it runs
+    run, after = started_while_down(job, stop=lambda: native_postgres.stop(mode="immediate"),
+                                    start=native_postgres.start,
+                                    down_after=DOWN_AFTER_FIRST_CONTACT)
     assert run.returncode == 0, run.tail()
     first = run.batch_metrics(pg.sink_id, 0)
     assert int(first.get("batch_restarts", "0")) >= 1, run.tail()
     assert "TargetDownError" in run.output and "no PostgreSQL server answers" in run.output
-    print(f"first contact with PostgreSQL down: the run ended {time.monotonic() - back:.1f} s "
+    print(f"first contact with PostgreSQL down: the run ended {after:.1f} s "
           f"after its return; batch 0 ran {int(first['batch_restarts']) + 1} time(s)")
     job.assert_exact()
     assert pg.prepared() == []

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from connectors.testing.kill import DriverRun, KillJob
+from connectors.testing.kill import DriverRun, KillJob, spark_batches
 
-__all__ = ["Outages", "ride_out"]
+__all__ = ["Outages", "ride_out", "started_while_down"]
 
 
 @dataclass
@@ -78,3 +78,31 @@ def ride_out(job: KillJob, *, progress: Callable[[], int | None],
             recovered.append(time.monotonic() - back)
         run = future.result(timeout=timeout)
     return Outages(run, down, recovered)
+
+
+def started_while_down(job: KillJob, *, stop: Callable[[], object],
+                       start: Callable[[], object], down_after: float = 10.0,
+                       timeout: float = 600.0) -> tuple[DriverRun, float]:
+    """``stop()`` the target, run ``job`` once, and ``start()`` the target ``down_after``
+    seconds after the query's first batch is in Spark's offset log (the sink is asking
+    for the target by then); the query must still run then. Returns the run and the
+    seconds from the target's return to the run's end; the target is started again in
+    any case."""
+    stop()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(job.run)
+            deadline = time.monotonic() + timeout
+            while not spark_batches(job.checkpoint)[0]:
+                assert not future.done(), future.result().tail()
+                assert time.monotonic() < deadline, f"no batch planned in {timeout:.0f} s"
+                time.sleep(0.2)
+            time.sleep(down_after)
+            assert not future.done(), (
+                f"the query ended while its target was down:\n{future.result().tail()}")
+            start()
+            back = time.monotonic()
+            run = future.result(timeout=timeout)
+            return run, time.monotonic() - back
+    finally:
+        start()  # a no-op when it runs

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from connectors.core import restarts, template
+from connectors.core import restarts
 from connectors.core.batch import BatchContext
 from connectors.core.errors import (
     BadInputError,
@@ -59,7 +59,6 @@ class FakeClock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClock]:
     fake = FakeClock()
     monkeypatch.setattr(restarts, "time", fake)
-    monkeypatch.setattr(template.time, "sleep", fake.sleep)
     FAILURES.clear()
     yield fake
     FAILURES.clear()
@@ -183,7 +182,7 @@ def test_a_requested_graceful_stop_ends_the_outage_wait(clock: FakeClock) -> Non
             data.stop = True  # the operator asks the query to stop during the outage
         first = False
 
-    template.time.sleep = sleep_then_stop  # type: ignore[assignment] # undone by the fixture
+    clock.sleep = sleep_then_stop  # type: ignore[method-assign] # the wait between attempts
     with pytest.raises(TransientError) as info:
         sink.write_batch(data, 0, query_id=QUERY)
     assert not isinstance(info.value, RetriesExhaustedError)  # the attempt's own error
