@@ -107,10 +107,15 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                         help="rate source: on SIGTERM stop the query gracefully "
                              "(connectors.stop_on_sigterm) or with a plain query.stop(), "
                              "then exit 0")
+    add_metrics_flag(parser)
+    _add_batch_run_flag(parser)
+
+
+def add_metrics_flag(parser: argparse.ArgumentParser) -> None:
+    """``--prometheus-textfile PATH``, read by :func:`run_timed`; every example has it."""
     parser.add_argument("--prometheus-textfile", default=None, metavar="PATH",
                         help="export the sinks' metrics to this Prometheus textfile "
                              "(connectors.PrometheusMetrics, docs/metrics.md)")
-    _add_batch_run_flag(parser)
 
 
 def check_source_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.postgres import PostgresSink
-from examples._runner import build_session, run_available_now, run_timed
+from examples._runner import add_metrics_flag, build_session, run_available_now, run_timed
 
 __all__ = ["CHANGE_SCHEMA", "Change", "main", "make_change_files", "run"]
 
@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--conf", action="append", default=[], help="extra Spark conf k=v")
     parser.add_argument("--query-name", default="connectors-changes")
+    add_metrics_flag(parser)
     args = parser.parse_args(argv)
     args.conninfo = args.conninfo or os.environ.get(ENV_CONNINFO)
     if not args.conninfo:
