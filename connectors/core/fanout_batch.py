@@ -21,8 +21,9 @@ nothing committed), ``between_commits`` (a target committed, a later one not yet
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from connectors.core.batch import BatchInput
 from connectors.core.coordinator import Coordinator
@@ -43,6 +44,7 @@ from connectors.core.retry import RetryPolicy, call_with_retry
 from connectors.core.runs import Part
 
 if TYPE_CHECKING:
+    from connectors.core.families import TaskCommitSink
     from connectors.core.template import TwoPhaseCommitSink
 
 __all__ = ["FanOutBatch", "parts_of"]
@@ -85,6 +87,24 @@ class _Target:
         self.state: DriverState = sink._driver_state()
         self.coordinator: Coordinator = sink._coordinator(self.state.run_id, query_id, metrics)
         self.executor = Executor(sink, self.state, metrics, batch)
+
+    def check_records(self, part: Part) -> None:
+        """A task-commit target's record checks, run now (before the decision), where its
+        ``plan_input`` left them to the slots' job (:meth:`TaskCommitSink.check_input`)."""
+        batch = self.executor.batch
+        if self.sink.family is not Family.COMMIT_IN_TASK or part.done or batch is None:
+            return
+        sink = cast("TaskCommitSink[Any]", self.sink)
+        started = time.monotonic()
+        try:
+            sink.check_input(batch, self.state.context(sink.sink_id, part.batch_id, batch))
+        except ConnectorError as exc:
+            if exc.sink_id is None:
+                exc.sink_id = sink.sink_id
+            raise
+        finally:
+            self.executor.metrics.extra["check_ms"] = round(
+                (time.monotonic() - started) * 1000, 1)
 
     def run(self, steps: Any) -> Any:
         """Perform ``steps``; an error that names no sink names this target."""
@@ -150,6 +170,9 @@ class FanOutBatch:
         try:
             for target, was_swept in zip(self.targets, swept, strict=True):
                 parts.append(target.run(target.coordinator.prepare(batch_id, swept=was_swept)))
+            if decided is None:
+                for target, part in zip(self.targets, parts, strict=True):
+                    target.check_records(part)
         except BaseException:
             self._abandon(parts)
             raise

@@ -252,6 +252,9 @@ class FrameChecks:
         #: The row size assumed for the slot tasks' Arrow batches (given topic; ``None``:
         #: not derived yet), raised when a batch proves it too small.
         self.row_bound: int | None = None
+        #: The last :meth:`prescan`'s checks left to the slots' job (a given topic): the
+        #: batch filtered by them, built on demand by :meth:`run_pending`.
+        self.pending: Callable[[], Any] | None = None
 
     def shipped(self) -> FrameChecks:
         """A copy without the JVM references, for the tasks."""
@@ -293,6 +296,21 @@ class FrameChecks:
 
         return check
 
+    def run_pending(self, batch_id: int) -> None:
+        """The last :meth:`prescan`'s checks as a Spark job of their own, now (a fan-out,
+        before its decision: Spark's ``noop`` writer evaluates every row); a refused record
+        raises :class:`BadInputError`."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        try:
+            pending().write.format("noop").mode("overwrite").save()
+        except Exception as exc:
+            message = bad_input_message(exc)
+            if message is None:
+                raise
+            raise BadInputError(message, sink_id=self.sink_id, batch_id=batch_id) from None
+
     def raise_row_bound(self) -> None:
         """A row of a batch exceeded the assumed bound: assume 8x larger rows from now on
         (:func:`~connectors.spark._handover.handover_rows` turns the bound off once it would
@@ -318,6 +336,7 @@ class FrameChecks:
         sized from the largest row the aggregation found; with a given topic, from an
         assumed bound that the record check also guards.
         """
+        self.pending = None
         df = spark_frame(batch)
         if df is None:
             return None
@@ -329,6 +348,7 @@ class FrameChecks:
                 self.row_bound = budget[0] // (budget[1] or 10_000) if budget else 0
             rows = handover_rows(spark, self.row_bound) if self.row_bound else None
             columns = df.columns
+            self.pending = lambda: df.where(self.condition(columns, limits, topic, partitions))
             in_rows = self.rows_check(batch_id, limits, topic, partitions)
             if rows is None:
                 check = self.condition(columns, limits, topic, partitions)

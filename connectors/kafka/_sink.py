@@ -227,6 +227,8 @@ class KafkaSink(TaskCommitSink[Slot]):
         #: The batch in flight's Arrow hand-over and row bound, for its metrics.
         self._handover: Handover | None = None
         self._bound: int | None = None
+        #: barrier=True: the batch in flight before its checks (:meth:`check_input`).
+        self._unchecked: BatchInput | None = None
 
     @property
     def config(self) -> KafkaConfig:
@@ -264,6 +266,7 @@ class KafkaSink(TaskCommitSink[Slot]):
         state = super().__getstate__()
         state["_ledger"] = None  # driver clients never travel to executors (nor the
         state["_handover"] = None  # JVM references: see the collaborators' __getstate__)
+        state["_unchecked"] = None
         return state
 
     # ------------------------------------------------------------------ task side
@@ -341,6 +344,7 @@ class KafkaSink(TaskCommitSink[Slot]):
         if self.barrier:
             check_barrier(batch, self.slots, self.sink_id)
             self._checks.validate_input(batch.schema)
+            self._unchecked = batch  # its records are checked in the slot tasks
         else:
             batch = self._checks.prescan(batch, ctx.batch_id)
         self._handover = batch_handover(batch)
@@ -357,6 +361,16 @@ class KafkaSink(TaskCommitSink[Slot]):
             return BadInputError(message, sink_id=self.sink_id, batch_id=batch_id)
 
         return ErrorMappingBatch(self.partition_input(batch), translate)
+
+    def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:
+        """Driver, in a fan-out before its decision: every record checked by a Spark job
+        now (a given topic's checks otherwise run in the slotting shuffle's map stage,
+        barrier mode's in the slot tasks), so that a record the topic refuses commits the
+        batch in no target."""
+        unchecked, self._unchecked = self._unchecked, None
+        if unchecked is not None:
+            self._checks.prescan(unchecked, ctx.batch_id)  # what barrier=False ran already
+        self._checks.frames.run_pending(ctx.batch_id)
 
     def report_metrics(self, metrics: BatchMetrics) -> None:
         """Slots, barrier, Arrow hand-over, produce paths and transaction durations."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,8 @@ class FanJob(KillJob):
         self.input, self.path = root / "in", root / "delta"
         #: ``batches``: the rate source, that many batches of ROWS_PER_FILE rows.
         self.batches = batches
+        #: more flags for the example (``--conf k=v``)
+        self.extra: list[str] = []
         if batches is None:
             self.total = make_input_files(self.input, FILES, ROWS_PER_FILE)
         else:
@@ -59,7 +62,7 @@ class FanJob(KillJob):
                 "--ledger-table", self.pg.ledger, "--topic", self.kafka.topic,
                 "--path", str(self.path), "--sink-id", self.fan_id,
                 "--pg-sink-id", self.pg.sink_id, "--kafka-sink-id", self.kafka.sink_id,
-                "--delta-sink-id", f"{self.fan_id}-delta"]
+                "--delta-sink-id", f"{self.fan_id}-delta", *self.extra]
 
     def delta_ids(self) -> list[int]:
         from deltalake import DeltaTable
@@ -173,29 +176,86 @@ def test_a_null_into_postgresqls_not_null_column_commits_the_batch_nowhere_then_
     refuse the batch before the fan-out decides, so Kafka and Delta never get it either, and
     the query ends naming PostgreSQL's target and the column. The operator fixes the file
     (same name: Spark's offset log lists it) and restarts: exact in all three."""
-    bad = job.input / "part-00001.json"
-    good = bad.read_text()
-    lines = good.splitlines()
-    row = json.loads(lines[3])
-    lines[3] = json.dumps({**row, "id": None})
-    bad.write_text("\n".join(lines) + "\n")
+    bad, good = _rewrite_row(job, id=None)
     first = job.run()
     assert first.returncode != 0, first.tail()
     assert "BadInputError" in first.output and "NOT NULL" in first.output, first.tail()
     assert job.pg.sink_id in first.output, first.tail()
-    # The rewritten file is the newest, so the last batch: the others are in all three,
-    # none of its rows in any.
+    _refused_nowhere(job, good, FILES - 1)
+    bad.write_text(good)  # the fix
+    second = job.run()
+    check_restart(second)
+    job.assert_exact()
+
+
+def _rewrite_row(job: FanJob, **change: Any) -> tuple[Path, str]:
+    """Give row 3 of the newest input file (the last batch) ``change``; the file and its
+    good text, for the fix."""
+    bad = job.input / f"part-{FILES - 1:05d}.json"
+    good = bad.read_text()
+    lines = good.splitlines()
+    lines[3] = json.dumps({**json.loads(lines[3]), **change})
+    bad.write_text("\n".join(lines) + "\n")
+    return bad, good
+
+
+def _refused_nowhere(job: FanJob, good: str, batches_before: int) -> None:
+    """The refused batch's rows are in none of the three, the batches before it in all;
+    nothing prepared or open."""
     refused = {json.loads(line)["id"] for line in good.splitlines()}
     seen = job.seen()
     for name, counts in seen.items():
-        assert counts.total() == (FILES - 1) * ROWS_PER_FILE, (name, counts.total())
+        assert counts.total() == batches_before * ROWS_PER_FILE, (name, counts.total())
         assert not refused & set(counts), name
     assert seen["postgres"] == seen["kafka"] == seen["delta"]
     assert job.pg.prepared() == []
     job.kafka.assert_no_open_transactions()
+
+
+def test_a_record_over_the_topics_size_limit_commits_the_batch_nowhere_then_exact(
+        job: FanJob) -> None:
+    """Row 3 of the last file carries a 2 MB name: PostgreSQL and Delta take it, the topic
+    (max.message.bytes 1 MB) cannot. Kafka's check of every record runs before the decision,
+    so PostgreSQL's prepared part is rolled back and Delta never commits: the query ends
+    naming Kafka's target and the size. After the fix, exact in all three."""
+    bad, good = _rewrite_row(job, name="x" * 2_000_000)
+    # The example splits files at 16 kB (several tasks per batch): 124 tasks for this one,
+    # more than the server's max_prepared_transactions (a ConfigurationError that says so).
+    job.extra = ["--conf", "spark.sql.files.maxPartitionBytes=4m"]
+    first = job.run()
+    assert first.returncode != 0, first.tail()
+    assert "BadInputError" in first.output and "larger than" in first.output, first.tail()
+    assert job.kafka.sink_id in first.output, first.tail()
+    _refused_nowhere(job, good, FILES - 1)
     bad.write_text(good)  # the fix
-    second = job.run()
-    check_restart(second)
+    check_restart(job.run())
+    job.assert_exact()
+
+
+def test_a_delta_table_of_another_schema_commits_the_batch_nowhere_then_exact(
+        job: FanJob) -> None:
+    """The Delta table exists with ``amount`` as a string where the query has a double:
+    Delta's check runs before the decision, after PostgreSQL prepared its part, which is
+    rolled back; the query ends naming Delta's target and the column. The operator
+    recreates the table with the query's schema (here: removes it, and the sink's
+    ``create_table=True`` makes it): exact in all three."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.string()),
+                        ("ts", pa.timestamp("us", tz="UTC"))])
+    write_deltalake(str(job.path), schema.empty_table())
+    first = job.run()
+    assert first.returncode != 0, first.tail()
+    assert "BadInputError" in first.output and "amount" in first.output, first.tail()
+    assert f"{job.fan_id}-delta" in first.output, first.tail()
+    seen = job.seen()
+    assert {name: counts.total() for name, counts in seen.items()} == {
+        "postgres": 0, "kafka": 0, "delta": 0}, seen
+    assert job.pg.prepared() == []
+    job.kafka.assert_no_open_transactions()
+    shutil.rmtree(job.path)  # the fix
+    check_restart(job.run())
     job.assert_exact()
 
 

@@ -185,6 +185,31 @@ def test_a_batch_one_target_refuses_commits_nothing_anywhere_then_lands_after_th
     t.assert_exact(0, 1, 2)
 
 
+class CheckedLateSlots(InMemoryTaskCommitSink):
+    """Leaves its record check to the slots' job on its own (as KafkaSink does with a
+    given topic); a fan-out runs it by ``check_input`` before deciding."""
+
+    checked: list[int] = []
+
+    def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:
+        CheckedLateSlots.checked.append(ctx.batch_id)
+        if ctx.batch_id == 1:
+            raise BadInputError("a record of 2 MB is larger than the topic's max.message.bytes")
+
+
+def test_a_task_commit_targets_deferred_checks_run_before_the_decision(t: Targets) -> None:
+    CheckedLateSlots.checked = []
+    write(t.fan(log=CheckedLateSlots), 0)
+    with pytest.raises(BadInputError) as info:
+        write(t.fan(log=CheckedLateSlots), 1)
+    assert info.value.sink_id == "log"
+    assert t.holds(0) == {"db": True, "lake": True, "log": True}
+    assert t.db.ledger(FAN).get(1) is None and t.db.lingering() == 0
+    write(t.fan(), 1)  # the fix: the records fit
+    t.assert_exact(0, 1)
+    assert CheckedLateSlots.checked == [0, 1]
+
+
 class RefusingSlotWrites(InMemoryTaskCommitSink):
     """Refuses a row in its tasks (a check its ``plan_input`` did not make): after the
     decision, so the targets before it have the batch."""
