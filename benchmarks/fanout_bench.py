@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if not conninfo or not bootstrap:
         print("no services: run `bash scripts/services start` first", file=sys.stderr)
         return 2
-    from connectors.core.fanout import FanOut
+    from connectors import FanOut
     from examples.stream_fan_out import records
     from examples.stream_to_delta import build_session
 

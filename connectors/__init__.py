@@ -20,6 +20,9 @@ Example::
     sink = DeltaSink(f"{path}/events", sink_id="events-delta", create_table=True)
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
 
+One query into several targets, a batch in all or in none: ``FanOut(pg, (kafka,
+to_records), delta, sink_id="events-fan")`` (``docs/fan-out.md``).
+
 Stopping (``stop_gracefully``, ``stop_on_sigterm``, ``await_termination``; see
 ``docs/stopping.md``) finishes the batch in flight and refuses the next one, so nothing is
 left prepared or open. The sinks of each target load lazily: ``PostgresSink`` needs the
@@ -65,6 +68,7 @@ from connectors.observe import OpenTelemetryMetrics, PrometheusMetrics, export_m
 if TYPE_CHECKING:
     from connectors.core.batch import BatchInput
     from connectors.core.engine import EngineCall
+    from connectors.core.fanout import FanOut
     from connectors.delta import DeltaSink, DeltaSinks
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
@@ -103,6 +107,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 _LAZY = {
     "DeltaSink": "connectors.delta",
     "DeltaSinks": "connectors.delta",
+    "FanOut": "connectors.core.fanout",
     "KafkaSink": "connectors.kafka",
     "PostgresSink": "connectors.postgres",
     "StopReport": "connectors.spark._stop",
@@ -144,6 +149,7 @@ __all__ = [
     "DependencyError",
     "ExponentialBackoff",
     "FailureRate",
+    "FanOut",
     "FatalError",
     "FencedError",
     "FixedDelay",

@@ -5,7 +5,7 @@ amount DOUBLE, ts TIMESTAMP``, one file per batch, ``Trigger.AvailableNow``), or
 ``rate`` source (the same columns, ``--batches`` of ``--rows-per-batch``), goes to a
 PostgreSQL table, a Kafka topic (key ``id``, value the row as JSON) and a Delta table, in
 all three or in none (docs/fan-out.md; the fan-out's decisions are kept in PostgreSQL's
-ledger table). The fan-out is not in the public API yet (``connectors.core.fanout``).
+ledger table).
 
 Run it, kill it (``CONNECTORS_TEST_MODE=1`` with
 ``CONNECTORS_CRASH_AT=after_decision:sink=<fan-out id>`` arms a crash point), run it
@@ -21,7 +21,7 @@ import logging
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 
-from connectors.core.fanout import FanOut
+from connectors import FanOut
 from connectors.delta import DeltaSink
 from connectors.kafka import KafkaSink
 from connectors.postgres import PostgresSink

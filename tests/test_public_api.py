@@ -32,6 +32,7 @@ CONNECTORS_ALL = [
     "DependencyError",
     "ExponentialBackoff",
     "FailureRate",
+    "FanOut",
     "FatalError",
     "FencedError",
     "FixedDelay",

@@ -49,6 +49,8 @@ class SinkStatus:
     unfinished: list[int] = field(default_factory=list)
     lingering: list[Lingering] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: A fan-out's ledger (``connectors.FanOut``): the targets its decisions name.
+    fan_out_targets: list[str] = field(default_factory=list)
 
     @property
     def needs_attention(self) -> bool:

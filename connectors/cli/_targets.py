@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from connectors.cli._model import Lingering, RecoverReport, SinkStatus
-from connectors.core.ledger import Ledger
+from connectors.core.fanout_batch import TARGET_PREFIX, parts_of
+from connectors.core.ledger import Ledger, LedgerEntry
 from connectors.core.naming import TransactionId
 from connectors.core.protocol import BatchState
 
@@ -68,7 +69,45 @@ class Target(ABC):
         status.last_committed = max(committed) if committed else None
         status.unfinished = [e.batch_id for e in entries if e.state is BatchState.DECIDED]
         status.lingering = self.lingering(sink_id)
+        status.fan_out_targets = fan_out_targets(entries, sink_id)
+        if status.fan_out_targets:
+            status.notes.append(
+                f"a fan-out (connectors.FanOut) of {', '.join(status.fan_out_targets)}: one "
+                "decision per batch, each target's own state listed under its sink id"
+                + ("; an unfinished batch is decided and not yet in every target: the "
+                   "query finishes it when it runs again" if status.unfinished else ""))
         return status
+
+    def fan_out_parts(self, sink_id: str) -> list[LedgerEntry]:
+        """``sink_id``'s parts of the unfinished decisions of the fan-outs whose ledgers
+        are in this target: its prepared transactions there are decided (a fan-out's run
+        start adopts them, and so does ``recover``)."""
+        parts: list[LedgerEntry] = []
+        for other in self.sink_ids():
+            if other == sink_id:
+                continue
+            ledger = self.ledger(other)
+            try:
+                parts += [part for decision in ledger.unfinished()
+                          if (part := parts_of(decision, sink_id)) is not None]
+            finally:
+                ledger.close()
+        return parts
+
+
+def fan_out_targets(entries: Sequence[LedgerEntry], sink_id: str) -> list[str]:
+    """The targets a fan-out's decisions name (none: the ledger is a sink's own)."""
+    names: set[str] = set()
+    for entry in entries:
+        for commit in entry.commits:
+            tid = commit.transaction_id
+            if tid.startswith(TARGET_PREFIX):
+                names.add(tid[len(TARGET_PREFIX):])
+                continue
+            parsed = TransactionId.parse(tid)
+            if parsed is not None and parsed.sink_id != sink_id:
+                names.add(parsed.sink_id)
+    return sorted(names)
 
 
 class PostgresTarget(Target):
@@ -140,6 +179,8 @@ class PostgresTarget(Target):
             decided = {c.transaction_id for e in ledger.entries() for c in e.commits}
         finally:
             ledger.close()
+        decided |= {c.transaction_id for part in self.fan_out_parts(sink_id)
+                    for c in part.commits}
         return [
             Lingering(str(tid), tid.batch_id, round(age, 1), str(tid) in decided, "prepared")
             for tid, age in sorted(self._prepared(), key=lambda p: str(p[0]))
@@ -169,7 +210,8 @@ class PostgresTarget(Target):
             done = Executor(sink, state, metrics).run(coordinator.settle(
                 [item.transaction for item in lingering], commit_decided=commit_decided,
                 abort_undecided=abort_undecided,
-                keep=frozenset(item.transaction for item in young)))
+                keep=frozenset(item.transaction for item in young),
+                adopt=self.fan_out_parts(sink_id)))  # decided: never rolled back
             report.committed += done.committed
             report.aborted += done.aborted
             left = set(done.left)

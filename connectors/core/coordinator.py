@@ -1,24 +1,22 @@
 """The coordinator: every protocol step of a batch, in order, as commands (sans-I/O).
 
 The coordinator does no I/O. Like psycopg's generators, it *yields* a command (read the
-decision, run the tasks, decide, commit one transaction, crash point, ...) and receives
-its result; an executor (:mod:`connectors.core.executor`) performs each command against
-the ledger, the engine and the sink's hooks. So the order of the steps, for all three
-protocol families and for recovery after a restart, is written once, here, and nowhere
-else; and every command passes one guard (:class:`Guard`) *before* it is yielded: a
-commit without a durable decision listing it, an abort of a decided transaction, a
-second decision with other committables, a batch recorded committed before all of its
-transactions are: each raises :class:`~connectors.core.errors.ProtocolStateError`
-before the side effect could happen.
+decision, run the tasks, decide, commit one transaction, crash point, ...) and receives its
+result; an executor (:mod:`connectors.core.executor`) performs each command against the
+ledger, the engine and the sink's hooks. So the order of the steps, for all three protocol
+families and for recovery after a restart, is written once, here, and nowhere else; and
+every command passes one guard (:class:`Guard`) *before* it is yielded: a commit without a
+durable decision listing it, an abort of a decided transaction, a second decision with other
+committables, a batch recorded committed before all of its transactions are: each raises
+:class:`~connectors.core.errors.ProtocolStateError` before the side effect could happen.
 
-Crash points are commands too (:class:`Crash`; task-side points are in
-:mod:`connectors.core.tasks`). Recovery is not a second code path: a run's start
-(:meth:`Coordinator.start`) finishes unfinished decisions with the same
-:meth:`Recovery.finish <connectors.core.recovery.Recovery.finish>` a batch uses, and settles
+Crash points are commands too (:class:`Crash`; task-side ones: :mod:`connectors.core.tasks`).
+Recovery is no second code path: a run's start (:meth:`Coordinator.start`) finishes decided
+batches with the :meth:`~connectors.core.recovery.Recovery.finish` a batch uses, and settles
 stray transactions with the sweep that closes every PREPARE_IN_TASK batch. The coordinator
-also decides when a run starts (:class:`RunFacts`) and ends it when a batch fails
-(:class:`NewRun`). A batch is two halves, :meth:`Coordinator.prepare` (nothing visible)
-and :meth:`Coordinator.complete`, so that a fan-out decides between them.
+decides when a run starts (:class:`RunFacts`) and ends it when a batch fails (:class:`NewRun`).
+A batch is two halves, :meth:`Coordinator.prepare` (nothing visible) and
+:meth:`Coordinator.complete`, so that a fan-out decides between them.
 
 Example, driving a coordinator by hand (what the executor does)::
 
@@ -87,12 +85,11 @@ class Coordinator:
     """The steps of one sink's driver run, for its protocol family.
 
     Args:
-        family: the sink's protocol family.
-        sink_id: the sink's id (transaction ids of other sinks are never touched).
+        family, sink_id: the sink's (transaction ids of other sinks are never touched).
         run_id: this driver run's id (written into transaction ids and decisions).
         query_id: the query the sink is bound to (recorded with decisions).
-        reset_binding, on_replay_mismatch, keep_batches: the template's options.
-        fingerprint_in_commit: COMMIT_ON_DRIVER: the commit observes the fingerprint.
+        reset_binding, on_replay_mismatch, keep_batches, fingerprint_in_commit: the
+            template's options (the last: COMMIT_ON_DRIVER's commit observes it).
         metrics: counts (outcome, rows, reconciled, aborted); timings are the executor's.
     """
 
@@ -200,11 +197,14 @@ class Coordinator:
         commit_decided: bool,
         abort_undecided: bool,
         keep: frozenset[str] = frozenset(),
+        adopt: Sequence[LedgerEntry] = (),
     ) -> Steps[Settled]:
         """``connectors recover``, an operator's recovery: the steps a driver's start runs,
-        with the operator's choices. PREPARE_IN_TASK: finish the decided batches
-        (``commit_decided``), then sweep ``transactions`` (those in ``keep`` are left).
-        COMMIT_IN_TASK: fence every slot (``abort_undecided``)."""
+        with the operator's choices. PREPARE_IN_TASK: record ``adopt`` (as :meth:`start`),
+        finish the decided batches (``commit_decided``), then sweep ``transactions``
+        (those in ``keep`` are left). COMMIT_IN_TASK: fence every slot (``abort_undecided``)."""
+        for entry in adopt:
+            yield from self._do(AdoptDecision(entry))
         if self.family is Family.COMMIT_IN_TASK:
             if abort_undecided:
                 yield from self.reconcile()

@@ -1,9 +1,6 @@
 """``FanOut``: one ``foreachBatch`` callable over several sinks, under one decision per
-batch: a batch lands in all of them or in none (docs/fan-out.md; issue 41).
-
-Not in the public API yet: proved here on in-memory targets of the three families
-(``tests/core/test_fanout.py``); the proof on PostgreSQL, Kafka and Delta together comes
-before ``connectors.FanOut``.
+batch: a batch lands in all of them or in none (docs/fan-out.md). Public as
+``connectors.FanOut``; the attempt of one batch is :mod:`connectors.core.fanout_batch`.
 """
 
 from __future__ import annotations
@@ -11,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from connectors.core.batch import BatchInput
 from connectors.core.engine import EngineCall, batch_input_for
@@ -41,9 +38,35 @@ _ORDER = {Family.PREPARE_IN_TASK: 0, Family.COMMIT_ON_DRIVER: 1, Family.COMMIT_I
 class FanOut:
     """Several sinks written from one ``foreachBatch``, a batch in all of them or in none.
 
-    Each target is a sink, or ``(sink, transform)`` where ``transform(df) -> df`` shapes
-    the batch for it. ``sink_id`` names the fan-out's decisions, kept in ``ledger`` (by
-    default one of the first target's kind, :meth:`TwoPhaseCommitSink.create_ledger_for`).
+    No target shows batch N before every target has prepared or checked its part of N
+    (PostgreSQL's transactions prepared, Delta's batch checked against its table, every
+    Kafka record checked); then one durable decision names every part, and every target
+    gets its part, at the latest when the query runs again. A batch one target refuses
+    commits nothing anywhere and raises that target's error (its ``sink_id`` set).
+    Between the first target's commit of N and the last one's, a reader of two targets
+    can see N in one and not yet in the other (docs/fan-out.md: the window, the crash
+    points and what each leaves).
+
+    Args:
+        *targets: two or more sinks (PostgresSink, KafkaSink, DeltaSink, a connector
+            author's :class:`~connectors.sdk.TwoPhaseCommitSink`), each alone or as
+            ``(sink, transform)`` where ``transform(df) -> df`` shapes the batch for that
+            target (a topic's ``key``/``value``); a transform must be deterministic, like
+            the query. Each keeps its own ledger entries (``connectors status`` shows
+            each). They commit in family order: prepared transactions first, then driver
+            commits, task commits (Kafka) last.
+        sink_id: the fan-out's stable name (its decisions' key), distinct from every
+            target's.
+        ledger: where the decisions are kept; default: a ledger of the first target's
+            kind (:meth:`~connectors.sdk.TwoPhaseCommitSink.create_ledger_for`), so with a
+            PostgreSQL target, PostgreSQL's ledger table.
+        persist: persist the batch once for all targets (unpersisted after).
+        retry: the retry policy of the fan-out's own ledger writes.
+        outage_timeout: seconds a batch may keep failing transiently (a target down) and
+            run again, as for one sink.
+        query_name: the streaming query's name; needed under Spark Connect, as for one
+            sink.
+        reset_binding: accept a new checkpoint for this ``sink_id`` (as for one sink).
 
     Example::
 
@@ -56,7 +79,14 @@ class FanOut:
         >>> metrics = fan.write_batches({"db": batch, "lake": batch}, 0)
         >>> len(db.committed_rows()) == len(lake.committed_rows()) == batch_rows(0).num_rows
         True
+
+    With Spark: ``df.writeStream.foreachBatch(FanOut(pg, (kafka, to_records), delta,
+    sink_id="events-fan"))``; a batch job: ``fan.run_batch(df, run_id)`` (or
+    ``fan(df, run_id)``).
     """
+
+    #: Fewest targets (:class:`~connectors.delta.DeltaSinks` takes one).
+    min_targets: ClassVar[int] = 2
 
     def __init__(
         self,
@@ -68,7 +98,6 @@ class FanOut:
         outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT,
         query_name: str | None = None,
         reset_binding: bool = False,
-        min_targets: int = 2,
     ) -> None:
         self.sink_id = validate_sink_id(sink_id)
         pairs: list[tuple[TwoPhaseCommitSink, Transform | None]] = []
@@ -84,7 +113,7 @@ class FanOut:
                                          sink_id=sink_id)
             pairs.append((sink, transform))
         ids = [s.sink_id for s, _ in pairs]
-        if len(pairs) < min_targets:  # DeltaSinks keeps taking a list of one
+        if len(pairs) < self.min_targets:
             raise ConfigurationError("a FanOut needs two targets or more", sink_id=sink_id)
         if dup := sorted({i for i in ids if ids.count(i) > 1} | ({sink_id} & set(ids))):
             raise ConfigurationError(
@@ -129,7 +158,9 @@ class FanOut:
         self._call(df, batch_id, batch_job=False)
 
     def run_batch(self, df: Any, run_id: int) -> dict[str, BatchMetrics]:
-        """A batch job's run ``run_id`` (as ``TwoPhaseCommitSink.run_batch``)."""
+        """Write ``df`` once in a batch job, as run ``run_id``: rerun with the same
+        ``run_id`` after a crash, a greater one for a new run (as a sink's ``run_batch``;
+        ``fan(df, run_id)`` does the same in classic PySpark). Each target's metrics."""
         return self._call(df, run_id, batch_job=True)
 
     def _call(self, df: Any, batch_id: int, *, batch_job: bool) -> dict[str, BatchMetrics]:

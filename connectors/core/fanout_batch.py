@@ -47,14 +47,18 @@ if TYPE_CHECKING:
     from connectors.core.families import TaskCommitSink
     from connectors.core.template import TwoPhaseCommitSink
 
-__all__ = ["FanOutBatch", "parts_of"]
+__all__ = ["TARGET_PREFIX", "FanOutBatch", "parts_of"]
 
 logger = logging.getLogger(__name__)
 
 
+#: How a decision names a target that prepares nothing (it commits afterwards).
+TARGET_PREFIX = "target:"
+
+
 def _marker(sink_id: str, part: Part) -> TaskCommit:
     """The decision's entry for a target that prepares nothing (it commits afterwards)."""
-    return TaskCommit(f"target:{sink_id}", -1, -1, part.fingerprint or Fingerprint())
+    return TaskCommit(f"{TARGET_PREFIX}{sink_id}", -1, -1, part.fingerprint or Fingerprint())
 
 
 def parts_of(decision: LedgerEntry, sink_id: str) -> LedgerEntry | None:

@@ -271,8 +271,8 @@ class DeltaSink(DriverCommitSink):
 
     # ---- the ledger ----
     def create_ledger(self) -> Ledger:
-        """Driver, once per driver run: the ledger (:func:`~connectors.delta._object_ledger.
-        open_ledger`: in ``ledger_path``, else beside the table, files or objects)."""
+        """Driver, once per driver run: the ledger (in ``ledger_path``, else beside the
+        table; :func:`~connectors.delta._object_ledger.open_ledger`)."""
         ledger = open_ledger(self.ledger_path, self.location, self.sink_id,
                              conf=spark_conf(self._session), options=self.storage_options,
                              probe=self._probe)
@@ -280,9 +280,9 @@ class DeltaSink(DriverCommitSink):
         return ledger
 
     def create_ledger_for(self, sink_id: str) -> Ledger:
-        """Driver: a fan-out's decisions beside this sink's ledger (``<table>/_connectors/
-        <sink_id>``, or ``<ledger_path>/fan-outs/<sink_id>``); no table to probe."""
-        path = None if self.ledger_path is None else f"{self.ledger_path}/fan-outs/{sink_id}"
+        """Driver: a fan-out's decisions beside this sink's ledger, as ``<sink_id>`` in the
+        same directory (``connectors status`` lists both); no table to probe."""
+        path = self.ledger_path and f"{self.ledger_path.rstrip('/').rpartition('/')[0]}/{sink_id}"
         return open_ledger(path, self.location, sink_id, conf=spark_conf(self._session),
                            options=self.storage_options, probe=lambda _app_id: None)
 

@@ -39,6 +39,8 @@ class DeltaSinks(FanOut):
         query = df.writeStream.foreachBatch(sinks).option("checkpointLocation", ckpt).start()
     """
 
+    min_targets = 1
+
     def __init__(self, sinks: Iterable[DeltaSink], *, persist: bool = True,
                  sink_id: str | None = None, **options: Any) -> None:
         listed = list(sinks)
@@ -50,7 +52,7 @@ class DeltaSinks(FanOut):
                 f"sink id(s) {', '.join(dup)} repeat: each sink needs its own sink_id (its "
                 "Delta txn app id), or Delta skips the second write to a table")
         super().__init__(*listed, sink_id=sink_id or fan_out_id(listed), persist=persist,
-                         min_targets=1, **options)
+                         **options)
 
     def __repr__(self) -> str:
         return f"DeltaSinks({self.sinks!r}, sink_id={self.sink_id!r})"

@@ -12,10 +12,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from connectors import FanOut
 from connectors.core import crash
 from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import BadInputError
-from connectors.core.fanout import FanOut
 from connectors.core.protocol import CrashPoint
 from connectors.delta import DeltaSink
 from integration.delta.test_delta_errors import events, expected

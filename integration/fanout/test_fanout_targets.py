@@ -16,10 +16,10 @@ import pyarrow as pa
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from connectors import FanOut
 from connectors.core import crash
 from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import BadInputError
-from connectors.core.fanout import FanOut
 from connectors.core.protocol import BatchState, CrashPoint
 from connectors.testing import LocalBatch, batch_rows
 from integration.kafka.test_kafka_conformance import KafkaHarness, to_records
@@ -181,3 +181,48 @@ def test_two_kafka_targets_keep_the_decision_in_a_ledger_topic_of_its_own(
         for future in admin.delete_topics([f"_connectors.{fan_id}.ledger"],
                                           operation_timeout=30).values():
             future.result(30)
+
+
+def test_the_cli_labels_the_fan_out_and_recover_commits_the_decided_part(
+        both: Both, postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After ``after_decision`` PostgreSQL's prepared transactions are the fan-out's
+    decision, though PostgreSQL's own ledger does not list them yet: ``connectors status``
+    shows them decided and the fan-out's ledger as a fan-out of both targets; ``recover
+    --abort-undecided --min-age 0`` never rolls them back, and ``--commit-decided``
+    commits them (the part a restart would adopt); the restart is exact."""
+    from integration.cli.test_cli_postgres import cli
+
+    fan = both.fan()
+    both.write(fan, 0)
+    fan.close()
+    crash.arm(CrashPoint.AFTER_DECISION, sink_id=both.fan_id, batch_id=1)
+    fan = both.fan()
+    with pytest.raises(SimulatedCrash):
+        both.write(fan, 1)
+    crash.disarm_all()
+    monkeypatch.setenv("EOS_POSTGRES_CONNINFO", postgres_conninfo)
+    target = ["--postgres-env", "EOS_POSTGRES_CONNINFO", "--ledger-table",
+              "public.eos_conformance"]
+    pg_id, kafka_id = both.pg.sink_id, both.kafka.target.sink_id
+    code, data, err = cli("status", *target, "--sink-id", pg_id, "--sink-id", both.fan_id)
+    assert code == 1, err  # lingering and unfinished: attention
+    by_id = {s["sink_id"]: s for s in data}
+    lingering = by_id[pg_id]["lingering"]
+    assert lingering and all(item["decided"] for item in lingering), lingering
+    assert by_id[both.fan_id]["fan_out_targets"] == sorted([pg_id, kafka_id])
+    assert by_id[both.fan_id]["unfinished"] == [1]
+    assert by_id[pg_id]["fan_out_targets"] == []
+    code, data, err = cli("recover", *target, "--sink-id", pg_id, "--abort-undecided",
+                          "--min-age", "0")
+    assert both.pg.lingering_transactions() == len(lingering), (data, err)
+    code, data, err = cli("recover", *target, "--sink-id", pg_id, "--commit-decided")
+    assert code == 0, (data, err)
+    assert both.pg.lingering_transactions() == 0
+    assert both.holds(0, 1)["postgres"] and both.holds(0)["kafka"]  # the window, bounded:
+    fan = both.fan()  # the restart (Spark replays batch 1): Kafka gets it, PostgreSQL not again
+    try:
+        both.write(fan, 1)
+        both.write(fan, 2)
+    finally:
+        fan.close()
+    both.assert_exact(0, 1, 2)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pytest
 
+from connectors import FanOut
 from connectors.core import crash
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.crash import SimulatedCrash
@@ -27,7 +28,6 @@ from connectors.core.errors import (
     QueryBindingError,
     TransientError,
 )
-from connectors.core.fanout import FanOut
 from connectors.core.fanout_batch import parts_of
 from connectors.core.protocol import BatchState, CrashPoint
 from connectors.core.retry import FixedDelay
@@ -189,7 +189,7 @@ class CheckedLateSlots(InMemoryTaskCommitSink):
     """Leaves its record check to the slots' job on its own (as KafkaSink does with a
     given topic); a fan-out runs it by ``check_input`` before deciding."""
 
-    checked: list[int] = []
+    checked: ClassVar[list[int]] = []
 
     def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:
         CheckedLateSlots.checked.append(ctx.batch_id)
