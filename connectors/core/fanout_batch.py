@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
 
 from connectors.core.batch import BatchInput
@@ -170,16 +171,7 @@ class FanOutBatch:
                  for t in self.targets]
         decided = self._retried(lambda: self.ledger.get(batch_id),
                                 f"reading the fan-out's decision of batch {batch_id}", batch_id)
-        parts: list[Part] = []
-        try:
-            for target, was_swept in zip(self.targets, swept, strict=True):
-                parts.append(target.run(target.coordinator.prepare(batch_id, swept=was_swept)))
-            if decided is None:
-                for target, part in zip(self.targets, parts, strict=True):
-                    target.check_records(part)
-        except BaseException:
-            self._abandon(parts)
-            raise
+        parts = self._prepare(batch_id, swept, check=decided is None)
         if decided is None:
             decided = self._decide(batch_id, parts)
         else:
@@ -200,6 +192,33 @@ class FanOutBatch:
         self.ledger.prune(keep)
         for target in self.targets:
             target.state.ledger.prune(target.sink.keep_batches)
+
+    def _prepare(self, batch_id: int, swept: Sequence[bool], *, check: bool) -> list[Part]:
+        """Every target's first half; with ``check``, the task-commit targets' record
+        checks too (:meth:`_Target.check_records`). Those targets are planned first (only
+        their own ledger learns of it) and their checks, read-only Spark jobs, run in a
+        thread while the other targets prepare. Any failure abandons every prepared part."""
+        n = len(self.targets)
+        parts: list[Part | None] = [None] * n
+        tasks_last = [i for i in range(n)
+                      if self.targets[i].sink.family is Family.COMMIT_IN_TASK]
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"fan-out-{self.sink_id}")
+        checks: list[Future[None]] = []
+        try:
+            for i in [*tasks_last, *(i for i in range(n) if i not in tasks_last)]:
+                target = self.targets[i]
+                part = parts[i] = target.run(target.coordinator.prepare(batch_id,
+                                                                        swept=swept[i]))
+                if check and i in tasks_last:
+                    checks.append(pool.submit(target.check_records, part))
+            for future in checks:
+                future.result()
+        except BaseException:
+            self._abandon(parts)
+            raise
+        finally:
+            pool.shutdown(wait=True)
+        return [part for part in parts if part is not None]
 
     def _open(self, batch_id: int) -> dict[str, tuple[LedgerEntry, ...]]:
         """The fan-out's run start when due: its unfinished decisions, split into the
@@ -268,9 +287,9 @@ class FanOutBatch:
                     f"target {target.sink.sink_id} prepared it again instead of finishing "
                     "its part", sink_id=self.sink_id, batch_id=decided.batch_id)
 
-    def _abandon(self, parts: Sequence[Part]) -> None:
+    def _abandon(self, parts: Sequence[Part | None]) -> None:
         for target, part in zip(self.targets, parts, strict=False):
-            if not part.done and part.commits:
+            if part is not None and not part.done and part.commits:
                 try:
                     target.run(target.coordinator.abandon(part))
                 except Exception as exc:  # the next start's sweep rolls them back

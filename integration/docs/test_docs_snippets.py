@@ -112,6 +112,15 @@ def check_delta_events(page: Page, run: sn.Run) -> None:
              "the Delta table after the Delta quick-start")
 
 
+def check_fan_out(page: Page, run: sn.Run) -> None:
+    """docs/fan-out.md: every id once in each of the three targets, and nothing left."""
+    check_postgres_events(page, run)
+    check_kafka_events(page, run)
+    check_delta_events(page, run)
+    check_nothing_prepared(page, sn.postgres_rows(
+        page.conninfo, "SELECT gid, database FROM pg_prepared_xacts"))
+
+
 def check_readme_cli(page: Page, run: sn.Run) -> None:
     # bash -e: every command exited 0 ("all well"); the sinks of the quick-starts are listed
     for sink in ("events-pg", "events-delta"):
@@ -283,6 +292,8 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/delta.md", "delta_cdc.py"): Expect(check_delta_cdc),
     ("docs/delta.md", "delta_overwrite.py"): Expect(check_delta_overwrite),
     ("docs/stopping.md", "graceful_stop.py"): Expect(check_delta_events),
+    ("docs/fan-out.md", "fan_out.py"):
+        Expect(check_fan_out, "after_decision:batch=1", "events-fan"),
     ("docs/connector-guide.md", "staged_files_sink.py"): Expect(no_target),
     ("docs/connector-guide.md", "test_staged_files_sink.py"): Expect(check_pytest_passed),
     ("docs/metrics.md", "metrics_postgres.py"): Expect(check_metrics_postgres),
