@@ -174,6 +174,10 @@ class PostgresTarget(Target):
                               sink_id=sink_id)
 
     def lingering(self, sink_id: str) -> list[Lingering]:
+        mine = sorted(((tid, age) for tid, age in self._prepared() if tid.sink_id == sink_id),
+                      key=lambda p: str(p[0]))
+        if not mine:
+            return []
         ledger = self.ledger(sink_id)
         try:
             decided = {c.transaction_id for e in ledger.entries() for c in e.commits}
@@ -181,11 +185,8 @@ class PostgresTarget(Target):
             ledger.close()
         decided |= {c.transaction_id for part in self.fan_out_parts(sink_id)
                     for c in part.commits}
-        return [
-            Lingering(str(tid), tid.batch_id, round(age, 1), str(tid) in decided, "prepared")
-            for tid, age in sorted(self._prepared(), key=lambda p: str(p[0]))
-            if tid.sink_id == sink_id
-        ]
+        return [Lingering(str(tid), tid.batch_id, round(age, 1), str(tid) in decided,
+                          "prepared") for tid, age in mine]
 
     def recover(
         self, sink_id: str, *, commit_decided: bool, abort_undecided: bool, min_age_s: float
@@ -211,7 +212,7 @@ class PostgresTarget(Target):
                 [item.transaction for item in lingering], commit_decided=commit_decided,
                 abort_undecided=abort_undecided,
                 keep=frozenset(item.transaction for item in young),
-                adopt=self.fan_out_parts(sink_id)))  # decided: never rolled back
+                adopt=self.fan_out_parts(sink_id) if lingering else ()))  # never rolled back
             report.committed += done.committed
             report.aborted += done.aborted
             left = set(done.left)
