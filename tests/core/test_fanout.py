@@ -24,6 +24,7 @@ from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
+    NonDeterministicReplayError,
     ProtocolStateError,
     QueryBindingError,
     TransientError,
@@ -73,8 +74,9 @@ class Targets:
         assert all(decisions.get(b) is BatchState.COMMITTED for b in batch_ids), decisions
 
 
-def write(fan: FanOut, batch_id: int, **options: Any) -> Any:
-    batch = LocalBatch(batch_rows(batch_id), partitions=3, **options)
+def write(fan: FanOut, batch_id: int, *, rows_of: int | None = None, **options: Any) -> Any:
+    rows = batch_rows(batch_id if rows_of is None else rows_of)
+    batch = LocalBatch(rows, partitions=3, **options)
     return fan.write_batches({s.sink_id: batch for s in fan.sinks}, batch_id, query_id=QUERY)
 
 
@@ -128,6 +130,32 @@ def test_a_crash_at_each_fan_out_point_converges_when_the_batch_runs_again(
     write(restarted, 1)  # Spark replays batch 1
     write(restarted, 2)
     t.assert_exact(0, 1, 2)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["in-every-target", "between-commits"])
+def test_a_replay_holding_other_rows_is_refused_and_writes_nothing_more(
+        t: Targets, split: bool) -> None:
+    """Spark replays batch 1 with other rows (a non-deterministic query): the first target
+    that has the batch refuses it (its fingerprint check) before any target writes, also
+    when only the prepared target had it (a crash between the commits); the replay of the
+    rows that were decided then finishes it."""
+    write(t.fan(), 0)
+    if split:
+        crash.arm(CrashPoint.BETWEEN_COMMITS, sink_id=FAN, batch_id=1)
+        with pytest.raises(SimulatedCrash):
+            write(t.fan(), 1)
+        crash.disarm_all()
+    else:
+        write(t.fan(), 1)
+    before = t.holds(0, 1)
+    with pytest.raises(NonDeterministicReplayError) as info:
+        write(t.fan(), 1, rows_of=7)
+    # Task-commit targets are prepared first: the log refuses when it has the batch.
+    assert info.value.sink_id == ("db" if split else "log")
+    assert t.holds(0, 1) == before  # nothing more written anywhere
+    assert (t.db.lingering(), t.log.lingering()) == (0, 0)
+    write(t.fan(), 1)
+    t.assert_exact(0, 1)
 
 
 @pytest.mark.parametrize(("point", "partition"), [
