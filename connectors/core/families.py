@@ -183,18 +183,6 @@ class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
         """Driver, when :meth:`plan_slots` asked for it, before any task of the batch:
         record ``plan`` (idempotently). Default: nothing."""
 
-    def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:
-        """Driver, in a fan-out (:class:`~connectors.core.fanout.FanOut`), after
-        :meth:`plan_input` and before the fan-out decides: run now every check of the
-        records that :meth:`plan_input` left to the slots' own job, raising
-        :class:`~connectors.core.errors.BadInputError` for a record the target would refuse.
-
-        On its own a sink may check inside the job that runs its slots (before any slot
-        starts, e.g. in the map stage of the slotting shuffle); in a fan-out the slots run
-        after the other targets committed, so a refusal there would leave the batch in
-        them. ``batch`` is what :meth:`plan_input` returned. Default: nothing (every check
-        ran in :meth:`plan_input`)."""
-
     def partition_input(self, batch: BatchInput) -> BatchInput:
         """Driver: the rows placed into :attr:`slots` partitions by a hash of their content
         (of :attr:`slot_key` where it is set and not null), deterministically.

@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from connectors.core.batch import BatchInput
 from connectors.core.coordinator import Coordinator
@@ -45,7 +45,6 @@ from connectors.core.retry import RetryPolicy, call_with_retry
 from connectors.core.runs import Part
 
 if TYPE_CHECKING:
-    from connectors.core.families import TaskCommitSink
     from connectors.core.template import TwoPhaseCommitSink
 
 __all__ = ["TARGET_PREFIX", "FanOutBatch", "parts_of"]
@@ -93,13 +92,13 @@ class _Target:
         self.coordinator: Coordinator = sink._coordinator(self.state.run_id, query_id, metrics)
         self.executor = Executor(sink, self.state, metrics, batch)
 
-    def check_records(self, part: Part) -> None:
-        """A task-commit target's record checks, run now (before the decision), where its
-        ``plan_input`` left them to the slots' job (:meth:`TaskCommitSink.check_input`)."""
+    def check_input(self, part: Part) -> None:
+        """The target's checks of what it would refuse only while committing, run now,
+        before the decision (:meth:`TwoPhaseCommitSink.check_input`)."""
         batch = self.executor.batch
-        if self.sink.family is not Family.COMMIT_IN_TASK or part.done or batch is None:
+        if self.sink.family is Family.PREPARE_IN_TASK or part.done or batch is None:
             return
-        sink = cast("TaskCommitSink[Any]", self.sink)
+        sink = self.sink
         started = time.monotonic()
         try:
             sink.check_input(batch, self.state.context(sink.sink_id, part.batch_id, batch))
@@ -194,23 +193,24 @@ class FanOutBatch:
             target.state.ledger.prune(target.sink.keep_batches)
 
     def _prepare(self, batch_id: int, swept: Sequence[bool], *, check: bool) -> list[Part]:
-        """Every target's first half; with ``check``, the task-commit targets' record
-        checks too (:meth:`_Target.check_records`). Those targets are planned first (only
-        their own ledger learns of it) and their checks, read-only Spark jobs, run in a
-        thread while the other targets prepare. Any failure abandons every prepared part."""
+        """Every target's first half; with ``check``, the checks of the targets that
+        commit after the decision (:meth:`_Target.check_input`). Those targets are planned
+        first (nothing visible: a schema check, slots planned in their own ledger), and
+        their checks, read-only Spark jobs, run in threads while the prepared targets'
+        tasks write. Any failure abandons every prepared part."""
         n = len(self.targets)
         parts: list[Part | None] = [None] * n
-        tasks_last = [i for i in range(n)
-                      if self.targets[i].sink.family is Family.COMMIT_IN_TASK]
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"fan-out-{self.sink_id}")
+        later = [i for i in range(n)
+                 if self.targets[i].sink.family is not Family.PREPARE_IN_TASK]
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"fan-out-{self.sink_id}")
         checks: list[Future[None]] = []
         try:
-            for i in [*tasks_last, *(i for i in range(n) if i not in tasks_last)]:
+            for i in [*later, *(i for i in range(n) if i not in later)]:
                 target = self.targets[i]
                 part = parts[i] = target.run(target.coordinator.prepare(batch_id,
                                                                         swept=swept[i]))
-                if check and i in tasks_last:
-                    checks.append(pool.submit(target.check_records, part))
+                if check and i in later:
+                    checks.append(pool.submit(target.check_input, part))
             for future in checks:
                 future.result()
         except BaseException:

@@ -212,6 +212,15 @@ class TwoPhaseCommitSink(ABC):
         self.validate_input(batch.schema)
         return self.partition_input(batch)
 
+    def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:  # noqa: B027
+        """Driver, in a fan-out (:class:`~connectors.core.fanout.FanOut`) after
+        :meth:`plan_input`, before the fan-out decides; not for PREPARE_IN_TASK, whose
+        tasks have prepared by then. Raise :class:`~connectors.core.errors.BadInputError`
+        for what the target would refuse only while committing (a task-commit sink's
+        record checks left to its slots' job; a table's constraints on values): in a
+        fan-out that commit comes after the other targets committed. ``batch`` is what
+        :meth:`plan_input` returned. Default: nothing."""
+
     def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
         """Deprecated alias of :meth:`plan_input` (removed in the next release)."""
         planned: BatchInput = call_renamed(self, "TwoPhaseCommitSink", "prepare_input",

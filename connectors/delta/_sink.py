@@ -5,11 +5,8 @@ Family COMMIT_ON_DRIVER: the driver commits the whole batch as one Delta commit 
 on one of two paths (**tag**, the default; **txn**, Delta's txn id:
 :mod:`connectors.delta._table_commits`). The hooks delegate by role: options, the table's
 place, its commits (``_table_commits``, ``_history``), what the table holds
-(``_replay_hooks``, ``_replay``), the write (``_writer``, ``_changes``), the ledger.
-
-Per batch the template calls: :meth:`committed_fingerprint` (a replay the ledger records),
-:meth:`validate_input`, :meth:`is_committed` (the table holds a batch the ledger lacks:
-compared and recorded, not rewritten), :meth:`commit_batch`, then records the ledger.
+(``_replay_hooks``, ``_replay``), the write (``_writer``, ``_changes``), the checks a
+fan-out runs before its decision (``_constraints``), the ledger.
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.delta._changes import MergeFunction
+from connectors.delta._constraints import check_values
 from connectors.delta._fingerprint import fingerprint_now, observe
 from connectors.delta._meta import CommitTag
 from connectors.delta._object_ledger import open_ledger
@@ -288,8 +286,7 @@ class DeltaSink(DriverCommitSink):
 
     def _probe(self, app_id: str) -> int | None:
         """The ledger is empty: the table's last batch of ``app_id`` (TableCommits.probe)."""
-        session = self._session
-        return self._commits.probe(session, self.location(), app_id)
+        return self._commits.probe(self._session, self.location(), app_id)
 
     # ---- what the table holds (TableReplay answers) ----
     def _table_replay(self, ctx: BatchContext) -> TableReplay:
@@ -321,6 +318,14 @@ class DeltaSink(DriverCommitSink):
             self.changes.validate(df, self._schema, sink_id=self.sink_id)
         return super().plan_input(batch, ctx)
 
+    def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:
+        """Driver, a fan-out before its decision: what Delta's writer would refuse in its
+        commit (:func:`~connectors.delta._constraints.check_values`); not for MERGEs."""
+        if not self.changes.merges and self._schema is not None:
+            check_values(self._session, self.changes.table_df(self._frame(batch)),
+                         self._schema, self.location(), sink_id=self.sink_id,
+                         batch_id=ctx.batch_id)
+
     def _table_schema(self, *, refresh: bool = False) -> StructType | None:
         if self._schema is not None and not refresh:
             return self._schema
@@ -342,22 +347,17 @@ class DeltaSink(DriverCommitSink):
 
         Steps (after the coordinator's ``RecordIntent``): 1. tag path: a retry in this
         process first asks the history whether the failed attempt landed; 2. a MERGE
-        observes its fingerprint in its own job; 3. the write
-        (:class:`~connectors.delta._writer.DeltaWriter`: append/overwrite options, or a
-        MERGE under session confs); 4. the committed version kept locally, the txn lookup
-        seeded (:func:`~connectors.delta._txn_seed.seed_txn_lookup`), the fingerprint
-        returned for the ledger.
-
+        observes its fingerprint in its own job; 3. the write (:class:`~connectors.delta.
+        _writer.DeltaWriter`); 4. the committed version kept locally, the txn lookup seeded
+        (:func:`~connectors.delta._txn_seed.seed_txn_lookup`), the fingerprint returned.
         Calling it again is harmless: the tag path settles an earlier attempt from the
-        history first; on the txn path Delta skips a version it holds.
-        """
+        history first; on the txn path Delta skips a version it holds."""
         df = spark_frame(batch)
         assert df is not None and self._commits.ledger is not None
         session = df.sparkSession
         path = self._commits.choose_path(session)
         tag = CommitTag(self.sink_id, ctx.app_id, ctx.batch_id, ctx.query_id, ctx.run_id)
-        # Step 1
-        if path == "tag" and self._commits.landed_before(session, self.location(), ctx):
+        if path == "tag" and self._commits.landed_before(session, self.location(), ctx):  # Step 1
             self._batch_path = path
             return None
         writer = DeltaWriter(
@@ -379,8 +379,7 @@ class DeltaSink(DriverCommitSink):
         # Step 3 (an object-store ledger's lease may have lapsed: never commit without it)
         self._commits.ledger.check_lease()
         self._write_ms = writer.write(source, ctx, tag, new_table=self._schema is None)
-        # Step 4
-        self._commits.committed(ctx)  # read the history again if a replay must find it
+        self._commits.committed(ctx)  # Step 4; the history is read again for a replay
         self._batch_path = path
         # txn_seed: spare the next batch's write Delta's state reconstruction (_txn_seed).
         if path == "txn_seed" and not seed_txn_lookup(session, self.location(), ctx.app_id,

@@ -259,6 +259,34 @@ def test_a_delta_table_of_another_schema_commits_the_batch_nowhere_then_exact(
     job.assert_exact()
 
 
+def test_values_a_delta_table_refuses_commit_the_batch_nowhere_then_exact(
+        job: FanJob) -> None:
+    """The Delta table's ``name`` is NOT NULL and a CHECK constraint wants ``amount >= 0``;
+    PostgreSQL takes either row. Delta's writer would refuse them only in its commit,
+    after the decision; the fan-out runs Delta's value checks before it instead, so
+    PostgreSQL's prepared part is rolled back and the query ends naming Delta's target
+    and what the row breaks. Each fix of the file, then exact in all three."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("name", pa.string(), False),
+                        pa.field("amount", pa.float64()),
+                        pa.field("ts", pa.timestamp("us", tz="UTC"))])
+    write_deltalake(str(job.path), schema.empty_table())
+    DeltaTable(str(job.path)).alter.add_constraint({"amount_not_negative": "amount >= 0"})
+    for change, broken in (({"name": None}, "NOT NULL column 'name'"),
+                           ({"amount": -1.0}, "CHECK constraint amount_not_negative")):
+        bad, good = _rewrite_row(job, **change)
+        run = job.run()
+        assert run.returncode != 0, run.tail()
+        assert "BadInputError" in run.output and broken in run.output, run.tail()
+        assert f"{job.fan_id}-delta" in run.output, run.tail()
+        _refused_nowhere(job, good, FILES - 1)
+        bad.write_text(good)  # the fix
+    check_restart(job.run())
+    job.assert_exact()
+
+
 class ConnectFanJob(FanJob):
     """The fan-out job as a Spark Connect client: the fan-out runs in the server's
     foreachBatch worker (pickled there with its sinks), bound to the query by its name."""

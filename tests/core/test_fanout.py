@@ -150,8 +150,9 @@ def test_a_replay_holding_other_rows_is_refused_and_writes_nothing_more(
     before = t.holds(0, 1)
     with pytest.raises(NonDeterministicReplayError) as info:
         write(t.fan(), 1, rows_of=7)
-    # Task-commit targets are prepared first: the log refuses when it has the batch.
-    assert info.value.sink_id == ("db" if split else "log")
+    # The targets that commit after the decision are prepared first, in commit order:
+    # the lake refuses when it has the batch; after the split only the db has it.
+    assert info.value.sink_id == ("db" if split else "lake")
     assert t.holds(0, 1) == before  # nothing more written anywhere
     assert (t.db.lingering(), t.log.lingering()) == (0, 0)
     write(t.fan(), 1)
