@@ -6,7 +6,8 @@ that fails a CHECK constraint: the commit fails and nothing is written. In a fan
 targets before it have the batch, so :meth:`DeltaSink.check_input
 <connectors.delta.DeltaSink.check_input>` runs these checks before the decision: one
 Spark job, and only for a table with NOT NULL columns the batch may leave NULL or with
-CHECK constraints (``delta.constraints.<name>`` table properties). A violation holds a
+CHECK constraints (``delta.constraints.<name>`` table properties, read once per table
+schema the sink reads). A violation holds a
 row whose expression is false or NULL, as Delta's own check does. Nested NOT NULL
 fields and column invariants (``delta.invariants``) are left to Delta's writer.
 """
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["check_values", "value_checks"]
+__all__ = ["ValueChecks", "value_checks"]
 
 #: Delta's table properties that hold CHECK constraints, by name.
 CONSTRAINT_PREFIX = "delta.constraints."
@@ -43,30 +44,42 @@ def value_checks(batch: StructType, table: StructType,
     return checks
 
 
-def check_values(session: SparkSession, df: DataFrame, table: StructType, location: str, *,
-                 sink_id: str, batch_id: int) -> None:
-    """Raise :class:`BadInputError` naming the first of :func:`value_checks` (the table's
-    properties read now) that a row of ``df`` breaks: one Spark job for all of them, none
-    when the table has no such columns or constraints."""
-    import connectors.delta._api as delta_api
+class ValueChecks:
+    """DeltaSink's value checks (:meth:`run`), with the table's properties read once per
+    table schema the sink reads (a run's start, a schema change): a CHECK constraint
+    added while a run goes on is Delta's writer's to find."""
 
-    checks = value_checks(df.schema, table, delta_api.properties(session, location))
-    if not checks:
-        return
-    from pyspark.sql import functions as F  # noqa: N812
+    def __init__(self) -> None:
+        self._schema: StructType | None = None
+        self._properties: dict[str, str] = {}
 
-    counts: list[Any] = [F.sum(F.when(F.expr(condition), 1).otherwise(0)).alias(f"c{i}")
-                         for i, (_what, condition) in enumerate(checks)]
-    row = df.agg(*counts).first()
-    broken = [(what, int(row[i] or 0)) for i, (what, _c) in enumerate(checks)
-              if row is not None and (row[i] or 0) > 0]
-    if broken:
-        what, rows = broken[0]
-        raise BadInputError(
-            f"{rows} row(s) of the batch break the {what} of the Delta table at {location}, "
-            "which Delta's writer would refuse after the other targets committed: filter "
-            "or fix those rows in the query, or change the table's constraint",
-            sink_id=sink_id, batch_id=batch_id)
+    def run(self, session: SparkSession, df: DataFrame, table: StructType, location: str, *,
+            sink_id: str, batch_id: int) -> None:
+        """Raise :class:`BadInputError` naming the first of :func:`value_checks` that a row
+        of ``df`` breaks: one Spark job for all of them, none when the table has no such
+        columns or constraints."""
+        if self._schema is not table:
+            import connectors.delta._api as delta_api
+
+            self._properties = delta_api.properties(session, location)
+            self._schema = table
+        checks = value_checks(df.schema, table, self._properties)
+        if not checks:
+            return
+        from pyspark.sql import functions as F  # noqa: N812
+
+        counts: list[Any] = [F.sum(F.when(F.expr(condition), 1).otherwise(0)).alias(f"c{i}")
+                             for i, (_what, condition) in enumerate(checks)]
+        row = df.agg(*counts).first()
+        broken = [(what, int(row[i] or 0)) for i, (what, _c) in enumerate(checks)
+                  if row is not None and (row[i] or 0) > 0]
+        if broken:
+            what, rows = broken[0]
+            raise BadInputError(
+                f"{rows} row(s) of the batch break the {what} of the Delta table at "
+                f"{location}, which Delta's writer would refuse after the other targets "
+                "committed: filter or fix those rows in the query, or change the table's "
+                "constraint", sink_id=sink_id, batch_id=batch_id)
 
 
 def _quoted(name: str) -> str:

@@ -23,7 +23,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.delta._changes import MergeFunction
-from connectors.delta._constraints import check_values
+from connectors.delta._constraints import ValueChecks
 from connectors.delta._fingerprint import fingerprint_now, observe
 from connectors.delta._meta import CommitTag
 from connectors.delta._object_ledger import open_ledger
@@ -194,6 +194,7 @@ class DeltaSink(DriverCommitSink):
         self._write_ms: float | None = None  # the last batch's Delta write, for its metrics
         self._location: str | None = None
         self._schema: StructType | None = None
+        self._values = ValueChecks()  # a fan-out's checks of the batch's values
         self._batch_path: DeltaPath | None = None  # the path the last commit took
         self._commits = TableCommits(self.sink_id, delta_txn_id=self.delta_txn_id,
                                          txn_seed=self.txn_seed)
@@ -320,11 +321,11 @@ class DeltaSink(DriverCommitSink):
 
     def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:
         """Driver, a fan-out before its decision: what Delta's writer would refuse in its
-        commit (:func:`~connectors.delta._constraints.check_values`); not for MERGEs."""
+        commit (:class:`~connectors.delta._constraints.ValueChecks`); not for MERGEs."""
         if not self.changes.merges and self._schema is not None:
-            check_values(self._session, self.changes.table_df(self._frame(batch)),
-                         self._schema, self.location(), sink_id=self.sink_id,
-                         batch_id=ctx.batch_id)
+            self._values.run(self._session, self.changes.table_df(self._frame(batch)),
+                             self._schema, self.location(), sink_id=self.sink_id,
+                             batch_id=ctx.batch_id)
 
     def _table_schema(self, *, refresh: bool = False) -> StructType | None:
         if self._schema is not None and not refresh:
