@@ -7,9 +7,9 @@ targets before it have the batch, so :meth:`DeltaSink.check_input
 <connectors.delta.DeltaSink.check_input>` runs these checks before the decision: one
 Spark job, and only for a table with NOT NULL columns the batch may leave NULL or with
 CHECK constraints (``delta.constraints.<name>`` table properties, read once per table
-schema the sink reads). A violation holds a
-row whose expression is false or NULL, as Delta's own check does. Nested NOT NULL
-fields and column invariants (``delta.invariants``) are left to Delta's writer.
+schema the sink reads). A row violates a CHECK constraint when its expression is false or
+NULL, as in Delta's own check. Nested NOT NULL fields and column invariants
+(``delta.invariants``) are left to Delta's writer.
 """
 
 from __future__ import annotations
