@@ -52,6 +52,15 @@ class Both:
                                        else to_records(batch_rows(batch_id)), partitions=2)}
         return fan.write_batches(inputs, batch_id, query_id=QUERY)
 
+    def run_again(self, *batch_ids: int) -> None:
+        """A restart: a new fan-out writes ``batch_ids`` (Spark's replay first), closed."""
+        fan = self.fan()
+        try:
+            for batch_id in batch_ids:
+                self.write(fan, batch_id)
+        finally:
+            fan.close()
+
     def holds(self, *batch_ids: int) -> dict[str, bool]:
         want = collections.Counter(tuple(r.values()) for b in batch_ids
                                    for r in batch_rows(b).to_pylist())
@@ -99,12 +108,7 @@ def test_a_crash_at_each_fan_out_point_then_the_replay_is_exact_in_both(
         assert seen == {"postgres": True, "kafka": False}  # the documented window
     else:
         assert seen == {"postgres": True, "kafka": True}
-    fan = both.fan()  # the restart: Spark replays batch 1
-    try:
-        both.write(fan, 1)
-        both.write(fan, 2)
-    finally:
-        fan.close()
+    both.run_again(1, 2)  # the restart: Spark replays batch 1
     both.assert_exact(0, 1, 2)
     assert both.decision(1).state is BatchState.COMMITTED
 
@@ -128,12 +132,7 @@ def test_bad_input_into_either_target_commits_nothing_in_either_then_exact_after
     both.assert_exact(0)
     assert both.decision(1) is None
     fan.close()
-    fixed = both.fan()  # the fix: the query's input is right again
-    try:
-        both.write(fixed, 1)
-        both.write(fixed, 2)
-    finally:
-        fixed.close()
+    both.run_again(1, 2)  # the fix: the query's input is right again
     both.assert_exact(0, 1, 2)
 
 
@@ -219,10 +218,5 @@ def test_the_cli_labels_the_fan_out_and_recover_commits_the_decided_part(
     assert code == 0, (data, err)
     assert both.pg.lingering_transactions() == 0
     assert both.holds(0, 1)["postgres"] and both.holds(0)["kafka"]  # the window, bounded:
-    fan = both.fan()  # the restart (Spark replays batch 1): Kafka gets it, PostgreSQL not again
-    try:
-        both.write(fan, 1)
-        both.write(fan, 2)
-    finally:
-        fan.close()
+    both.run_again(1, 2)  # the restart (Spark replays batch 1): Kafka gets it, PostgreSQL not again
     both.assert_exact(0, 1, 2)
