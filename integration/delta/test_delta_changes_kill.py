@@ -13,8 +13,10 @@ last run the tables are compared row by row with a plain application of the whol
 exactly one tagged commit per batch.
 
 CI kills both change-stream forms at every point and each overwrite variant once (10
-kills), then once at random, over four batches; ``EOS_WIDE_MATRIX=1`` kills every sink at
-every point (16 kills).
+kills), then once at random, over six batches (the plan's kills end in batch 2, so the
+random kill, up to 3 s after the first record of batch 3, has three batches ahead of it, not
+one: with four batches it could come after the last commit); ``EOS_WIDE_MATRIX=1`` kills
+every sink at every point (16 kills).
 """
 
 from __future__ import annotations
@@ -177,7 +179,7 @@ WIDE_PLAN = [
 def test_change_streams_and_overwrites_sigkilled_at_crash_points_and_at_random_are_exact(
     tmp_path: Path, spark: SparkSession
 ) -> None:
-    job = CdcJob(tmp_path, batches=4)
+    job = CdcJob(tmp_path, batches=6)
     job.seed(spark)
     plan: list[Any] = WIDE_PLAN if WIDE else CI_PLAN
     kill_plan_then_random(job, plan)
