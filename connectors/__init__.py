@@ -20,6 +20,9 @@ Example::
     sink = DeltaSink(f"{path}/events", sink_id="events-delta", create_table=True)
     query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
 
+The DataSource form of a prepared-transaction sink (``docs/datasource.md``):
+``connectors.register(spark)``, then ``df.writeStream.format("connectors.postgres")``
+with the sink's arguments as options.
 One query into several targets, a batch in all or in none: ``FanOut(pg, (kafka,
 to_records), delta, sink_id="events-fan")`` (``docs/fan-out.md``).
 
@@ -72,6 +75,7 @@ if TYPE_CHECKING:
     from connectors.delta import DeltaSink, DeltaSinks
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
+    from connectors.spark._source import register
     from connectors.spark._stop import (
         StopReport,
         await_termination,
@@ -111,6 +115,7 @@ _LAZY = {
     "KafkaSink": "connectors.kafka",
     "PostgresSink": "connectors.postgres",
     "StopReport": "connectors.spark._stop",
+    "register": "connectors.spark._source",
     "await_termination": "connectors.spark._stop",
     "stop_gracefully": "connectors.spark._stop",
     "stop_on_sigterm": "connectors.spark._stop",
@@ -168,6 +173,7 @@ __all__ = [
     "TransientError",
     "await_termination",
     "export_metrics",
+    "register",
     "stop_gracefully",
     "stop_on_sigterm",
 ]

@@ -63,6 +63,7 @@ from connectors.core.fingerprint import Fingerprint, fingerprint_batch
 from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import TransactionId, validate_sink_id
+from connectors.core.options import Options
 from connectors.core.protocol import BatchState, CrashPoint, Family
 from connectors.core.template import TwoPhaseCommitSink
 from connectors.core.transactions import SlotMarker, SlotPlan, SlotTransaction, TaskTransaction
@@ -89,6 +90,7 @@ __all__ = [
     "Ledger",
     "LedgerEntry",
     "NonDeterministicReplayError",
+    "Options",
     "PreparedTransactionSink",
     "ProtocolStateError",
     "QueryBindingError",

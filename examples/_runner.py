@@ -41,6 +41,7 @@ __all__ = [
     "INPUT_SCHEMA",
     "BatchWriter",
     "ClosableSink",
+    "DataSourceForm",
     "add_run_flags",
     "build_session",
     "check_source_flags",
@@ -240,12 +241,32 @@ def rate_as_input_rows(df: DataFrame) -> DataFrame:
     )
 
 
+class DataSourceForm:
+    """A sink's DataSource form (``docs/datasource.md``): the query writes with
+    ``format(name).options(**options)`` instead of ``foreachBatch``."""
+
+    def __init__(self, name: str, options: dict[str, str]) -> None:
+        self.name, self.options = name, options
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        raise TypeError("a DataSource form is not called: the query writes through it")
+
+    def close(self) -> None:
+        """Nothing to release in this program: Spark's workers hold the sink."""
+
+
 def run_available_now(df: DataFrame, write: BatchWriter, checkpoint: str,
                       name: str | None = None) -> int:
     """Write every micro-batch there is with ``write`` (``Trigger.AvailableNow``), then end:
-    0, or the query's error raised. ``name``: the query's name."""
+    0, or the query's error raised. ``name``: the query's name. A :class:`DataSourceForm`
+    writes through its data source."""
+    writer = _named(df.writeStream, name)
+    if isinstance(write, DataSourceForm):
+        writer = writer.format(write.name).options(**write.options)
+    else:
+        writer = writer.foreachBatch(write)
     query = (
-        _named(df.writeStream, name).foreachBatch(write)
+        writer
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()
@@ -411,8 +432,12 @@ def run_batch_job(df: DataFrame, sink: ClosableSink, run_id: int) -> int:
     the sink's error raised. Classic PySpark: ``sink(df, run_id)`` (no streaming query
     calls it, so the sink knows it is a batch job). Spark Connect cannot tell a batch call
     from a streaming one: ``run_batch(df, run_id)`` (a sink's, or a fan-out's such as
-    ``DeltaSinks``)."""
-    if type(df).__module__.startswith("pyspark.sql.connect."):
+    ``DeltaSinks``). A :class:`DataSourceForm`: ``df.write.format(...)`` with the
+    ``run_id`` option."""
+    if isinstance(sink, DataSourceForm):
+        (df.write.format(sink.name).options(**sink.options).option("run_id", str(run_id))
+         .mode("append").save())
+    elif type(df).__module__.startswith("pyspark.sql.connect."):
         sink.run_batch(df, run_id)  # type: ignore[attr-defined]
     else:
         sink(df, run_id)

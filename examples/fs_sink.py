@@ -27,7 +27,7 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
@@ -38,6 +38,7 @@ from connectors.sdk import (
     FileLedger,
     Fingerprint,
     Ledger,
+    Options,
     PreparedTransactionSink,
     TaskCommit,
     TaskTransaction,
@@ -76,9 +77,20 @@ class FileSystemSink(PreparedTransactionSink[_FileTxn]):
         **options: the template's options (``retry``, ``reset_binding``, ...).
     """
 
+    #: Its DataSource form: ``connectors.register(spark, FileSystemSink)``, then
+    #: ``df.writeStream.format("example.files").option("sink_id", ...).start(path)``.
+    data_source_name: ClassVar[str | None] = "example.files"
+
     def __init__(self, path: str | os.PathLike[str], *, sink_id: str, **options: Any) -> None:
         super().__init__(sink_id=sink_id, **options)
         self.path = Path(path)
+
+    @classmethod
+    def from_options(cls, options: Options) -> FileSystemSink:
+        """The DataSource form's sink: options ``path`` (or ``start(path)``), ``sink_id``
+        and the template's own (``keep_batches``, ...)."""
+        return cls(options.text("path"), sink_id=options.text("sink_id"),
+                   **cls.template_options(options))
 
     @property
     def data_dir(self) -> Path:

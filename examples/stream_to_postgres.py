@@ -25,11 +25,13 @@ from __future__ import annotations
 import argparse
 import logging
 
+import connectors
 from connectors.postgres import PostgresSink
 
 # The job loop (common flags, logging, session, sources, query); this file adds its sink.
 from examples._runner import (
     INPUT_SCHEMA,
+    DataSourceForm,
     build_session,
     job_parser,
     parse_job_args,
@@ -60,12 +62,25 @@ def make_sink(args: argparse.Namespace) -> PostgresSink:
     )
 
 
+def data_source_form(args: argparse.Namespace) -> DataSourceForm:
+    """``--form datasource``: the same sink as ``format("connectors.postgres")``."""
+    options = {"conninfo": args.conninfo, "table": args.table, "sink_id": args.sink_id,
+               "mode": args.mode, "ledger_table": args.ledger_table,
+               "lock_timeout": args.lock_timeout, "create_table": str(args.create_table)}
+    if args.key_columns:
+        options["key_columns"] = args.key_columns
+    return DataSourceForm("connectors.postgres", options)
+
+
 def run(args: argparse.Namespace) -> int:
     sink = make_sink(args)  # validates the options before Spark starts
     logger.info("writing into %s of %s as sink %s (mode %s)", args.table, sink.conninfo,
                 args.sink_id, args.mode)
     spark = build_session(args.master, ["spark.app.name=connectors-stream-to-postgres",
                                         *args.conf], connect=args.connect)
+    if args.form == "datasource":
+        connectors.register(spark)
+        return stream(spark, args, data_source_form(args), rate=rate_as_input_rows)
     # Both sources fill the same table: the rate rows become (id, name, amount, ts).
     return stream(spark, args, sink, rate=rate_as_input_rows)
 
@@ -84,7 +99,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="create the table from the batch's schema if it is missing")
     parser.add_argument("--ledger-table", default="public.eos_ledger")
     parser.add_argument("--lock-timeout", default="30s")
+    parser.add_argument("--form", choices=["callable", "datasource"], default="callable",
+                        help="foreachBatch(sink) (callable), or the DataSource form: "
+                             'format("connectors.postgres"); streams from files or kafka, '
+                             "or a batch job (--batch-run)")
     args = parse_job_args(parser, argv, from_env=("conninfo", ENV_CONNINFO))
+    if args.form == "datasource" and args.source == "rate" and args.batch_run is None:
+        parser.error("--form datasource writes every batch the query runs: use --source "
+                     "files or kafka (or --batch-run, a batch job)")
     return run_timed(run, args, logger)
 
 

@@ -51,6 +51,7 @@ CONNECTORS_ALL = [
     "TransientError",
     "await_termination",
     "export_metrics",
+    "register",
     "stop_gracefully",
     "stop_on_sigterm",
 ]
@@ -103,7 +104,7 @@ SHARED = [
 ]
 
 # New in connectors.sdk only (never in connectors.__all__).
-SDK_ONLY = ["SlotPlan"]
+SDK_ONLY = ["Options", "SlotPlan"]
 SDK_ALL = AUTHOR_NAMES + SDK_ONLY + SHARED
 
 TESTING_ALL = [

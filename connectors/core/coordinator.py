@@ -118,17 +118,17 @@ class Coordinator:
         #: The one keeper of what this coordinator knows: decisions, transactions, and
         #: the state of each batch it touched.
         self.guard = Guard(family, sink_id, run_id)
-        self.recovery = Recovery(sink_id, self._do, self.metrics)
+        self.recovery = Recovery(sink_id, self.step, self.metrics)
 
-    # ---- the one door every command goes through ----
-    def _do(self, command: Command) -> Generator[Command, Any, Any]:
+    # ---- the one door every command goes through (also a split batch's: planned.py) ----
+    def step(self, command: Command) -> Generator[Command, Any, Any]:
         self.guard.before(command)
         result = yield command
         self.guard.after(command, result)
         return result
 
     def _crash(self, point: CrashPoint, batch_id: int) -> Steps[None]:
-        yield from self._do(Crash(point, batch_id))
+        yield from self.step(Crash(point, batch_id))
 
     # ---- a whole write: start of the run if needed, the batch, pruning ----
     def write(self, batch_id: int, run: RunFacts) -> Steps[None]:
@@ -137,11 +137,11 @@ class Coordinator:
         try:
             swept = yield from self.open(batch_id, run)
             yield from self.batch(batch_id, swept=swept)
-            yield from self._do(Prune(self.keep_batches))
+            yield from self.step(Prune(self.keep_batches))
         except GeneratorExit:
             raise
         except BaseException:
-            yield from self._do(NewRun())
+            yield from self.step(NewRun())
             raise
 
     def open(self, batch_id: int, run: RunFacts,
@@ -153,7 +153,7 @@ class Coordinator:
         if not run.started or run.query_id != self.query_id:
             yield from self.start(batch_id, adopt)
             swept = True
-        last = cast("int | None", (yield from self._do(LastBatchId())))
+        last = cast("int | None", (yield from self.step(LastBatchId())))
         if last is not None and batch_id < last:
             raise QueryBindingError(
                 f"batch id went backwards: got {batch_id}, but batch {last} is already "
@@ -174,11 +174,11 @@ class Coordinator:
         binding's generation."""
         logger.info("sink %s: RECONCILING (run %s, query %s)", self.sink_id, self.run_id,
                     self.query_id)
-        yield from self._do(OpenRun(self.run_id, batch_id))
+        yield from self.step(OpenRun(self.run_id, batch_id))
         for entry in adopt:
-            yield from self._do(AdoptDecision(entry))
+            yield from self.step(AdoptDecision(entry))
         yield from self.reconcile()
-        generation = yield from self._do(BindQuery(self.query_id, self.reset_binding))
+        generation = yield from self.step(BindQuery(self.query_id, self.reset_binding))
         return cast("int", generation)
 
     def reconcile(self) -> Steps[None]:
@@ -188,7 +188,7 @@ class Coordinator:
             yield from self.recovery.finish_unfinished()
             yield from self.recovery.sweep()
         elif self.family is Family.COMMIT_IN_TASK:
-            self.metrics.reconciled += cast("int", (yield from self._do(FenceAll())))
+            self.metrics.reconciled += cast("int", (yield from self.step(FenceAll())))
 
     def settle(
         self,
@@ -204,7 +204,7 @@ class Coordinator:
         finish the decided batches (``commit_decided``), then sweep ``transactions``
         (those in ``keep`` are left). COMMIT_IN_TASK: fence every slot (``abort_undecided``)."""
         for entry in adopt:
-            yield from self._do(AdoptDecision(entry))
+            yield from self.step(AdoptDecision(entry))
         if self.family is Family.COMMIT_IN_TASK:
             if abort_undecided:
                 yield from self.reconcile()
@@ -225,7 +225,7 @@ class Coordinator:
         COMMIT_IN_TASK plans its slots and checks every record, COMMIT_ON_DRIVER checks the
         batch and asks the target for it (``done`` when it has it)."""
         self.metrics.batch_id = batch_id
-        entry = cast("LedgerEntry | None", (yield from self._do(ReadDecision(batch_id))))
+        entry = cast("LedgerEntry | None", (yield from self.step(ReadDecision(batch_id))))
         if entry is not None:
             yield from self._replay(entry)
             self.metrics.outcome = "replayed"
@@ -250,16 +250,16 @@ class Coordinator:
         """A part that will not be decided (a fan-out's other target refused the batch):
         roll back its prepared transactions now (best effort: else the next sweep)."""
         for commit in part.commits:
-            yield from self._do(Abort(part.batch_id, commit.transaction_id, quiet=True))
+            yield from self.step(Abort(part.batch_id, commit.transaction_id, quiet=True))
 
     def _replay(self, entry: LedgerEntry) -> Steps[None]:
         """A batch the ledger has: check the replay holds the recorded rows; finish the
         commits of a decision (PREPARE_IN_TASK); write nothing."""
-        actual = cast("Fingerprint | None", (yield from self._do(InputFingerprint())))
+        actual = cast("Fingerprint | None", (yield from self.step(InputFingerprint())))
         recorded = entry.fingerprint
         if self.family is Family.COMMIT_ON_DRIVER and recorded is None and actual is not None:
             # Recorded without one: the sink recomputes it from what the target holds.
-            recorded = yield from self._do(CommittedFingerprint(entry.batch_id))
+            recorded = yield from self.step(CommittedFingerprint(entry.batch_id))
         check_replay(self.sink_id, self.on_replay_mismatch, entry.batch_id, recorded, actual)
         if entry.state is BatchState.DECIDED:
             yield from self.recovery.finish(entry)
@@ -268,10 +268,10 @@ class Coordinator:
     def _prepare_transactions(self, batch_id: int, swept: bool) -> Steps[Part]:
         if not swept:  # a losing attempt of an earlier batch may have prepared since
             yield from self.recovery.sweep()
-        yield from self._do(PlanInput(batch_id))
+        yield from self.step(PlanInput(batch_id))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         try:
-            outcomes = cast("Sequence[TaskOutcome]", (yield from self._do(RunTasks(batch_id))))
+            outcomes = cast("Sequence[TaskOutcome]", (yield from self.step(RunTasks(batch_id))))
         except Exception:
             # Interrupted before the decision (query.stop(), a cancelled job) or failed:
             # roll back what the tasks prepared now, not at the next start (a query
@@ -282,7 +282,7 @@ class Coordinator:
         self.metrics.tasks = len(commits) + len(errors)
         if errors:
             for commit in commits:
-                yield from self._do(Abort(batch_id, commit.transaction_id, quiet=True))
+                yield from self.step(Abort(batch_id, commit.transaction_id, quiet=True))
             raise errors[0]
         return Part(batch_id, commits=tuple(commits),
                     fingerprint=sum((c.fingerprint for c in commits), Fingerprint()))
@@ -293,7 +293,7 @@ class Coordinator:
         yield from self._crash(CrashPoint.BEFORE_DECISION, batch_id)
         mine = LedgerEntry(self.sink_id, batch_id, self.run_id, BatchState.DECIDED,
                            tuple(commits), fp, self.query_id)
-        decision = cast("LedgerEntry", (yield from self._do(Decide(mine))))
+        decision = cast("LedgerEntry", (yield from self.step(Decide(mine))))
         if decision.run_id != self.run_id:
             # Another driver decided this batch first: ours must never commit.
             logger.warning(
@@ -301,7 +301,7 @@ class Coordinator:
                 "transactions", self.sink_id, batch_id, decision.run_id, self.run_id,
             )
             for commit in commits:
-                yield from self._do(Abort(batch_id, commit.transaction_id))
+                yield from self.step(Abort(batch_id, commit.transaction_id))
             check_replay(self.sink_id, self.on_replay_mismatch, batch_id,
                          decision.fingerprint, fp)
             if decision.state is BatchState.DECIDED:
@@ -314,9 +314,9 @@ class Coordinator:
         self.metrics.outcome = "committed"
         # Losing attempts (retries, speculation) of this batch; once every attempt ended,
         # nothing can prepare after this sweep and the next batch need not sweep again.
-        ended = cast("bool", (yield from self._do(TasksEnded(batch_id))))
+        ended = cast("bool", (yield from self.step(TasksEnded(batch_id))))
         yield from self.recovery.sweep()
-        yield from self._do(NoteSwept(ended))
+        yield from self.step(NoteSwept(ended))
         yield from self._crash(CrashPoint.AFTER_COMMIT, batch_id)
 
     def _roll_back_undecided(self, batch_id: int) -> Steps[None]:
@@ -332,24 +332,24 @@ class Coordinator:
 
     # ---- COMMIT_IN_TASK ----
     def _plan_slots(self, batch_id: int) -> Steps[Part]:
-        plan = cast("SlotPlan", (yield from self._do(PlanSlots(batch_id))))
+        plan = cast("SlotPlan", (yield from self.step(PlanSlots(batch_id))))
         if plan.record:
-            yield from self._do(RecordSlots(batch_id, plan))
-        slots = cast("int", (yield from self._do(PlanInput(batch_id))))
+            yield from self.step(RecordSlots(batch_id, plan))
+        slots = cast("int", (yield from self.step(PlanInput(batch_id))))
         return Part(batch_id, slots=slots)
 
     def _run_slots(self, part: Part) -> Steps[None]:
         batch_id, slots = part.batch_id, part.slots
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         try:
-            outcomes = cast("Sequence[TaskOutcome]", (yield from self._do(RunTasks(batch_id))))
+            outcomes = cast("Sequence[TaskOutcome]", (yield from self.step(RunTasks(batch_id))))
         except BaseException:
-            yield from self._do(FenceAll())
+            yield from self.step(FenceAll())
             raise
         commits, errors = split_outcomes(self.sink_id, outcomes, batch_id)
         self.metrics.tasks = len(commits) + len(errors)
         if errors:
-            yield from self._do(FenceAll())
+            yield from self.step(FenceAll())
             raise errors[0]
         if sorted(c.partition for c in commits) != list(range(slots)):
             raise ProtocolStateError(
@@ -359,7 +359,7 @@ class Coordinator:
         fp = sum((c.fingerprint for c in commits), Fingerprint())
         done = LedgerEntry(self.sink_id, batch_id, self.run_id, BatchState.COMMITTED,
                            tuple(commits), fp, self.query_id)
-        recorded = cast("LedgerEntry", (yield from self._do(Decide(done))))
+        recorded = cast("LedgerEntry", (yield from self.step(Decide(done))))
         check_replay(self.sink_id, self.on_replay_mismatch, batch_id, recorded.fingerprint, fp)
         written = [c for c in commits if not c.replayed]
         self.metrics.rows = sum(c.fingerprint.rows for c in written)
@@ -369,17 +369,17 @@ class Coordinator:
 
     # ---- COMMIT_ON_DRIVER ----
     def _check_driver_batch(self, batch_id: int) -> Steps[Part]:
-        yield from self._do(PlanInput(batch_id))
+        yield from self.step(PlanInput(batch_id))
         yield from self._crash(CrashPoint.BEFORE_TASKS, batch_id)
         fp: Fingerprint | None = None
         if not self.fingerprint_in_commit:  # a sink that observes it in its write skips it
-            fp = yield from self._do(InputFingerprint())
+            fp = yield from self.step(InputFingerprint())
         record = LedgerEntry(self.sink_id, batch_id, self.run_id, BatchState.COMMITTED, (),
                              fp, self.query_id)
-        if (yield from self._do(TargetHasBatch(batch_id))):
+        if (yield from self.step(TargetHasBatch(batch_id))):
             logger.info("sink %s batch %d: RECONCILING: the target has the batch, recording it",
                         self.sink_id, batch_id)
-            yield from self._do(Decide(record))
+            yield from self.step(Decide(record))
             self.metrics.outcome, self.metrics.reconciled = "replayed", 1
             return Part(batch_id, done=True)
         return Part(batch_id, fingerprint=fp, record=record)
@@ -388,13 +388,13 @@ class Coordinator:
         batch_id, fp = part.batch_id, part.fingerprint
         record = cast("LedgerEntry", part.record)  # prepare sets it
         yield from self._crash(CrashPoint.BEFORE_DECISION, batch_id)
-        yield from self._do(RecordIntent(batch_id))
-        observed = cast("Fingerprint | None", (yield from self._do(CommitBatch(batch_id))))
+        yield from self.step(RecordIntent(batch_id))
+        observed = cast("Fingerprint | None", (yield from self.step(CommitBatch(batch_id))))
         if observed is not None:
             fp = observed
             record = dataclasses.replace(record, fingerprint=fp)
         yield from self._crash(CrashPoint.AFTER_DECISION, batch_id)
-        yield from self._do(Decide(record))
+        yield from self.step(Decide(record))
         self.metrics.rows = fp.rows if fp else 0
         self.metrics.outcome = "committed"
         yield from self._crash(CrashPoint.AFTER_COMMIT, batch_id)

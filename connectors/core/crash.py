@@ -48,6 +48,7 @@ __all__ = [
     "armed",
     "crash_point",
     "disarm_all",
+    "kill_the_group",
     "parse_spec",
     "reached",
 ]
@@ -96,6 +97,19 @@ _lock = threading.Lock()
 _warned: set[str] = set()
 _armed: list[ArmedCrash] = []
 _fired: set[ArmedCrash] = set()
+#: Whether a ``kill`` takes this process's whole group (see :func:`kill_the_group`).
+_scope = {"group": False}
+
+
+def kill_the_group() -> None:
+    """From now on a ``kill`` in this process SIGKILLs the driver too: this process does a
+    driver's work for it (the DataSource form's commit worker, which the driver's JVM
+    starts), so a crash here is the driver's crash, JVM and Python together. The driver is
+    the leading process group of this process's session (a test harness starts the driver
+    in a session of its own; PySpark's worker daemon makes a group of its own in it)."""
+    _scope["group"] = True
+
+
 #: Every crash point reached in this process, as ``(point, sink_id, batch_id)``.
 reached: list[tuple[CrashPoint, str, int]] = []
 
@@ -238,4 +252,6 @@ def crash_point(
             raise SimulatedCrash(f"crash point {point.value} (sink {sink_id}, batch {batch_id})")
         if crash.action == "exit":
             os._exit(137)
+        if _scope["group"]:
+            os.killpg(os.getsid(0), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)

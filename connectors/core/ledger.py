@@ -161,6 +161,20 @@ class Ledger(ABC):
         an epoch that :meth:`decide` and :meth:`forbid_decision` check.
         """
 
+    def run_token(self) -> str | None:
+        """What :meth:`open_run` established that another process of the same run needs
+        to decide (the fencing epoch, say), as text; ``None`` (the default): nothing.
+
+        The DataSource form opens a run where Spark plans a batch and decides it in
+        another process Spark starts to commit it, which takes the run up with
+        :meth:`resume_run`."""
+        return None
+
+    def resume_run(self, run_id: str, token: str | None) -> None:  # noqa: B027 - optional
+        """Take up run ``run_id``, which :meth:`open_run` opened in another process and
+        whose :meth:`run_token` was ``token``, instead of opening a new one (no new epoch:
+        a run opened since still fences it). Default: nothing."""
+
     @abstractmethod
     def bound_query(self) -> str | None:
         """The query id the sink is bound to, or ``None`` before its first batch."""

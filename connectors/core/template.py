@@ -47,6 +47,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
 from connectors.core.metrics import BatchMetrics, adopt_exporters, registered_exporters
 from connectors.core.naming import validate_sink_id
+from connectors.core.options import Options
 from connectors.core.protocol import Family
 from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, BatchRestarts, Outage
 from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
@@ -104,6 +105,9 @@ class TwoPhaseCommitSink(ABC):
     hash_rows_in_tasks: ClassVar[bool] = False
     #: COMMIT_ON_DRIVER only: see :class:`DriverCommitSink`.
     fingerprint_in_commit: ClassVar[bool] = False
+    #: The name of the sink's DataSource form (``format(...)``; see :meth:`from_options`
+    #: and ``connectors.register``), if it has one.
+    data_source_name: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -168,6 +172,30 @@ class TwoPhaseCommitSink(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(sink_id={self.sink_id!r})"
+
+    # ---- the DataSource form: a sink built from text options ----
+    @classmethod
+    def from_options(cls, options: Options) -> TwoPhaseCommitSink:
+        """A sink from the DataSource form's options (``.option(key, value)``, read with
+        :class:`~connectors.core.options.Options`; :meth:`template_options` reads the
+        template's own). Default: this sink has no DataSource form."""
+        raise ConfigurationError(
+            f"{cls.__name__} has no DataSource form (it defines no from_options): use "
+            "df.writeStream.foreachBatch(sink)")
+
+    @staticmethod
+    def template_options(options: Options) -> dict[str, Any]:
+        """The template's keyword arguments from ``options``: ``reset_binding``,
+        ``on_replay_mismatch``, ``keep_batches``, ``values_in_errors``,
+        ``outage_timeout`` (the names of :class:`TwoPhaseCommitSink`'s arguments)."""
+        mismatch = options.text("on_replay_mismatch", "fail")
+        return {
+            "reset_binding": options.flag("reset_binding"),
+            "on_replay_mismatch": mismatch,
+            "keep_batches": options.integer("keep_batches", DEFAULT_KEEP_BATCHES),
+            "values_in_errors": options.flag("values_in_errors"),
+            "outage_timeout": options.number("outage_timeout", DEFAULT_OUTAGE_TIMEOUT),
+        }
 
     # ---- hooks shared by every family ----
     @abstractmethod

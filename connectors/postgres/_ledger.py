@@ -186,6 +186,12 @@ class PostgresLedger(Ledger):
 
         self._epoch = self._run("starting a driver run", bump)
 
+    def run_token(self) -> str | None:
+        return None if self._epoch is None else str(self._epoch)
+
+    def resume_run(self, run_id: str, token: str | None) -> None:
+        self._epoch = None if token is None else int(token)
+
     def bound_query(self) -> str | None:
         row = self._run("reading the query binding", lambda c: c.execute(
             sql.SQL("SELECT query_id FROM {} WHERE sink_id = %s").format(

@@ -19,8 +19,9 @@ delegating to one module per role:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
+import psycopg
 import pyarrow as pa
 
 from connectors.core.batch import BatchInput
@@ -28,6 +29,7 @@ from connectors.core.errors import ConfigurationError
 from connectors.core.families import PreparedTransactionSink
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import Ledger, TaskCommit
+from connectors.core.options import Options
 from connectors.core.tasks import TaskTransaction
 from connectors.postgres._committer import Committer
 from connectors.postgres._config import Conninfo, Mode, PostgresOptions, TableName
@@ -114,6 +116,9 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
     #: row-hash column (6.6 % faster end to end on the benchmark's rows; long text, bytea
     #: or jsonb values favour the JVM, see docs/postgres.md).
     hash_rows_in_tasks: ClassVar[bool] = True
+    #: ``df.writeStream.format("connectors.postgres")`` after ``connectors.register(spark)``
+    #: (append mode; see :meth:`from_options` and docs/datasource.md).
+    data_source_name: ClassVar[str | None] = "connectors.postgres"
 
     def __init__(
         self,
@@ -165,6 +170,31 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         """An instance for the operator tools (``connectors recover``): it can settle the
         sink's prepared transactions through its ledger, and refuses to write."""
         return cls(conninfo, OPERATOR_TABLE, sink_id=sink_id, ledger_table=ledger_table)
+
+    @classmethod
+    def from_options(cls, options: Options) -> PostgresSink:
+        """The DataSource form's sink (``format("connectors.postgres")``): the options are
+        this class's keyword arguments as text (``conninfo``, ``table``, ``sink_id``,
+        ``mode``, ``key_columns`` as ``"id, region"``, ``create_table``, ...), plus
+        ``password``, kept out of ``conninfo`` (Spark masks an option of that name in its
+        plans and UI)."""
+        conninfo = options.text("conninfo")
+        password = options.optional("password")
+        if password is not None:
+            conninfo = psycopg.conninfo.make_conninfo(conninfo, password=password)
+        return cls(
+            conninfo, options.text("table"), sink_id=options.text("sink_id"),
+            mode=cast("Mode", options.text("mode", "append")),
+            key_columns=options.names("key_columns"),
+            create_table=options.flag("create_table"),
+            ledger_table=options.text("ledger_table", "public.eos_ledger"),
+            lock_timeout=options.text("lock_timeout", "30s"),
+            connect_timeout=options.integer("connect_timeout", 10),
+            reuse_connections=options.flag("reuse_connections", True),
+            op_column=options.optional("op_column"),
+            sequence_column=options.optional("sequence_column"),
+            **cls.template_options(options),
+        )
 
     def describe_target(self) -> str:
         """``PostgreSQL host:port/dbname`` (no secret), for messages."""

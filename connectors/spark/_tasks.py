@@ -41,10 +41,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.core.batch import TaskFunction, TaskInfo
+from connectors.core.batch import TaskFunction, TaskInfo, TaskOutcome
 from connectors.core.fingerprint import fingerprint_batches
 
-__all__ = ["ENV_GC_FREEZE", "ArrowFunction", "gc_freeze_enabled", "outcome_task"]
+__all__ = ["ENV_GC_FREEZE", "ArrowFunction", "gc_freeze_enabled", "outcome_task", "run_in_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,14 +146,21 @@ def _task_info() -> TaskInfo:
 ArrowFunction = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
+def run_in_task(fn: TaskFunction, batches: Iterator[pa.RecordBatch]) -> TaskOutcome:
+    """Run ``fn`` in this Spark task on its partition's record batches (with the worker's
+    ACK and garbage-collector settings of the module docstring)."""
+    _ack_now()
+    _freeze_gc_once()
+    outcome = fn(_task_info(), batches)
+    _freeze_gc_after_first_task()
+    return outcome
+
+
 def outcome_task(fn: TaskFunction) -> ArrowFunction:
     """``fn`` as a ``mapInArrow`` function: one row holding its pickled outcome."""
 
     def spark_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        _ack_now()
-        _freeze_gc_once()
-        outcome = fn(_task_info(), batches)
-        _freeze_gc_after_first_task()
+        outcome = run_in_task(fn, batches)
         yield pa.record_batch([pa.array([outcome.to_bytes()], pa.binary())], _OUTCOME_SCHEMA)
 
     return spark_task

@@ -322,11 +322,11 @@ class CommitBeforeDecide(Coordinator):
 
     mutant_commits: Sequence[TaskCommit] = ()
 
-    def _do(self, command: Any) -> Steps[Any]:
+    def step(self, command: Any) -> Steps[Any]:
         if isinstance(command, Crash) and command.point is CrashPoint.BEFORE_DECISION:
             for commit in self.mutant_commits:
-                yield from super()._do(Commit(command.batch_id, commit))
-        result = yield from super()._do(command)
+                yield from super().step(Commit(command.batch_id, commit))
+        result = yield from super().step(command)
         if isinstance(command, RunTasks):
             self.mutant_commits = [o.commit for o in result if o.commit is not None]
         return result
@@ -343,7 +343,7 @@ class SkippedSweep(Coordinator):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.recovery = _NoSweep(self.sink_id, self._do, self.metrics)
+        self.recovery = _NoSweep(self.sink_id, self.step, self.metrics)
 
 
 class _AbortingRecovery(Recovery):
@@ -364,17 +364,17 @@ class AbortDecided(Coordinator):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.recovery = _AbortingRecovery(self.sink_id, self._do, self.metrics)
+        self.recovery = _AbortingRecovery(self.sink_id, self.step, self.metrics)
         self.recovery.run_id = self.run_id
 
 
 class LostMarkCommitted(Coordinator):
     """Never records a decided batch as committed."""
 
-    def _do(self, command: Any) -> Steps[Any]:
+    def step(self, command: Any) -> Steps[Any]:
         if isinstance(command, MarkCommitted):
             return None
-        return (yield from super()._do(command))
+        return (yield from super().step(command))
 
 
 class ReDecide(Coordinator):
@@ -388,18 +388,18 @@ class ReDecide(Coordinator):
         part = yield from self._prepare_transactions(entry.batch_id, False)
         yield from self._decide_and_commit(part)
 
-    def _do(self, command: Any) -> Steps[Any]:
-        result = yield from super()._do(command)
+    def step(self, command: Any) -> Steps[Any]:
+        result = yield from super().step(command)
         return command.entry if isinstance(command, Decide) else result
 
 
 class SlotsNeverRecorded(Coordinator):
     """COMMIT_IN_TASK: never records a batch whose slots all committed."""
 
-    def _do(self, command: Any) -> Steps[Any]:
+    def step(self, command: Any) -> Steps[Any]:
         if isinstance(command, Decide) and self.family is Family.COMMIT_IN_TASK:
             return command.entry
-        return (yield from super()._do(command))
+        return (yield from super().step(command))
 
 
 MUTANTS: dict[type[Coordinator], Family] = {
