@@ -95,6 +95,14 @@ def check_postgres_events(page: Page, run: sn.Run) -> None:
     sn.exact(rows, _events(), "public.events after the PostgreSQL quick-start")
 
 
+def check_postgres_events_ds(page: Page, run: sn.Run) -> None:
+    rows = sn.postgres_rows(page.conninfo, "SELECT id, name FROM public.events_ds")
+    sn.exact(rows, _events(), "public.events_ds after the DataSource quick-start")
+    # Spark's progress counts the sink's rows: 100 per file, in the batches of this run.
+    counts = re.findall(r"^batch (\d+): (-?\d+) rows$", run.stdout, re.MULTILINE)
+    assert counts and all(n == "100" for _, n in counts), run.stdout
+
+
 def check_kafka_events(page: Page, run: sn.Run) -> None:
     from integration.support._kafka import read_all
 
@@ -274,6 +282,8 @@ class Expect:
 EXPECT: dict[tuple[str, str], Expect] = {
     ("README.md", "quickstart_postgres.py"):
         Expect(check_postgres_events, "after_decision:batch=1", "events-pg"),
+    ("README.md", "quickstart_postgres_datasource.py"):
+        Expect(check_postgres_events_ds, "after_decision:batch=1", "events-pg-ds"),
     ("README.md", "quickstart_kafka.py"):
         Expect(check_kafka_events, "before_decision:batch=1", "{topic}-kafka"),
     ("README.md", "quickstart_delta.py"): Expect(check_delta_events),
