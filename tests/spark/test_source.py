@@ -55,7 +55,7 @@ def test_register_gives_postgres_its_name_and_an_author_sink_its_own() -> None:
 
 @pytest.mark.parametrize("cls", [KafkaSink, DeltaSink, dict])
 def test_only_prepared_transaction_sinks_register(cls: type) -> None:
-    with pytest.raises(ConfigurationError, match="has no DataSource form.*foreachBatch"):
+    with pytest.raises(ConfigurationError, match=r"has no DataSource form.*foreachBatch"):
         register(_Session(), cls)
 
 
