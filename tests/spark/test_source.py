@@ -13,12 +13,13 @@ import pytest
 from pyspark import cloudpickle
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
 
-from connectors import DeltaSink, KafkaSink, PostgresSink
+from connectors import PostgresSink
 from connectors.core.batch import TaskOutcome
 from connectors.core.errors import ConfigurationError, ProtocolStateError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import TaskCommit
 from connectors.core.planned import RunTicket
+from connectors.sdk import DriverCommitSink, TaskCommitSink
 from connectors.spark import _source
 from connectors.spark._source import Prepared, data_source_for, register
 from examples.fs_sink import FileSystemSink
@@ -53,7 +54,7 @@ def test_register_gives_postgres_its_name_and_an_author_sink_its_own() -> None:
         "connectors.postgres", "example.files", "my.files"]
 
 
-@pytest.mark.parametrize("cls", [KafkaSink, DeltaSink, dict])
+@pytest.mark.parametrize("cls", [TaskCommitSink, DriverCommitSink, dict])  # Kafka, Delta
 def test_only_prepared_transaction_sinks_register(cls: type) -> None:
     with pytest.raises(ConfigurationError, match=r"has no DataSource form.*foreachBatch"):
         register(_Session(), cls)
