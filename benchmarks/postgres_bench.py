@@ -18,6 +18,8 @@ with ``spark.range`` and materialised before any timing) into a freshly truncate
                   ``COPY ... FROM STDIN (FORMAT BINARY)``, commit; no 2PC (the near-limit)
 ``copy-csv``      the same with ``pyarrow.csv`` into ``COPY ... (FORMAT CSV)``, for context
 ``postgres-sink`` ``connectors.postgres.PostgresSink``: exactly-once, two-phase commit
+``postgres-datasource`` the same sink in its DataSource form (``df.write.format(
+                  "connectors.postgres")``, a ``run_id`` option per run)
 
 Timed runs are interleaved (round ``r`` starts with contender ``r``), each run's result is
 checked in PostgreSQL (count, sums, min/max timestamp), and rows/s is the median over the
@@ -85,6 +87,9 @@ TARGET_VS_COPY = 0.93
 STRETCH_VS_JDBC_TUNED = 2.2
 STRETCH_VS_COPY = 0.97
 TARGET_OVERHEAD_MS = 15.0
+#: The DataSource form's time over the callable's, same rows (issue 42).
+TARGET_DATASOURCE = 1.05
+SINK_ID_DS = "bench-ds"
 
 TaskFn = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 Writer = Callable[["DataFrame"], None]
@@ -255,6 +260,21 @@ class SinkRunner:
         last = getattr(self.sink, "last_metrics", None)
         if last is not None:
             self.metrics.append(last.as_dict())
+
+
+@dataclass
+class DataSourceRunner:
+    """PostgresSink's DataSource form in batch jobs: ``df.write.format("connectors.postgres")``
+    with increasing ``run_id`` options (its own sink id, the same ledger table)."""
+
+    options: dict[str, str]
+    next_id: int = 0
+
+    def __call__(self, df: DataFrame) -> None:
+        run_id = self.next_id
+        self.next_id += 1
+        (df.write.format("connectors.postgres").options(**self.options)
+         .option("run_id", str(run_id)).mode("append").save())
 
 
 def make_sink(conninfo: str) -> tuple[SinkRunner | None, str]:
@@ -577,6 +597,18 @@ def main(argv: list[str] | None = None) -> int:
                 runner,
             )
         )
+        import connectors
+
+        if "connectors.postgres" in connectors.register(spark):
+            contenders.append(
+                Contender(
+                    "postgres-datasource",
+                    "PostgresSink, DataSource form",
+                    'df.write.format("connectors.postgres"), option run_id',
+                    DataSourceRunner({"conninfo": conninfo, "table": TABLE,
+                                      "sink_id": SINK_ID_DS, "ledger_table": LEDGER}),
+                )
+            )
     if args.only:
         wanted = {k.strip() for k in args.only.split(",") if k.strip()}
         contenders = [c for c in contenders if c.key in wanted]
@@ -615,7 +647,8 @@ def main(argv: list[str] | None = None) -> int:
 
         # ---- tiny batches: per-batch overhead
         by_key = {c.key: c for c in contenders}
-        tiny_keys = [k for k in ("copy-binary", "postgres-sink", "jdbc-tuned") if k in by_key]
+        tiny_keys = [k for k in ("copy-binary", "postgres-sink", "postgres-datasource",
+                                 "jdbc-tuned") if k in by_key]
         if tiny_keys and args.tiny_batches > 0:
             tiny_times = tiny_batches(
                 [(k, by_key[k].write) for k in tiny_keys],
@@ -632,6 +665,12 @@ def main(argv: list[str] | None = None) -> int:
             ours = sink_prepared(runner.sink)
             with contextlib.suppress(Exception):
                 runner.sink.close()
+            if "postgres-datasource" in {c.key for c in contenders}:
+                from connectors.postgres import PostgresSink
+
+                form = PostgresSink.operator(conninfo, sink_id=SINK_ID_DS, ledger_table=LEDGER)
+                ours += sink_prepared(form)
+                form.close()
         with contextlib.suppress(Exception):
             dropped = drop_ledger(conn)
             if dropped:
@@ -714,6 +753,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"{target}x: {'met' if ratio >= target else 'NOT met'}, stretch >= "
                     f"{stretch}x: {'met' if ratio >= stretch else 'not met'})"
                 )
+        if "postgres-datasource" in by_key:
+            form, call = by_key["postgres-datasource"].seconds, by_key["postgres-sink"].seconds
+            lo, hi = ratio_interval(form, call)
+            paired = sorted(a / b for a, b in zip(form, call, strict=True))
+            ratio = median(form) / median(call)
+            verdicts.append(
+                f"DataSource form / callable, time: {ratio:.3f}x (95 % bootstrap interval "
+                f"over {len(call)} rounds {lo:.3f}x-{hi:.3f}x; paired per round median "
+                f"{median(paired):.3f}x, {paired[0]:.3f}x-{paired[-1]:.3f}x; target <= "
+                f"{TARGET_DATASOURCE}x: {'met' if ratio <= TARGET_DATASOURCE else 'NOT met'})")
         if runner is not None:
             summary = phase_summary(runner.metrics, rows)
             if summary:
@@ -760,6 +809,13 @@ def main(argv: list[str] | None = None) -> int:
         summary = phase_summary(runner.metrics, args.tiny_rows) if runner else None
         if summary and "postgres-sink" in tiny_times:
             verdicts.append(f"PostgresSink phases, tiny batches (median ms): {summary}")
+        if "postgres-datasource" in tiny_times and "postgres-sink" in tiny_times:
+            form_ms, call_ms = tiny_times["postgres-datasource"], tiny_times["postgres-sink"]
+            verdicts.append(
+                f"DataSource form per batch over the callable: "
+                f"{median(form_ms) - median(call_ms):+.1f} ms (difference of medians), "
+                f"{median([a - b for a, b in zip(form_ms, call_ms, strict=False)]):+.1f} ms "
+                "(median of paired differences): a planning and a commit worker per batch")
         if "postgres-sink" in tiny_times and base:
             sink_ms = tiny_times["postgres-sink"]
             overhead = median(sink_ms) - median(base)
