@@ -36,13 +36,16 @@ ARROW_STREAM_WRITERS = hasattr(pyspark.sql.datasource, "DataSourceStreamArrowWri
 
 
 class DataSourceJob(PgJob):
-    """``PgJob`` in the DataSource form; ``batch_run``: a batch job of that run id."""
+    """``PgJob`` in the DataSource form; ``batch_run``: a batch job of that run id;
+    ``connect``: a Spark Connect client of a local Connect server."""
 
     batch_run: int | None = None
+    connect: bool = False
 
     def args(self) -> list[str]:
         run = [] if self.batch_run is None else ["--batch-run", str(self.batch_run)]
-        return [*super().args(), "--form", "datasource", *run]
+        connect = ["--connect"] if self.connect else []
+        return [*super().args(), "--form", "datasource", *run, *connect]
 
 
 @pytest.fixture
@@ -150,6 +153,25 @@ def test_a_killed_task_fails_the_batch_and_spark_abort_rolls_it_back(
     assert wait_for(lambda: pg.prepared() == [], 10), pg.prepared()
     second = job.run()
     check_restart(second)
+    job.assert_exact()
+    assert pg.prepared() == []
+
+
+def test_over_spark_connect_killed_after_the_decision_then_exact(
+    tmp_path: Path, pg: PgTarget
+) -> None:
+    """A Connect client registers the data source; the server's workers plan and commit.
+    The crash point in the server's commit worker takes the client and its local server
+    (one session), as a lost host; the restart (a new server) settles the batch."""
+    job = DataSourceJob(tmp_path, pg, files=3)
+    job.connect = True
+    first = job.run(crash="after_decision:batch=1")
+    assert first.returncode == -9, first.tail()
+    assert job.reached(CrashPoint.AFTER_DECISION, 1), reached(job.crash_log)
+    assert pg.ledger_states().get(1) == "DECIDED" and pg.count() == ROWS
+    second = job.run()
+    check_restart(second)
+    assert _outcome(second, 1) == "replayed", second.metrics()
     job.assert_exact()
     assert pg.prepared() == []
 
