@@ -111,6 +111,7 @@ TESTING_ALL = [
     "SCENARIOS",
     "Attempt",
     "CommitBeforeDecisionSink",
+    "DataSourceFormHarness",
     "ForgetsCommitSink",
     "IgnoresMarkerSink",
     "InMemoryDriverCommitSink",

@@ -36,6 +36,7 @@ import pyarrow as pa
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
 from connectors.core.commands import BindQuery, OpenRun, PlanInput, Prune
 from connectors.core.coordinator import Coordinator, RunFacts, Steps
+from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import ConfigurationError, ProtocolStateError
 from connectors.core.executor import DriverState, Executor
 from connectors.core.fingerprint import Fingerprint
@@ -163,8 +164,16 @@ class PlannedRun:
         try:
             restarts.run(attempt, stopping=lambda: False,
                          on_restart=lambda n: metrics.extra.__setitem__("batch_restarts", n))
-        except BaseException:
+        except SimulatedCrash:  # a test's stand-in for this process dying: nothing runs on
             metrics.outcome = "failed"
+            raise
+        except BaseException:
+            # Refused (bad input, another query, a replay of other rows, a batch id going
+            # backwards) or failed for good: Spark does not call abort after a failed
+            # commit, so what the tasks prepared is rolled back here (best effort: else
+            # at the next planning).
+            metrics.outcome = "failed"
+            self._roll_back(ticket, batch_id)
             raise
         finally:
             metrics.extra["total_ms"] = (time.monotonic() - started) * 1000
@@ -183,6 +192,14 @@ class PlannedRun:
         else:
             yield from coordinator.complete(part)
         yield from coordinator.step(Prune(coordinator.keep_batches))
+
+    def _roll_back(self, ticket: RunTicket, batch_id: int) -> None:
+        try:
+            self.abort(ticket, batch_id)
+        except Exception as exc:
+            logger.warning("sink %s batch %d: rolling back after the commit step failed did "
+                           "not finish (%s); the next planning does it", self.sink.sink_id,
+                           batch_id, type(exc).__name__)
 
     def abort(self, ticket: RunTicket | None, batch_id: int) -> None:
         """Spark gave the batch up (a failed task, a stopped query): roll back this sink's

@@ -22,6 +22,7 @@ Depends on :mod:`connectors.core` only.
 from connectors.core.crash import SimulatedCrash, arm, armed, disarm_all
 from connectors.testing.conformance import (
     SCENARIOS,
+    DataSourceFormHarness,
     SinkConformanceTests,
     SinkHarness,
     batch_rows,
@@ -44,6 +45,7 @@ __all__ = [
     "SCENARIOS",
     "Attempt",
     "CommitBeforeDecisionSink",
+    "DataSourceFormHarness",
     "ForgetsCommitSink",
     "IgnoresMarkerSink",
     "InMemoryDriverCommitSink",

@@ -14,15 +14,17 @@ Use it from pytest by subclassing :class:`SinkConformanceTests`::
             return MyHarness(tmp_dir)
 
 or call :func:`run_conformance` directly; it raises ``AssertionError`` naming every
-scenario that failed.
+scenario that failed. :class:`DataSourceFormHarness` runs the same scenarios against a
+prepared-transaction sink in its DataSource form.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -36,6 +38,7 @@ from connectors.testing.local import LocalBatch
 
 __all__ = [
     "SCENARIOS",
+    "DataSourceFormHarness",
     "SinkConformanceTests",
     "SinkHarness",
     "batch_rows",
@@ -67,6 +70,62 @@ class SinkHarness(ABC):
     def make_batch(self, table: pa.Table, *, partitions: int, **options: Any) -> BatchInput:
         """The engine that runs the sink's tasks (default: in-process :class:`LocalBatch`)."""
         return LocalBatch(table, partitions=partitions, **options)
+
+
+class DataSourceFormHarness(SinkHarness):
+    """The sinks of ``harness`` in their DataSource form (``docs/datasource.md``): each
+    batch is planned, its tasks run and it is committed by
+    :class:`~connectors.core.planned.PlannedRun`, as Spark's planning worker, tasks and
+    commit worker do, the planning and the commit each with a fresh sink from
+    ``harness`` (they are other processes: they share only the target). A task that
+    fails for good makes Spark call ``abort``, which rolls the batch back.
+
+    Example::
+
+        run_conformance(lambda: DataSourceFormHarness(MyHarness()))
+    """
+
+    def __init__(self, harness: SinkHarness) -> None:
+        self.harness = harness
+
+    def new_sink(self, **overrides: Any) -> TwoPhaseCommitSink:
+        return cast("TwoPhaseCommitSink", _SplitSink(self.harness, overrides))
+
+    def committed_rows(self) -> list[Row]:
+        return self.harness.committed_rows()
+
+    def lingering_transactions(self) -> int:
+        return self.harness.lingering_transactions()
+
+    def make_batch(self, table: pa.Table, *, partitions: int, **options: Any) -> BatchInput:
+        return self.harness.make_batch(table, partitions=partitions, **options)
+
+
+class _SplitSink:
+    """What the scenarios call a sink: ``write_batch`` through the three steps."""
+
+    def __init__(self, harness: SinkHarness, overrides: dict[str, Any]) -> None:
+        self._make = lambda: harness.new_sink(**overrides)
+        probe = self._make()
+        self.sink_id, self.family = probe.sink_id, probe.family
+
+    def write_batch(self, batch: BatchInput, batch_id: int, *, query_id: str | None = None
+                    ) -> Any:
+        from connectors.core.ledger import BATCH_JOB_QUERY_ID
+        from connectors.core.planned import PlannedRun
+        from connectors.core.tasks import prepare_task
+
+        planning = PlannedRun(cast("Any", self._make()))
+        ticket = planning.plan(batch.schema)
+        task = functools.partial(prepare_task, planning.sink, ticket.run_id, batch_id,
+                                 batch.schema)
+        try:
+            outcomes = batch.run_tasks(task)
+        except BaseException:
+            PlannedRun(cast("Any", self._make())).abort(ticket, batch_id)
+            raise
+        return PlannedRun(cast("Any", self._make())).commit(
+            ticket, batch_id, query_id or BATCH_JOB_QUERY_ID, batch.schema, outcomes)
 
 
 def batch_rows(batch_id: int, n: int = 7) -> pa.Table:

@@ -1,4 +1,5 @@
-"""PostgresSink passes the same conformance suite as the in-memory sinks, on a real server.
+"""PostgresSink passes the same conformance suite as the in-memory sinks, on a real server,
+as a callable and in its DataSource form.
 
 Tasks run in-process (``LocalBatch``: simulated retries and speculative attempts), the
 transactions are real PostgreSQL prepared transactions, the ledger real tables.
@@ -16,7 +17,7 @@ import pytest
 from connectors.core.naming import TransactionId
 from connectors.postgres import XID_FORMAT_ID, PostgresSink
 from connectors.postgres._gid import decode_gid
-from connectors.testing import SinkConformanceTests, SinkHarness
+from connectors.testing import DataSourceFormHarness, SinkConformanceTests, SinkHarness
 
 pytestmark = pytest.mark.integration
 _counter = itertools.count()
@@ -63,3 +64,15 @@ class TestPostgresSinkConformance(SinkConformanceTests):
 
     def make_harness(self) -> SinkHarness:
         return PostgresHarness(self.conninfo)
+
+
+class TestPostgresSinkConformanceInItsDataSourceForm(SinkConformanceTests):
+    """The same suite through the DataSource form's split batch (``PlannedRun``): planned,
+    tasks run, committed, each step with its own sink and ledger connection."""
+
+    @pytest.fixture(autouse=True)
+    def _conninfo(self, postgres_conninfo: str) -> None:
+        self.conninfo = postgres_conninfo
+
+    def make_harness(self) -> SinkHarness:
+        return DataSourceFormHarness(PostgresHarness(self.conninfo))

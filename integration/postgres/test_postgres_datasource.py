@@ -22,11 +22,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 import connectors
+from connectors.core.naming import TransactionId
 from connectors.sdk import CrashPoint
 from examples.stream_to_files import make_input_files
+from integration.core.test_speculation import STALLED_BATCH, _add_input_file, run_with_a_straggler
 from integration.postgres.test_postgres_kill import PgJob
 from integration.support._driver import SEED, DriverRun, kill_at_random, reached, spark_batches
 from integration.support._pg import DRIVER_PGOPTIONS, PgTarget, check_restart, wait_for
+from integration.support._standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -172,6 +175,30 @@ def test_over_spark_connect_killed_after_the_decision_then_exact(
     second = job.run()
     check_restart(second)
     assert _outcome(second, 1) == "replayed", second.metrics()
+    job.assert_exact()
+    assert pg.prepared() == []
+
+
+def test_speculative_attempts_on_a_cluster_prepare_but_only_the_accepted_one_commits(
+    cluster: StandaloneCluster, pg: PgTarget, tmp_path: Path
+) -> None:
+    """``test_postgres_speculation.py`` in the DataSource form: two one-core workers, a
+    straggler stalls 25 s before its PREPARE, Spark launches a speculative copy; the
+    commit worker decides exactly the attempts Spark accepted (their messages), the
+    loser's transaction is never decided and a restart leaves nothing prepared."""
+    job = DataSourceJob(tmp_path, pg)
+    _run, attempts = run_with_a_straggler(job, cluster, PGOPTIONS=DRIVER_PGOPTIONS)
+    listing = "\n".join(map(str, attempts))
+    part0 = [a for a in attempts if a.batch == STALLED_BATCH and a.index == 0]
+    assert any(a.speculative for a in part0), f"no speculative copy:\n{listing}"
+    decided = [TransactionId.parse(t) for t in pg.decided_transactions(STALLED_BATCH)]
+    accepted = {a.task_id for a in attempts if a.batch == STALLED_BATCH and a.reason == "Success"}
+    assert {t.task_attempt_id for t in decided if t is not None} <= accepted, listing
+    assert len(decided) == len({a.index for a in attempts if a.batch == STALLED_BATCH})
+    cluster.wait_apps_gone()
+    _add_input_file(job)
+    final = job.run()
+    check_restart(final)
     job.assert_exact()
     assert pg.prepared() == []
 

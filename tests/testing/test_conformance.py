@@ -15,6 +15,7 @@ from connectors.core.template import TwoPhaseCommitSink
 from connectors.testing import (
     SCENARIOS,
     CommitBeforeDecisionSink,
+    DataSourceFormHarness,
     ForgetsCommitSink,
     IgnoresMarkerSink,
     InMemoryDriverCommitSink,
@@ -166,3 +167,19 @@ def test_ignores_marker_sink_duplicates_the_slots_committed_before_the_crash() -
     assert failed == {"crash_points"}
     assert "0 missing, 7 extra/duplicated" in message
 
+
+
+# ---- the DataSource form: the same scenarios through the split batch ----
+
+
+class TestInMemoryPreparedSinkInItsDataSourceForm(SinkConformanceTests):
+    make_harness = staticmethod(
+        lambda: DataSourceFormHarness(harness_factory(InMemoryPreparedSink)()))
+
+
+def test_the_data_source_form_rejects_a_sink_that_commits_before_the_decision() -> None:
+    with pytest.raises(AssertionError) as info:
+        run_conformance(lambda: DataSourceFormHarness(
+            harness_factory(CommitBeforeDecisionSink)()))
+    failed = {line.strip().split(":")[0] for line in str(info.value).splitlines()[1:]}
+    assert {"crash_points", "speculation"} <= failed, str(info.value)
