@@ -35,7 +35,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from connectors.core.batch import TaskOutcome
 from connectors.core.crash import kill_the_group
-from connectors.core.errors import ConfigurationError, ProtocolStateError
+from connectors.core.errors import ConfigurationError, GracefulStop, ProtocolStateError
 from connectors.core.ledger import BATCH_JOB_QUERY_ID
 from connectors.core.options import Options
 from connectors.core.planned import PlannedRun, RunTicket
@@ -106,6 +106,21 @@ def _driver_log_level() -> int | None:
     shown = any(not isinstance(h, logging.NullHandler)
                 for lg in (package, logging.getLogger()) for h in lg.handlers)
     return package.getEffectiveLevel() if shown else None
+
+
+def _refuse_if_stopping(sink: PreparedTransactionSink[Any]) -> None:
+    """The planning step of a query whose graceful stop was requested on this host
+    (:func:`connectors.stop_gracefully`): refuse the batch before anything is written;
+    Spark replays it at the next start."""
+    from connectors.spark._stop import host_stop_flag
+
+    query_id = sink.create_ledger().bound_query()
+    if query_id is not None and host_stop_flag(query_id).exists():
+        logger.info("sink %s: graceful stop requested: the next batch is not started; it "
+                    "is replayed when the query starts again", sink.sink_id)
+        raise GracefulStop(f"a graceful stop of query {query_id} was requested: the next "
+                           "batch was not started (it is replayed when the query starts "
+                           "again)", sink_id=sink.sink_id)
 
 
 def _check_schema(sink: PreparedTransactionSink[Any], schema: Any) -> pa.Schema:
@@ -253,6 +268,7 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
             arrow = _check_schema(sink, schema)
             if not self.__dict__.get("_planning"):  # the commit worker: the run comes later
                 return StreamWriter(sink, None, arrow)
+            _refuse_if_stopping(sink)
             return StreamWriter(sink, PlannedRun(sink).plan(arrow), arrow)
 
         def writer(self, schema: Any, overwrite: bool) -> BatchWriter:

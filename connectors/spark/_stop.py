@@ -18,6 +18,8 @@ batch in flight finish (in the target and in Spark's commit log), and then:
 The request reaches the sinks through process memory (:mod:`connectors.core.stopping`) in
 classic PySpark, and through the session's configuration under Spark Connect, whose
 foreachBatch worker shares the client's session (:func:`connectors.spark._binding.stop_flag`).
+The DataSource form's planning worker, a process of its own on the driver's host, reads
+a file (:func:`host_stop_flag`) and refuses the next batch before it writes anything.
 :func:`stop_on_sigterm` installs the stop as a SIGTERM handler (what a deploy sends), and
 :func:`await_termination` waits for the query and takes a graceful stop as a normal end.
 """
@@ -26,9 +28,11 @@ from __future__ import annotations
 
 import logging
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -106,6 +110,27 @@ def _ended(query: Any, started: float) -> StopReport:
                       f"the query failed: {str(error).splitlines()[0][:500]}")
 
 
+def host_stop_flag(query_id: str) -> Path:
+    """The file that asks the processes Spark starts on this host for the query (the
+    DataSource form's planning worker) to refuse the query's next batch: they share no
+    memory with the program that asks for the stop."""
+    return Path(tempfile.gettempdir()) / "connectors-stops" / query_id
+
+
+def _flag_host(query_id: str, on: bool) -> None:
+    flag = host_stop_flag(query_id)
+    try:
+        if on:
+            flag.parent.mkdir(parents=True, exist_ok=True)
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
+    except OSError as exc:  # the in-process request still stands
+        logger.warning("graceful stop of query %s: the host's stop flag %s: %s", query_id,
+                       "could not be written" if on else "could not be removed",
+                       type(exc).__name__)
+
+
 def _idle(query: Any, query_id: str) -> bool:
     """No batch running: Spark's trigger is not active and (classic) no sink of the query
     is in a batch in this process. Spark writes a batch's commit-log entry before its
@@ -158,6 +183,7 @@ def stop_gracefully(query: Any, timeout: float = 120.0, *, poll: float = 0.1,
     query_id = str(query.id)
     session = _session_of(query, spark) if is_connect(query) else None
     request_stop(query_id)
+    _flag_host(query_id, True)
     if session is not None:
         set_stop_flag(session, query_id, True)
     logger.info("graceful stop of query %s: the batch in flight finishes, the next one is "
@@ -190,6 +216,7 @@ def stop_gracefully(query: Any, timeout: float = 120.0, *, poll: float = 0.1,
             time.sleep(poll)
     finally:
         withdraw_stop(query_id)
+        _flag_host(query_id, False)
         if session is not None:
             try:
                 set_stop_flag(session, query_id, False)

@@ -279,6 +279,33 @@ def test_a_null_into_not_null_is_refused_then_after_the_fix_exact(
     assert pg.count() == 2 * ROWS + 1 and pg.prepared() == []
 
 
+def test_a_graceful_stop_finishes_the_batch_in_flight_and_refuses_the_next(
+    registered: SparkSession, tmp_path: Path, pg: PgTarget
+) -> None:
+    """``connectors.stop_gracefully`` on a DataSource-form query whose batches run back to
+    back: the planning worker reads the host's stop flag and refuses the next batch before
+    it writes anything; nothing is left prepared; the restart writes the rest exactly."""
+    files = 8
+    make_input_files(tmp_path / "in", files, ROWS)
+    df = (registered.readStream.schema("id LONG, name STRING, amount DOUBLE, ts TIMESTAMP")
+          .option("maxFilesPerTrigger", 1).json(str(tmp_path / "in")))
+    writer = df.writeStream.format("connectors.postgres").options(**_options(pg))
+    query = writer.option("checkpointLocation", str(tmp_path / "ck")).start()
+    assert wait_for(lambda: len(pg.ledger_states()) >= 2, 120), pg.ledger_states()
+    report = connectors.stop_gracefully(query, timeout=60)
+    assert report.clean, report
+    assert not query.isActive
+    states = pg.ledger_states()
+    assert set(states.values()) == {"COMMITTED"} and pg.prepared() == [], states
+    assert pg.count() == len(states) * ROWS
+    if report.outcome == "refused_next_batch":
+        assert "GracefulStop" in str(query.exception()) or "graceful" in report.message
+    again = _query(registered, tmp_path / "in", tmp_path / "ck", **_options(pg))
+    again.awaitTermination()
+    pg.assert_exact(files * ROWS)
+    assert pg.prepared() == []
+
+
 @pytest.mark.parametrize(("options", "message"), [
     ({"mode": "upsert", "key_columns": "id"}, "cannot route rows"),
     ({"batch_size": "10"}, r"unknown option\(s\) \['batch_size'\]"),
