@@ -37,6 +37,7 @@ from connectors.core.batch import TaskOutcome
 from connectors.core.crash import kill_the_group
 from connectors.core.errors import ConfigurationError, GracefulStop, ProtocolStateError
 from connectors.core.ledger import BATCH_JOB_QUERY_ID
+from connectors.core.metrics import MetricsExporter, adopt_exporters, registered_exporters
 from connectors.core.options import Options
 from connectors.core.planned import PlannedRun, RunTicket
 from connectors.core.tasks import prepare_task
@@ -167,10 +168,13 @@ def _outcomes(sink_id: str, messages: list[Any], batch_id: int
 
 
 def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
-                    log_level: int | None = None) -> type:
+                    log_level: int | None = None,
+                    exporters: tuple[MetricsExporter, ...] = ()) -> type:
     """A Spark data source class named ``name`` for ``sink_class`` (a
     :class:`~connectors.core.families.PreparedTransactionSink` subclass with
-    ``from_options``); its workers log at ``log_level`` (``None``: not at all)."""
+    ``from_options``); its workers log at ``log_level`` (``None``: not at all) and its
+    commit worker hands each batch's metrics to ``exporters`` (those of the registering
+    process that travel, e.g. a Prometheus text file)."""
     from pyspark.sql.datasource import DataSource, DataSourceArrowWriter
 
     try:
@@ -199,6 +203,7 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
 
         def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's
             _worker_logging(log_level)
+            adopt_exporters(exporters)
             kill_the_group()
             ticket, query, outcomes = _outcomes(self.sink.sink_id, messages, batchId)
             if ticket is None or query is None:
@@ -225,6 +230,7 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
 
         def commit(self, messages: list[Any]) -> None:
             _worker_logging(log_level)
+            adopt_exporters(exporters)
             kill_the_group()
             ticket, query, outcomes = _outcomes(self.sink.sink_id, messages, self.run_id)
             PlannedRun(self.sink).commit(ticket or self.ticket, self.run_id,
@@ -330,6 +336,8 @@ def register(spark: Any, sink_class: type | None = None, *, name: str | None = N
         if not source:
             raise ConfigurationError(
                 f"{cls.__name__} has no data_source_name: pass name= to register")
-        spark.dataSource.register(data_source_for(cls, source, _driver_log_level()))
+        travelling = tuple(e for e in registered_exporters() if e.travels)
+        spark.dataSource.register(data_source_for(cls, source, _driver_log_level(),
+                                                  travelling))
         names.append(source)
     return names

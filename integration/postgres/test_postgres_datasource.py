@@ -279,6 +279,28 @@ def test_a_null_into_not_null_is_refused_then_after_the_fix_exact(
     assert pg.count() == 2 * ROWS + 1 and pg.prepared() == []
 
 
+def test_a_textfile_exporter_registered_before_the_source_gets_its_batches(
+    registered: SparkSession, tmp_path: Path, pg: PgTarget
+) -> None:
+    """The commit runs in Spark's worker: exporters that travel go there with the source
+    (registered again after ``export_metrics``), as to Spark Connect's worker."""
+    from connectors.core.metrics import unregister_exporter
+
+    textfile = tmp_path / "metrics.prom"
+    exporter = connectors.export_metrics(connectors.PrometheusMetrics(port=None,
+                                                                      textfile=str(textfile)))
+    try:
+        connectors.register(registered)
+        make_input_files(tmp_path / "in", 2, ROWS)
+        _query(registered, tmp_path / "in", tmp_path / "ck", **_options(pg)).awaitTermination()
+    finally:
+        unregister_exporter(exporter)
+        connectors.register(registered)  # the source without the exporter, for later tests
+    rows = [line for line in textfile.read_text().splitlines()
+            if line.startswith("connectors_rows_total") and pg.sink_id in line]
+    assert rows and float(rows[0].rsplit(" ", 1)[1]) == 2 * ROWS, rows
+
+
 def test_a_graceful_stop_finishes_the_batch_in_flight_and_refuses_the_next(
     registered: SparkSession, tmp_path: Path, pg: PgTarget
 ) -> None:
