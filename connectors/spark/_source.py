@@ -323,15 +323,16 @@ def register(spark: Any, sink_class: type | None = None, *, name: str | None = N
         classes: list[type] = [PostgresSink]
     else:
         classes = [sink_class]
+    from connectors.core.families import PreparedTransactionSink
+
     names = []
     for cls in classes:
-        from connectors.core.families import PreparedTransactionSink
-
         if not (isinstance(cls, type) and issubclass(cls, PreparedTransactionSink)):
             raise ConfigurationError(
                 f"{getattr(cls, '__name__', cls)!r} has no DataSource form: only "
                 "prepared-transaction sinks (PostgresSink, PreparedTransactionSink "
-                "subclasses) have one; use df.writeStream.foreachBatch(sink)")
+                "subclasses) have one (KafkaSink and DeltaSink need what a data source "
+                "cannot have: docs/datasource.md); use df.writeStream.foreachBatch(sink)")
         source = name if sink_class is not None and name else cls.data_source_name
         if not source:
             raise ConfigurationError(
