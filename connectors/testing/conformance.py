@@ -78,9 +78,8 @@ class DataSourceFormHarness(SinkHarness):
     :class:`~connectors.core.planned.PlannedRun`, as Spark's planning worker, tasks and
     commit worker do, the planning and the commit each with a fresh sink from
     ``harness`` (they are other processes: they share only the target). A task that
-    fails for good makes Spark call ``abort``, which rolls the batch back.
-
-    Example::
+    fails for good makes Spark call ``abort``, which rolls the batch back. Wrap your
+    harness in it::
 
         run_conformance(lambda: DataSourceFormHarness(MyHarness()))
     """
@@ -105,7 +104,8 @@ class _SplitSink:
     """What the scenarios call a sink: ``write_batch`` through the three steps."""
 
     def __init__(self, harness: SinkHarness, overrides: dict[str, Any]) -> None:
-        self._make = lambda: harness.new_sink(**overrides)
+        self._make: Callable[[], TwoPhaseCommitSink] = functools.partial(
+            harness.new_sink, **overrides)
         probe = self._make()
         self.sink_id, self.family = probe.sink_id, probe.family
 
