@@ -176,11 +176,11 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
         """The DataSource form's sink (``format("connectors.postgres")``): the options are
         this class's keyword arguments as text (``conninfo``, ``table``, ``sink_id``,
         ``mode``, ``key_columns`` as ``"id, region"``, ``create_table``, ...), plus
-        ``password``, kept out of ``conninfo`` (Spark masks an option of that name in its
-        plans and UI)."""
+        ``password``, which keeps the password out of ``conninfo``."""
         conninfo = options.text("conninfo")
         password = options.optional("password")
         if password is not None:
+            Conninfo(conninfo)  # refuses a malformed string without quoting it
             conninfo = psycopg.conninfo.make_conninfo(conninfo, password=password)
         return cls(
             conninfo, options.text("table"), sink_id=options.text("sink_id"),
