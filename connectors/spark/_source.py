@@ -269,8 +269,8 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
             sink = self._sink()
             if overwrite:
                 raise ConfigurationError(
-                    "the DataSource form appends (outputMode 'append'); complete and update "
-                    "modes rewrite the target, which this sink does not", sink_id=sink.sink_id)
+                    "the DataSource form appends (outputMode 'append'); the complete mode "
+                    "rewrites the target, which this sink does not", sink_id=sink.sink_id)
             arrow = _check_schema(sink, schema)
             if not self.__dict__.get("_planning"):  # the commit worker: the run comes later
                 return StreamWriter(sink, None, arrow)
