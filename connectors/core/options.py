@@ -16,7 +16,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from connectors.core.errors import ConfigurationError
 
@@ -25,6 +26,7 @@ __all__ = ["SPARK_OPTIONS", "Options"]
 #: Options Spark itself adds or reads (a query's checkpoint and name; a path given to
 #: ``save(path)`` or ``start(path)``): never the sink's.
 SPARK_OPTIONS = frozenset({"checkpointlocation", "queryname", "path"})
+T = TypeVar("T")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -71,22 +73,19 @@ class Options:
         raise self._error(f'option "{key}" must be true or false')
 
     def integer(self, key: str, default: int) -> int:
-        value = self.optional(key)
-        if value is None:
-            return default
-        try:
-            return int(value.strip())
-        except ValueError:
-            raise self._error(f'option "{key}" must be a whole number') from None
+        return self._parsed(key, default, int, "a whole number")
 
     def number(self, key: str, default: float) -> float:
+        return self._parsed(key, default, float, "a number")
+
+    def _parsed(self, key: str, default: T, parse: Callable[[str], T], what: str) -> T:
         value = self.optional(key)
         if value is None:
             return default
         try:
-            return float(value.strip())
+            return parse(value.strip())
         except ValueError:
-            raise self._error(f'option "{key}" must be a number') from None
+            raise self._error(f'option "{key}" must be {what}') from None
 
     def names(self, key: str) -> list[str] | None:
         """A comma-separated list of names (``"id, region"``), or ``None`` when absent."""

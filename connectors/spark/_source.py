@@ -115,6 +115,9 @@ def _refuse_if_stopping(sink: PreparedTransactionSink[Any]) -> None:
     Spark replays it at the next start."""
     from connectors.spark._stop import host_stop_flag
 
+    flags = host_stop_flag("-").parent
+    if not flags.is_dir() or not any(flags.iterdir()):
+        return  # no stop requested on this host: no ledger read on the batch's path
     query_id = sink.create_ledger().bound_query()
     if query_id is not None and host_stop_flag(query_id).exists():
         logger.info("sink %s: graceful stop requested: the next batch is not started; it "

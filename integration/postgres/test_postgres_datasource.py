@@ -22,14 +22,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 import connectors
-from connectors.core.naming import TransactionId
 from connectors.sdk import CrashPoint
 from examples.stream_to_files import make_input_files
-from integration.core.test_speculation import STALLED_BATCH, _add_input_file, run_with_a_straggler
 from integration.postgres.test_postgres_kill import PgJob
 from integration.support._driver import SEED, DriverRun, kill_at_random, reached, spark_batches
 from integration.support._pg import DRIVER_PGOPTIONS, PgTarget, check_restart, wait_for
-from integration.support._standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -179,30 +176,6 @@ def test_over_spark_connect_killed_after_the_decision_then_exact(
     assert pg.prepared() == []
 
 
-def test_speculative_attempts_on_a_cluster_prepare_but_only_the_accepted_one_commits(
-    cluster: StandaloneCluster, pg: PgTarget, tmp_path: Path
-) -> None:
-    """``test_postgres_speculation.py`` in the DataSource form: two one-core workers, a
-    straggler stalls 25 s before its PREPARE, Spark launches a speculative copy; the
-    commit worker decides exactly the attempts Spark accepted (their messages), the
-    loser's transaction is never decided and a restart leaves nothing prepared."""
-    job = DataSourceJob(tmp_path, pg)
-    _run, attempts = run_with_a_straggler(job, cluster, PGOPTIONS=DRIVER_PGOPTIONS)
-    listing = "\n".join(map(str, attempts))
-    part0 = [a for a in attempts if a.batch == STALLED_BATCH and a.index == 0]
-    assert any(a.speculative for a in part0), f"no speculative copy:\n{listing}"
-    decided = [TransactionId.parse(t) for t in pg.decided_transactions(STALLED_BATCH)]
-    accepted = {a.task_id for a in attempts if a.batch == STALLED_BATCH and a.reason == "Success"}
-    assert {t.task_attempt_id for t in decided if t is not None} <= accepted, listing
-    assert len(decided) == len({a.index for a in attempts if a.batch == STALLED_BATCH})
-    cluster.wait_apps_gone()
-    _add_input_file(job)
-    final = job.run()
-    check_restart(final)
-    job.assert_exact()
-    assert pg.prepared() == []
-
-
 def test_a_batch_job_killed_after_its_decision_then_rerun_with_its_run_id_is_exact(
     tmp_path: Path, pg: PgTarget
 ) -> None:
@@ -222,14 +195,15 @@ def test_a_batch_job_killed_after_its_decision_then_rerun_with_its_run_id_is_exa
 # ---- in-process: Spark's progress, bad input, refusals ----
 
 
-def _query(spark: SparkSession, source: Path, checkpoint: Path, **options: str) -> Any:
+def _query(spark: SparkSession, source: Path, checkpoint: Path, *,
+           available_now: bool = True, **options: str) -> Any:
+    """A DataSource-form query over the JSON files in ``source``: until they are all
+    written (``available_now``), else batch after batch until stopped."""
     df = (spark.readStream.schema("id LONG, name STRING, amount DOUBLE, ts TIMESTAMP")
           .option("maxFilesPerTrigger", 1).json(str(source)))
-    writer = df.writeStream.format("connectors.postgres")
-    for key, value in options.items():
-        writer = writer.option(key, value)
-    return (writer.option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True).start())
+    writer = (df.writeStream.format("connectors.postgres").options(**options)
+              .option("checkpointLocation", str(checkpoint)))
+    return (writer.trigger(availableNow=True) if available_now else writer).start()
 
 
 @pytest.fixture
@@ -309,10 +283,8 @@ def test_a_graceful_stop_finishes_the_batch_in_flight_and_refuses_the_next(
     it writes anything; nothing is left prepared; the restart writes the rest exactly."""
     files = 8
     make_input_files(tmp_path / "in", files, ROWS)
-    df = (registered.readStream.schema("id LONG, name STRING, amount DOUBLE, ts TIMESTAMP")
-          .option("maxFilesPerTrigger", 1).json(str(tmp_path / "in")))
-    writer = df.writeStream.format("connectors.postgres").options(**_options(pg))
-    query = writer.option("checkpointLocation", str(tmp_path / "ck")).start()
+    query = _query(registered, tmp_path / "in", tmp_path / "ck", available_now=False,
+                   **_options(pg))
     assert wait_for(lambda: len(pg.ledger_states()) >= 2, 120), pg.ledger_states()
     report = connectors.stop_gracefully(query, timeout=60)
     assert report.clean, report

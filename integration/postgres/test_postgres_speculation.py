@@ -2,8 +2,9 @@
 
 The same set-up as ``test_speculation.py`` (two one-core workers on different loopback
 hosts, so Spark launches speculative copies; a straggler stalls 25 s before its PREPARE),
-with the PostgreSQL job: exactly one prepared transaction per partition is decided and
-committed, the loser's never, and nothing stays prepared once a restart reconciled.
+with the PostgreSQL job, as a callable and in its DataSource form: exactly one prepared
+transaction per partition is decided and committed, the loser's never, and nothing stays
+prepared once a restart reconciled.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from integration.core.test_speculation import (
     _add_input_file,
     run_with_a_straggler,
 )
+from integration.postgres.test_postgres_datasource import DataSourceJob
 from integration.postgres.test_postgres_kill import FILES, PgJob
 from integration.support._pg import DRIVER_PGOPTIONS, PgTarget
 from integration.support._standalone import StandaloneCluster
@@ -36,10 +38,13 @@ def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTa
     target.cleanup()
 
 
+@pytest.mark.parametrize("form", ["callable", "datasource"])
 def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(
-    cluster: StandaloneCluster, pg: PgTarget, tmp_path: Path
+    cluster: StandaloneCluster, pg: PgTarget, tmp_path: Path, form: str
 ) -> None:
-    job = PgJob(tmp_path, pg)
+    """In the DataSource form the commit worker decides the messages of the attempts
+    Spark accepted; the loser's transaction is never decided either."""
+    job = PgJob(tmp_path, pg) if form == "callable" else DataSourceJob(tmp_path, pg)
     _run, attempts = run_with_a_straggler(job, cluster, PGOPTIONS=DRIVER_PGOPTIONS)
     listing = "\n".join(map(str, attempts))
     part0 = [a for a in attempts if a.batch == STALLED_BATCH and a.index == 0]
@@ -62,3 +67,4 @@ def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(
     assert final.returncode == 0, final.tail()
     assert STALLED_BATCH in pg.ledger_states() and FILES in pg.ledger_states()
     job.assert_exact()
+    assert pg.prepared() == []
