@@ -41,6 +41,7 @@ os.environ.setdefault(
     '--driver-java-options "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" pyspark-shell',
 )
 
+from integration.support._file_order import longest_files_first  # noqa: E402
 from integration.support._fixtures_secured import kafka_sasl, pg_tls, secrets_env  # noqa: E402
 from integration.support._fixtures_services import (  # noqa: E402
     docker_compose_file,
@@ -78,13 +79,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_serial(items)
-    # The tests of the S3 API (scripts/test runs them apart, printing their time and count)
+    # The tests of the S3 API (-m s3 selects them) ...
     for item in items:
         if "s3_service" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.s3)
-        # ... and those of the secured listeners (TLS, SASL_SSL), likewise
+        # ... and those of the secured listeners (TLS, SASL_SSL, -m secured)
         if {"pg_tls", "kafka_sasl"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.secured)
+    longest_files_first(items)
 
 
 def s3_hadoop_confs() -> dict[str, str]:

@@ -30,7 +30,10 @@ def test_no_install_hint_names_the_old_distribution() -> None:
 
 
 def test_the_distribution_and_its_own_extras_carry_the_new_name() -> None:
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: pytest's own dependency tomli is the same parser
+        import tomli as tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["name"] == "spark-exactly-once"

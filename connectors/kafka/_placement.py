@@ -138,7 +138,7 @@ class Placer:
         if time.monotonic() - self._fetched.get(topic, 0.0) > self._refresh_s:
             self.known(topic, refresh=True)  # partitions may have been added since
         count = np.uint32(self._partitions[topic])
-        place = ((_murmur2(keys) & np.uint32(0x7FFFFFFF)) % count).astype(np.int32)
+        place: np.ndarray = ((_murmur2(keys) & np.uint32(0x7FFFFFFF)) % count).astype(np.int32)
         if keys.nulls is not None:
             place[keys.nulls] = PARTITION_UA
         return place
@@ -223,7 +223,7 @@ def murmur2(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
 def _murmur2(keys: ArrayLayout) -> np.ndarray:
     start, size, data = keys.start, keys.size, keys.data
     n = len(size)
-    h = _SEED ^ size.astype(np.uint32)
+    h: np.ndarray = _SEED ^ size.astype(np.uint32)
     blocks = size >> 2
     with np.errstate(over="ignore"):
         if n and int(size.min()) == int(size.max()):

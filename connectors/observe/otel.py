@@ -118,8 +118,8 @@ class OpenTelemetryMetrics:
                 f, None if last is None else int(last))
             if f.last_committed is not None:
                 self._gauges["connectors_last_committed_batch_id"][base] = f.last_committed
-            self._gauges["connectors_last_batch_timestamp_seconds"][
-                (*base, ("outcome", f.outcome))] = f.ended
+            labels = (*base, ("outcome", f.outcome))  # not inside [...]: Python 3.10
+            self._gauges["connectors_last_batch_timestamp_seconds"][labels] = f.ended
 
     def close(self) -> None:
         """Stop exporting (the provider, and its readers, are the application's)."""

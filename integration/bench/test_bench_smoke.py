@@ -1,0 +1,60 @@
+"""The benchmarks' ``--quick`` modes as smoke tests: each runs whole, against the test
+services, and checks its own results (rows written, nothing twice, nothing left prepared or
+open); no speed is asserted (machines are noisy; benchmarks/README.md has the measured
+figures and how to reproduce them).
+
+They run in ``scripts/test``'s one pytest run, beside the other tests (CI's former bench lane
+ran them alone, after everything: 578 s of wall time that 2 workers now share). Their charts
+go to the test's directory, not over the committed ones. The chaos soak is not here: each
+failure kind it injects has its own kill or outage test (benchmarks/README.md lists them),
+and its campaigns are recorded in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from integration.support._driver import REPO
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+#: benchmark -> whether it draws a chart (``--chart``)
+BENCHMARKS = {
+    "postgres_bench": True,
+    "kafka_bench": True,
+    "delta_bench": True,
+    "fanout_bench": False,
+    "connect_overhead": True,
+}
+TIMEOUT_S = 600
+
+
+@pytest.mark.parametrize("name", list(BENCHMARKS))
+def test_benchmark_quick_mode_runs_and_checks_its_results(
+    name: str, tmp_path: Path, postgres_conninfo: str, kafka_bootstrap: str,
+    s3_service: object,
+) -> None:
+    args = [sys.executable, "-m", f"benchmarks.{name}", "--quick"]
+    if BENCHMARKS[name]:
+        args += ["--chart", str(tmp_path / f"{name}.png")]
+    env = dict(os.environ, EOS_POSTGRES_CONNINFO=postgres_conninfo,
+               EOS_KAFKA_BOOTSTRAP=kafka_bootstrap)
+    env.pop("CONNECTORS_CRASH_AT", None)
+    # its own process group: a timeout takes its JVMs (and a Connect server) down with it
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, _ = proc.communicate()
+        pytest.fail(f"benchmarks.{name} --quick ran over {TIMEOUT_S} s:\n{out[-6000:]}")
+    print(out[-3000:])  # the tables, in the test's captured output
+    assert proc.returncode == 0, f"benchmarks.{name} --quick failed:\n{out[-8000:]}"
+    if BENCHMARKS[name]:
+        assert (tmp_path / f"{name}.png").stat().st_size > 0, "no chart drawn"
