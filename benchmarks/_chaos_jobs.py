@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from integration.support._kafka import KafkaTarget, ledger_batches
 from integration.support._pg import PgTarget
 
-__all__ = ["SinkJob", "Verdict", "make_jobs"]
+__all__ = ["SinkJob", "Verdict", "batches_committed", "delta_batches_committed", "make_jobs"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -115,18 +116,15 @@ class SinkJob:
 
     # ---- what the target holds ----
     def committed(self) -> int | None:
-        """Batches committed so far: the last committed batch id + 1 in the sink's ledger
-        (which keeps only its last ``keep_batches`` decisions, so a count of its entries
-        stops at 100), the Delta log's versions (None while it cannot tell)."""
+        """Batches committed so far (:func:`batches_committed` of the sink's ledger, or
+        :func:`delta_batches_committed` of the table's log); None while it cannot tell."""
         try:
             if self.name == "postgres":
-                states = self.target.ledger_states()
-            elif self.name == "kafka":
-                states = ledger_batches(self.target.bootstrap, self.target.ledger_topic)
-            else:
-                return len(list((self.root / "table" / "_delta_log").glob("*.json")))
-            done = [b for b, s in states.items() if s == "COMMITTED"]
-            return max(done) + 1 if done else 0
+                return batches_committed(self.target.ledger_states())
+            if self.name == "kafka":
+                return batches_committed(
+                    ledger_batches(self.target.bootstrap, self.target.ledger_topic))
+            return delta_batches_committed(self.root / "table" / "_delta_log")
         except Exception:  # the target is down, or nothing written yet
             return None
 
@@ -148,6 +146,25 @@ class SinkJob:
     def cleanup(self) -> None:
         if self.name in ("postgres", "kafka"):
             self.target.cleanup()
+
+
+def batches_committed(states: Mapping[int, str]) -> int:
+    """The batches a sink's ledger says are committed: its last COMMITTED batch id + 1.
+
+    Not a count of its COMMITTED entries: a ledger keeps only its last ``keep_batches``
+    decisions (100 by default), so a count stops at 100 while the query goes on (the first
+    chaos-300 picture showed exactly that). A streaming query's batch ids run 0, 1, 2, ...
+    and a batch is committed once, so the last id + 1 is the count."""
+    done = [b for b, s in states.items() if s == "COMMITTED"]
+    return max(done) + 1 if done else 0
+
+
+def delta_batches_committed(log_dir: Path) -> int:
+    """The batches a DeltaSink committed to a table it created with its first batch: the
+    table's commits, i.e. its log's newest version + 1 (the JSON commit files, named by
+    version; checkpoints and ``_last_checkpoint`` are not commits)."""
+    versions = [int(p.stem) for p in log_dir.glob("*.json") if p.stem.isdigit()]
+    return max(versions) + 1 if versions else 0
 
 
 def make_jobs(root: Path, sinks: list[str], *, conninfo: str, bootstrap: str,

@@ -7,7 +7,12 @@ import collections
 from pathlib import Path
 
 from benchmarks._chaos_faults import KINDS, Failure
-from benchmarks._chaos_jobs import SinkJob, _verdict
+from benchmarks._chaos_jobs import (
+    SinkJob,
+    _verdict,
+    batches_committed,
+    delta_batches_committed,
+)
 from benchmarks._chaos_report import table, timeline_png
 
 
@@ -38,3 +43,19 @@ def test_the_table_and_the_timeline(tmp_path: Path) -> None:
     progress = [(0.0, "postgres", 0), (5.0, "postgres", 2), (1.0, "delta", 1), (8.0, "delta", 3)]
     png = timeline_png(tmp_path / "t.png", progress, failures, ["postgres", "delta"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plotted_figure_is_batches_committed_past_the_ledgers_window(tmp_path: Path) -> None:
+    """The timeline's y: a ledger keeping its last 100 decisions still says 250 batches."""
+    window = {b: "COMMITTED" for b in range(150, 250)}
+    assert batches_committed(window) == 250
+    assert batches_committed({**window, 250: "DECIDED"}) == 250  # decided is not committed
+    assert batches_committed({}) == 0
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    assert delta_batches_committed(log) == 0
+    for v in range(3):
+        (log / f"{v:020d}.json").write_text("{}")
+    (log / f"{2:020d}.checkpoint.parquet").write_bytes(b"")
+    (log / "_last_checkpoint").write_text("{}")
+    assert delta_batches_committed(log) == 3

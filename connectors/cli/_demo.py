@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from connectors.cli._job import make_input_files
+from connectors.cli._job import MILESTONE, make_input_files
 from connectors.core.errors import ConfigurationError
 
 __all__ = ["add_arguments", "run"]
@@ -74,6 +74,23 @@ def _env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     return env
+
+
+def restart_times(log: Path, started: float) -> dict[str, float | None]:
+    """Seconds from a run's process start (``started``, unix time) to its Spark session, its
+    started query and its first committed batch, from the job's ``MILESTONE`` lines
+    (None for one the run never reached)."""
+    seen: dict[str, float] = {}
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == MILESTONE:
+            try:
+                seen.setdefault(parts[1], float(parts[2]))
+            except ValueError:
+                continue
+    return {name: (round(seen[name] - started, 1) if name in seen else None)
+            for name in ("session", "query_started", "first_commit")}
 
 
 def _drive(cmd: list[str], env: dict[str, str], log: Path, label: str, checkpoint: Path,
@@ -167,7 +184,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  run 1 ended: {ended} after {t1:.1f} s"
               + (f" ({victim} SIGKILLed at {point})" if args.connect and killed else ""))
         print("run 2: restart from the checkpoint (recovers, then finishes the stream)")
+    run2_started = time.time()
     code2, t2 = _drive(job, env, root / "run-2.log", "run 2", ckpt, args.rows_per_file, quiet)
+    restart = restart_times(root / "run-2.log", run2_started)
     if not quiet:
         print(f"  run 2 ended: exit code {code2} after {t2:.1f} s")
 
@@ -184,6 +203,11 @@ def run(args: argparse.Namespace) -> int:
         "rows in": rows_in, "rows out": len(ids),
         "duplicates": duplicates, "missing": missing, "batches": _batches_done(ckpt),
         "restarts": 1, "driver SIGKILLed": killed,
+        # the restart, from its process's start: a Spark session, a started query, the
+        # first batch committed (the sink's recovery of the killed run's batch included)
+        "restart: session s": restart["session"],
+        "restart: query s": restart["query_started"],
+        "restart: commit s": restart["first_commit"],
         "time s": round(time.monotonic() - started, 1),
         "verdict": "EXACTLY ONCE" if ok else "FAILED",
     }

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,23 +77,39 @@ def make_sink(args: argparse.Namespace) -> Any:
                      query_name=QUERY_NAME)
 
 
+#: A line the demo reads from a run's log: ``MILESTONE <name> <unix time>``.
+MILESTONE = "MILESTONE"
+
+
+def milestone(name: str) -> None:
+    """Print when this run reached ``name`` (``session``, ``query_started``,
+    ``first_commit``): the demo shows a restart's three times from these lines."""
+    print(f"{MILESTONE} {name} {time.time():.3f}", flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as sf
 
     sink = make_sink(args)
     spark = _session(args)
+    milestone("session")
     df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(args.input)
+    committed: list[int] = []
 
     def write(batch: DataFrame, batch_id: int) -> None:
         if args.sink == "kafka":
             batch = batch.select(sf.col("id").cast("string").alias("key"),
                                  sf.to_json(sf.struct("*")).alias("value"))
         sink(batch, batch_id)
+        if not committed:
+            milestone("first_commit")
+        committed.append(batch_id)
 
     query = (df.writeStream.queryName(QUERY_NAME).foreachBatch(write)
              .option("checkpointLocation", args.checkpoint)
              .trigger(availableNow=True).start())
+    milestone("query_started")
     try:
         query.awaitTermination()
     finally:

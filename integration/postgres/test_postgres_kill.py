@@ -132,6 +132,69 @@ def _points(points: list[CrashPoint]) -> list[Any]:
     return [pytest.param(p, id=p.value) for p in points]
 
 
+def _check_crash_state(pg: PgTarget, point: CrashPoint, batch: int) -> None:
+    """PostgreSQL holds what a SIGKILL at ``point`` of ``batch`` leaves, and only that:
+    every earlier batch committed (an earlier crash was settled by this run's start)."""
+    ledger = pg.ledger_states()
+    prepared = {str(t) for t in pg.prepared() if t.batch_id == batch}
+    assert all(t.batch_id == batch for t in pg.prepared()), pg.prepared()
+    before, count = batch * ROWS_PER_FILE, pg.count()
+    assert all(ledger.get(b) == "COMMITTED" for b in range(batch)), ledger
+    if point is CrashPoint.BEFORE_DECISION:
+        assert prepared and batch not in ledger, (prepared, ledger)
+        assert count == before
+    elif point is CrashPoint.AFTER_DECISION:
+        assert prepared and ledger.get(batch) == "DECIDED", (prepared, ledger)
+        assert set(pg.decided_transactions(batch)) == prepared
+        assert count == before, "a decided batch became visible before COMMIT PREPARED"
+    elif point is CrashPoint.BETWEEN_COMMITS:
+        decided = set(pg.decided_transactions(batch))
+        assert len(decided) > 1, "between_commits needs a batch of several transactions"
+        assert prepared and ledger.get(batch) == "DECIDED", (prepared, ledger)
+        assert prepared < decided, "exactly the uncommitted part of the decision is prepared"
+        assert before < count < before + ROWS_PER_FILE, count
+    else:
+        assert not prepared and ledger.get(batch) == "COMMITTED", (prepared, ledger)
+        assert count == before + ROWS_PER_FILE
+
+
+#: Every driver crash point in turn, one batch each, in one job: each restart first settles
+#: the previous crash (commits the decided, rolls back the undecided), then dies at the next.
+DRIVER_CHAIN = [(p, b) for b, p in enumerate(DRIVER_POINTS, start=1)]
+
+
+def test_driver_sigkilled_at_every_crash_point_in_turn_then_exact(
+    tmp_path: Path, pg: PgTarget
+) -> None:
+    """One job, five driver runs: SIGKILLed at before_decision of batch 1, after_decision
+    of 2, between_commits of 3, after_commit of 4, then a run to the end. After each kill:
+    the point was reached in that batch, Spark's offset log holds the batch uncommitted, and
+    PostgreSQL holds that point's state; the run after it reports the batch ``committed``
+    (nothing was decided) or ``replayed`` (the ledger had it). The end is exact, nothing
+    left prepared. (``EOS_WIDE_MATRIX=1`` also runs each point in a job of its own.)"""
+    job = PgJob(tmp_path, pg, files=len(DRIVER_CHAIN) + 2)
+    runs = []
+    for point, batch in DRIVER_CHAIN:
+        run = job.run(crash=f"{point.value}:batch={batch}")
+        runs.append(run)
+        assert run.returncode == -9, f"driver was not SIGKILLed at {point.value}:\n{run.tail()}"
+        assert job.reached(point, batch), reached(job.crash_log)
+        offsets, commits = spark_batches(job.checkpoint)
+        assert batch in offsets and batch not in commits, (offsets, commits)
+        _check_crash_state(pg, point, batch)
+    final = job.run()
+    runs.append(final)
+    check_restart(final)
+    job.assert_exact()
+    assert sorted(pg.ledger_states()) == list(range(job.total // ROWS_PER_FILE))
+    for (point, batch), after in zip(DRIVER_CHAIN, runs[1:], strict=True):
+        replayed = [m for m in after.metrics() if m.get("batch_id") == str(batch)]
+        expected = "committed" if point is CrashPoint.BEFORE_DECISION else "replayed"
+        assert replayed and replayed[0]["outcome"] == expected, (point, replayed)
+
+
+@pytest.mark.skipif(not WIDE, reason="EOS_WIDE_MATRIX=1 only (scripts/test --wide): the "
+                    "chain above kills every point in one job")
 @pytest.mark.parametrize("point", _points(DRIVER_POINTS))
 def test_driver_sigkill_at_crash_point_then_restart_is_exact(
     point: CrashPoint, tmp_path: Path, pg: PgTarget
@@ -146,27 +209,7 @@ def test_driver_sigkill_at_crash_point_then_restart_is_exact(
     offsets, commits = spark_batches(job.checkpoint)
     assert CRASH_BATCH in offsets and CRASH_BATCH not in commits, (offsets, commits)
     # ... and PostgreSQL holds the state that crash point stands for.
-    ledger = pg.ledger_states()
-    prepared = {str(t) for t in pg.prepared() if t.batch_id == CRASH_BATCH}
-    assert all(t.batch_id == CRASH_BATCH for t in pg.prepared()), pg.prepared()
-    before, count = CRASH_BATCH * ROWS_PER_FILE, pg.count()
-    assert all(ledger.get(b) == "COMMITTED" for b in range(CRASH_BATCH)), ledger
-    if point is CrashPoint.BEFORE_DECISION:
-        assert prepared and CRASH_BATCH not in ledger, (prepared, ledger)
-        assert count == before
-    elif point is CrashPoint.AFTER_DECISION:
-        assert prepared and ledger.get(CRASH_BATCH) == "DECIDED", (prepared, ledger)
-        assert set(pg.decided_transactions(CRASH_BATCH)) == prepared
-        assert count == before, "a decided batch became visible before COMMIT PREPARED"
-    elif point is CrashPoint.BETWEEN_COMMITS:
-        decided = set(pg.decided_transactions(CRASH_BATCH))
-        assert len(decided) > 1, "between_commits needs a batch of several transactions"
-        assert prepared and ledger.get(CRASH_BATCH) == "DECIDED", (prepared, ledger)
-        assert prepared < decided, "exactly the uncommitted part of the decision is prepared"
-        assert before < count < before + ROWS_PER_FILE, count
-    else:
-        assert not prepared and ledger.get(CRASH_BATCH) == "COMMITTED", (prepared, ledger)
-        assert count == before + ROWS_PER_FILE
+    _check_crash_state(pg, point, CRASH_BATCH)
 
     second = job.run()
     check_restart(second)

@@ -1,7 +1,8 @@
 """Real PostgreSQL, Apache Kafka and an S3 API for the integration tests, without Docker.
 
 Standard library only, so ``scripts/services`` works before any pip install (the S3 part
-needs ``moto[server]`` and its ``boto3``, of the ``[dev]`` extra, when it starts).
+needs ``moto[s3]``, flask and flask-cors for its server, and boto3, all of the ``[dev]``
+extra, when it starts).
 
 * PostgreSQL: a private cluster (``initdb``) under ``<state>/postgres``, run by a
   non-root user (``eos``, created with ``useradd`` when running as root), listening

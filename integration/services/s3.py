@@ -86,7 +86,8 @@ def _s3_bucket(info: S3Info) -> bool:
     except ImportError as exc:
         raise ServiceError(
             f"boto3 is missing ({exc}); it comes with moto: run scripts/bootstrap, or "
-            "`pip install 'moto[server]'` into the interpreter that runs scripts/services"
+            "`pip install 'moto[s3]' flask flask-cors` into the interpreter that runs "
+            "scripts/services"
         ) from exc
     client = boto3.client(
         "s3",
@@ -138,7 +139,7 @@ def start_s3(*, keep_ports: bool = False) -> S3Info:
             if importlib.util.find_spec("moto") is None:
                 raise ServiceError(
                     f"moto is not installed in {sys.executable}; run scripts/bootstrap (the "
-                    "[dev] extra), or `pip install 'moto[server]'`"
+                    "[dev] extra), or `pip install 'moto[s3]' flask flask-cors`"
                 )
             logs_dir.mkdir(parents=True, exist_ok=True)
             others = {  # the other services' kept ports, even while they are stopped

@@ -100,3 +100,16 @@ def test_demo_conf_keeps_settings_that_are_not_secret() -> None:
     items = ["spark.sql.shuffle.partitions=4",
              "spark.kafka.clusters.c1.kafka.ssl.keystore.type=PEM"]
     assert _demo._confs(items) == items
+
+
+def test_demo_reads_a_restarts_three_times_from_its_log(tmp_path: Path) -> None:
+    """The verdict's restart rows: seconds from the process's start to each milestone the
+    job printed (the first of each), None for one it never reached."""
+    log = tmp_path / "run-2.log"
+    log.write_text("noise\nMILESTONE session 1000.5\nINFO something\n"
+                   "MILESTONE query_started 1002.25\nMILESTONE first_commit 1009.0\n"
+                   "MILESTONE first_commit 1012.0\nMILESTONE broken x\n")
+    assert _demo.restart_times(log, 990.0) == {
+        "session": 10.5, "query_started": 12.2, "first_commit": 19.0}
+    assert _demo.restart_times(tmp_path / "none.log", 0.0) == {
+        "session": None, "query_started": None, "first_commit": None}
