@@ -36,9 +36,12 @@ if _REPO_ROOT not in sys.path:
 # GC's workers cost more than they give back. Measured on the CI machine, one Delta driver
 # run of four batches: 50.7 s -> 35.5 s (2 runs each). What the JVM computes is unchanged.
 # A PYSPARK_SUBMIT_ARGS of your own wins.
+# With $EOS_CDS_ARCHIVE (scripts/test builds it), every driver also maps one AppCDS archive
+# of Spark's classes (integration/support/_cds.py).
+from integration.support._cds import driver_flags  # noqa: E402
+
 os.environ.setdefault(
-    "PYSPARK_SUBMIT_ARGS",
-    '--driver-java-options "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" pyspark-shell',
+    "PYSPARK_SUBMIT_ARGS", f'--driver-java-options "{driver_flags()}" pyspark-shell'
 )
 
 from integration.support._file_order import longest_files_first  # noqa: E402
@@ -75,6 +78,29 @@ __all__ = [
 
 def pytest_configure(config: pytest.Config) -> None:
     register_markers(config)
+
+
+@pytest.fixture(autouse=True)
+def _one_local_connect_server_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``connect_local`` starts drivers whose PySpark launches a local Spark
+    Connect server: PySpark binds it to port 15002, always, and its client connects there.
+    Two at once (one per pytest-xdist worker) fail with a BindException, so these tests
+    take a host-wide lock for their duration (the other worker runs other tests meanwhile)."""
+    if request.node.get_closest_marker("connect_local") is None:
+        yield
+        return
+    import fcntl
+
+    with open(LOCAL_CONNECT_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+#: The lock of :func:`_one_local_connect_server_at_a_time` (one per host, as the port is).
+LOCAL_CONNECT_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "eos-local-spark-connect-15002.lock"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -34,7 +34,9 @@ BENCHMARKS = {
 TIMEOUT_S = 600
 
 
-@pytest.mark.parametrize("name", list(BENCHMARKS))
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=[pytest.mark.connect_local] if name == "connect_overhead" else [])
+    for name in BENCHMARKS])
 def test_benchmark_quick_mode_runs_and_checks_its_results(
     name: str, tmp_path: Path, postgres_conninfo: str, kafka_bootstrap: str,
     s3_service: object,

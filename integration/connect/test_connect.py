@@ -49,7 +49,7 @@ from integration.support._driver import DriverRun, KillJob, spark_batches
 from integration.support._kafka import KafkaTarget, wait_no_open_transactions
 from integration.support._pg import PgTarget
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.connect_local]
 
 WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
 QUERY = "orders"

@@ -186,6 +186,7 @@ def test_change_streams_and_overwrites_sigkilled_at_crash_points_and_at_random_a
     job.assert_exact(spark)
 
 
+@pytest.mark.connect_local
 def test_the_condition_form_over_spark_connect_is_exact(
     tmp_path: Path, spark: SparkSession
 ) -> None:

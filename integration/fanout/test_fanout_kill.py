@@ -295,6 +295,7 @@ class ConnectFanJob(FanJob):
         return [*super().args(), "--connect", "--query-name", "fan-orders"]
 
 
+@pytest.mark.connect_local
 def test_under_spark_connect_the_worker_killed_after_the_decision_then_exact(
         tmp_path: Path, postgres_conninfo: str, kafka_bootstrap: str,
         monkeypatch: pytest.MonkeyPatch) -> None:

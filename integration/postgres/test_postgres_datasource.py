@@ -157,6 +157,7 @@ def test_a_killed_task_fails_the_batch_and_spark_abort_rolls_it_back(
     assert pg.prepared() == []
 
 
+@pytest.mark.connect_local
 def test_over_spark_connect_killed_after_the_decision_then_exact(
     tmp_path: Path, pg: PgTarget
 ) -> None:

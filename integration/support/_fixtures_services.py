@@ -79,10 +79,17 @@ RESTARTING_FIXTURES = frozenset({"native_postgres", "native_kafka", "native_s3"}
 
 def mark_serial(items: list[pytest.Item]) -> None:
     """Mark ``serial`` every test that restarts a shared service: run in parallel with
-    others (pytest-xdist), the restart would fail their connections."""
+    others (pytest-xdist), the restart would fail their connections. Each also gets an
+    ``xdist_group`` named for the service(s) it restarts (``restarts-postgres``, ...):
+    ``scripts/test`` runs the serial tests on 2 workers with ``--dist loadgroup``, so the
+    tests that restart PostgreSQL run one after another, beside those that restart Kafka
+    (which use no PostgreSQL), never beside one another."""
     for item in items:
-        if RESTARTING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        used = sorted(RESTARTING_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+        if used:
             item.add_marker(pytest.mark.serial)
+            group = "+".join(name.removeprefix("native_") for name in used)
+            item.add_marker(pytest.mark.xdist_group(f"restarts-{group}"))
 
 
 def _in_ci() -> bool:
