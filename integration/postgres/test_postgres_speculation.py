@@ -4,11 +4,17 @@ The same set-up as ``test_speculation.py`` (two one-core workers on different lo
 hosts, so Spark launches speculative copies; a straggler stalls 25 s before its PREPARE),
 with the PostgreSQL job, as a callable and in its DataSource form: exactly one prepared
 transaction per partition is decided and committed, the loser's never, and nothing stays
-prepared once a restart reconciled.
+prepared once a restart reconciled. And the chaos soak's executor failure: every executor
+JVM SIGKILLed while a task holds its prepared transaction.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +29,7 @@ from integration.core.test_speculation import (
 from integration.postgres.test_postgres_datasource import DataSourceJob
 from integration.postgres.test_postgres_kill import FILES, PgJob
 from integration.support._pg import DRIVER_PGOPTIONS, PgTarget
-from integration.support._standalone import StandaloneCluster
+from integration.support._standalone import StandaloneCluster, executor_env_conf
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -66,5 +72,69 @@ def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(
     final = job.run()
     assert final.returncode == 0, final.tail()
     assert STALLED_BATCH in pg.ledger_states() and FILES in pg.ledger_states()
+    job.assert_exact()
+    assert pg.prepared() == []
+
+
+def _executor_jvms(cluster: StandaloneCluster) -> list[int]:
+    """The pids of this cluster's executor JVMs (``CoarseGrainedExecutorBackend``), told
+    from other clusters' by its root in their environment (``SPARK_CONF_DIR``), as
+    :func:`processes_under` finds the cluster's processes."""
+    found = []
+    needle = str(cluster.root).encode()
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"CoarseGrainedExecutorBackend" in cmdline and (
+                    needle in cmdline or needle in (proc / "environ").read_bytes()):
+                found.append(int(proc.name))
+    return found
+
+
+def test_executor_jvms_sigkilled_while_a_task_holds_its_prepared_transaction_then_exact(
+    cluster: StandaloneCluster, pg: PgTarget, tmp_path: Path
+) -> None:
+    """The chaos soak's executor failure as a test of its own: the task of partition 0 in
+    batch 1 stalls (once) right after its PREPARE; then every executor JVM of the cluster
+    is SIGKILLed. The master starts new executors, Spark runs the lost tasks again, the
+    batch is decided from the attempts it accepted; the orphaned attempt's prepared
+    transaction is never decided and is rolled back (at the latest by the restart's
+    reconciliation). Exact, nothing left prepared."""
+    job = PgJob(tmp_path, pg)
+    once = tmp_path / "stall-once"
+    stall = f"after_precommit:batch=1:partition=0:action=stall:seconds=40:once={once}"
+    killed: list[int] = []
+
+    def kill_executors_once_stalled() -> None:
+        deadline = time.monotonic() + 240
+        while not once.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the stall has begun: the transaction is prepared
+        for pid in _executor_jvms(cluster):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    killer = threading.Thread(target=kill_executors_once_stalled, daemon=True)
+    killer.start()
+    run = job.run(
+        "--master", cluster.master_url, *cluster.driver_conf(),
+        *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,
+                           CONNECTORS_CRASH_LOG=str(job.crash_log), PGOPTIONS=DRIVER_PGOPTIONS),
+        timeout=300,
+    )
+    killer.join(timeout=10)
+    assert once.exists(), f"the task never stalled:\n{run.tail()}\n{cluster.executor_logs()}"
+    assert killed, "no executor JVM was found to kill"
+    assert run.returncode == 0, f"{run.tail()}\n{cluster.executor_logs()}"
+    assert "executor" in run.output.lower() and "lost" in run.output.lower(), run.tail()
+    decided = {str(t) for t in pg.decided_transactions(1)}
+    assert decided and not decided & {str(t) for t in pg.prepared()}, (decided, pg.prepared())
+    # The orphaned attempt may prepare after the run's last sweep: a restart that runs one
+    # more batch reconciles it (rolled back: no decision lists it), then the table is exact.
+    cluster.wait_apps_gone()
+    _add_input_file(job)
+    final = job.run()
+    assert final.returncode == 0, final.tail()
     job.assert_exact()
     assert pg.prepared() == []
