@@ -56,6 +56,7 @@ def driver_flags(archive: str | None = None) -> str:
     cannot map it starts without it."""
     path = archive if archive is not None else os.environ.get(ENV_ARCHIVE, "")
     if path and Path(path).is_file():
+        path = str(Path(path).resolve())  # a driver may run in another directory
         return f"{BASE_FLAGS} -XX:SharedArchiveFile={path} -Xlog:cds=off -Xlog:cds+dynamic=off"
     return BASE_FLAGS
 
@@ -103,7 +104,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m integration.support._cds DIR", file=sys.stderr)
         return 2
-    archive = archive_in(Path(argv[0]))
+    archive = archive_in(Path(argv[0]).resolve())  # absolute: drivers run in other dirs too
     if not archive.is_file():
         try:
             secs = build(archive)
