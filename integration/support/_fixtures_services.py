@@ -79,17 +79,10 @@ RESTARTING_FIXTURES = frozenset({"native_postgres", "native_kafka", "native_s3"}
 
 def mark_serial(items: list[pytest.Item]) -> None:
     """Mark ``serial`` every test that restarts a shared service: run in parallel with
-    others (pytest-xdist), the restart would fail their connections. Each also gets an
-    ``xdist_group`` named for the service(s) it restarts (``restarts-postgres``, ...):
-    ``scripts/test`` runs the serial tests on 2 workers with ``--dist loadgroup``, so the
-    tests that restart PostgreSQL run one after another, beside those that restart Kafka
-    (which use no PostgreSQL), never beside one another."""
+    others (pytest-xdist), the restart would fail their connections."""
     for item in items:
-        used = sorted(RESTARTING_FIXTURES.intersection(getattr(item, "fixturenames", ())))
-        if used:
+        if RESTARTING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.serial)
-            group = "+".join(name.removeprefix("native_") for name in used)
-            item.add_marker(pytest.mark.xdist_group(f"restarts-{group}"))
 
 
 def _in_ci() -> bool:
