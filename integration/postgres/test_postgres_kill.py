@@ -37,6 +37,7 @@ from examples.stream_to_files import make_input_files
 from integration.support._driver import (
     REPO,
     SEED,
+    DriverRun,
     KillJob,
     a_failed_task_was_retried,
     conf_args,
@@ -158,6 +159,27 @@ def _check_crash_state(pg: PgTarget, point: CrashPoint, batch: int) -> None:
         assert count == before + ROWS_PER_FILE
 
 
+def _killed_at(job: PgJob, pg: PgTarget, point: CrashPoint, batch: int) -> DriverRun:
+    """One run SIGKILLed at ``point`` of ``batch``, proved: the point was reached in that
+    batch, Spark's offset log holds the batch uncommitted (it will replay it), and
+    PostgreSQL holds the state the point stands for."""
+    run = job.run(crash=f"{point.value}:batch={batch}")
+    assert run.returncode == -9, f"driver was not SIGKILLed at {point.value}:\n{run.tail()}"
+    assert job.reached(point, batch), reached(job.crash_log)
+    offsets, commits = spark_batches(job.checkpoint)
+    assert batch in offsets and batch not in commits, (offsets, commits)
+    _check_crash_state(pg, point, batch)
+    return run
+
+
+def _check_outcome(after: DriverRun, point: CrashPoint, batch: int) -> None:
+    """The run after a kill at ``point`` reports ``batch`` committed (nothing was decided)
+    or replayed (the ledger had it)."""
+    replayed = [m for m in after.metrics() if m.get("batch_id") == str(batch)]
+    expected = "committed" if point is CrashPoint.BEFORE_DECISION else "replayed"
+    assert replayed and replayed[0]["outcome"] == expected, (point, replayed)
+
+
 #: Every driver crash point in turn, one batch each, in one job: each restart first settles
 #: the previous crash (commits the decided, rolls back the undecided), then dies at the next.
 DRIVER_CHAIN = [(p, b) for b, p in enumerate(DRIVER_POINTS, start=1)]
@@ -173,24 +195,14 @@ def test_driver_sigkilled_at_every_crash_point_in_turn_then_exact(
     (nothing was decided) or ``replayed`` (the ledger had it). The end is exact, nothing
     left prepared. (``EOS_WIDE_MATRIX=1`` also runs each point in a job of its own.)"""
     job = PgJob(tmp_path, pg, files=len(DRIVER_CHAIN) + 2)
-    runs = []
-    for point, batch in DRIVER_CHAIN:
-        run = job.run(crash=f"{point.value}:batch={batch}")
-        runs.append(run)
-        assert run.returncode == -9, f"driver was not SIGKILLed at {point.value}:\n{run.tail()}"
-        assert job.reached(point, batch), reached(job.crash_log)
-        offsets, commits = spark_batches(job.checkpoint)
-        assert batch in offsets and batch not in commits, (offsets, commits)
-        _check_crash_state(pg, point, batch)
+    runs = [_killed_at(job, pg, point, batch) for point, batch in DRIVER_CHAIN]
     final = job.run()
     runs.append(final)
     check_restart(final)
     job.assert_exact()
     assert sorted(pg.ledger_states()) == list(range(job.total // ROWS_PER_FILE))
     for (point, batch), after in zip(DRIVER_CHAIN, runs[1:], strict=True):
-        replayed = [m for m in after.metrics() if m.get("batch_id") == str(batch)]
-        expected = "committed" if point is CrashPoint.BEFORE_DECISION else "replayed"
-        assert replayed and replayed[0]["outcome"] == expected, (point, replayed)
+        _check_outcome(after, point, batch)
 
 
 @pytest.mark.skipif(not WIDE, reason="EOS_WIDE_MATRIX=1 only (scripts/test --wide): the "
@@ -200,24 +212,12 @@ def test_driver_sigkill_at_crash_point_then_restart_is_exact(
     point: CrashPoint, tmp_path: Path, pg: PgTarget
 ) -> None:
     job = PgJob(tmp_path, pg)
-    first = job.run(crash=f"{point.value}:batch={CRASH_BATCH}")
-    assert first.returncode == -9, f"driver was not SIGKILLed:\n{first.tail()}"
-
-    # The crash point was really reached, in the batch we aimed at ...
-    assert job.reached(point, CRASH_BATCH), reached(job.crash_log)
-    # ... Spark had started the batch and not recorded it, so it will replay it ...
-    offsets, commits = spark_batches(job.checkpoint)
-    assert CRASH_BATCH in offsets and CRASH_BATCH not in commits, (offsets, commits)
-    # ... and PostgreSQL holds the state that crash point stands for.
-    _check_crash_state(pg, point, CRASH_BATCH)
-
+    _killed_at(job, pg, point, CRASH_BATCH)
     second = job.run()
     check_restart(second)
     job.assert_exact()
     assert sorted(pg.ledger_states()) == list(range(FILES))
-    replayed = [m for m in second.metrics() if m.get("batch_id") == str(CRASH_BATCH)]
-    expected = "committed" if point is CrashPoint.BEFORE_DECISION else "replayed"
-    assert replayed and replayed[0]["outcome"] == expected, replayed
+    _check_outcome(second, point, CRASH_BATCH)
 
 
 # -------------------------------------------------------------------- task crash points
