@@ -75,7 +75,15 @@ class Names:
 @pytest.fixture
 def names(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Names]:
     monkeypatch.setenv("PGOPTIONS", DRIVER_PGOPTIONS)
-    n = Names(postgres_conninfo, token())
+    # A database of its own: `status` lists the sinks of every prepared transaction in the
+    # database, and the kill tests that run side by side leave theirs in the shared one
+    # (CI on 2026-11-29: `status` exited 1 on another test's transaction in doubt).
+    tok = token()
+    with fresh_database(postgres_conninfo, f"eos_names_db_{tok.lower()}") as own:
+        yield from _names(Names(own, tok))
+
+
+def _names(n: Names) -> Iterator[Names]:
     n.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(n.schema)))
     n.execute('CREATE SCHEMA IF NOT EXISTS "select"')  # shared by every run: never dropped
     n.execute(sql.SQL("CREATE TABLE {} (id int)").format(sql.Identifier(n.canary)))

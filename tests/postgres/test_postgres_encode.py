@@ -18,7 +18,7 @@ from psycopg.adapt import Transformer
 from psycopg.types.array import ListBinaryDumper
 
 from connectors.core.errors import BadInputError, ConfigurationError
-from connectors.postgres._encode import ValueRefused, encode, frame_arrays
+from connectors.postgres._encode import ValueRefused, _parse_time, encode, frame_arrays
 from connectors.postgres._pgtypes import PgType
 from connectors.postgres._special import (
     ColumnRefused,
@@ -142,6 +142,29 @@ class TestScalars:
             ref(1083, time(23, 59, 59, 999999)), None]
         with pytest.raises(ValueRefused):
             encode("time", pa.array(["25:00"]))
+
+    @pytest.mark.parametrize(("text", "want"), [
+        ("12:34:56.5+02:00", time(12, 34, 56, 500000, tzinfo=timezone(timedelta(hours=2)))),
+        ("12:34:56.1234567", time(12, 34, 56, 123456)),
+        ("12:34Z", time(12, 34, tzinfo=timezone.utc)),
+        ("12:34:56,5", time(12, 34, 56, 500000)),
+        ("12:34:56+0200", time(12, 34, 56, tzinfo=timezone(timedelta(hours=2)))),
+        ("12:34:56-02", time(12, 34, 56, tzinfo=timezone(-timedelta(hours=2)))),
+        ("1234", time(12, 34)),
+        ("123456.25", time(12, 34, 56, 250000)),
+        (" 12:34:56.123-05:30:15 ", time(12, 34, 56, 123000,
+                                         tzinfo=timezone(-timedelta(hours=5, minutes=30,
+                                                                    seconds=15)))),
+    ])
+    def test_time_strings_read_the_same_on_every_python(self, text: str, want: time) -> None:
+        """The forms Python 3.11's ``time.fromisoformat`` reads, read on 3.10 too."""
+        assert _parse_time(text) == want
+
+    @pytest.mark.parametrize("text", ["25:00", "12:60", "12:34:56.5 +02:00", "12:3456",
+                                      "noon", "12:34:56+24:00", ""])
+    def test_what_is_not_a_time_is_refused_on_every_python(self, text: str) -> None:
+        with pytest.raises(ValueRefused, match="not a time"):
+            _parse_time(text)
 
     def test_jsonb_is_version_1_then_text(self) -> None:
         assert ours("jsonb", ['{"a":1}', None]) == [b'\x01{"a":1}', None]
