@@ -2,9 +2,11 @@
 
 ``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer`` (pip
 pyspark 4 bundles the Connect server jar; the launcher needs no application jar for that
-class) on a free port of 127.0.0.1, with Delta's jars and SQL extension, the repository on
-the Python workers' path and this interpreter as their Python. The foreachBatch worker is a
-child of the server JVM and inherits its environment: ``env`` arms crash points there.
+class) on a free port of 127.0.0.1, with Delta's jars and SQL extension (and the settings
+``connectors.spark`` gives a local server: 2 partitions for shuffles and Delta snapshots),
+the repository on the Python workers' path and this interpreter as their Python. The
+foreachBatch worker is a child of the server JVM and inherits its environment: ``env`` arms
+crash points there.
 Clients connect with ``--master sc://127.0.0.1:<port> --connect``.
 
 The server runs in a process group of its own: :meth:`ConnectServer.kill` SIGKILLs it (the
@@ -94,6 +96,10 @@ def start_server(root: Path, env: Mapping[str, str] | None = None,
         "spark.connect.grpc.binding.port": str(port),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # As connectors.spark gives a local server: Delta's state reconstruction in 2 tasks,
+        # not 50 (a client of sc://... sends no such setting; a table's first snapshot in a
+        # run cost a 50-task stage).
+        "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",

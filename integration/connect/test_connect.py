@@ -3,32 +3,39 @@ Python worker next to the server, and the sink's driver side (decide, commit, re
 runs in that worker.
 
 For each sink, at its driver-side crash points (one per sink in CI, every one with
-``EOS_WIDE_MATRIX=1``), two deaths:
+``EOS_WIDE_MATRIX=1``), two deaths and a graceful stop, chained in one job (each run a
+restart of the last on the same checkpoint) on separate server processes
+(``integration/connect/_connect_server.py``, whose foreachBatch worker inherits the
+server's environment, so ``CONNECTORS_CRASH_AT`` arms the crash points there):
 
-- **the worker**: the job runs with ``--connect`` on a local Connect server (a JVM of its
-  own, child of the client) whose foreachBatch worker inherits the client's environment,
-  so ``CONNECTORS_CRASH_AT`` arms the crash points there; the worker SIGKILLs itself, the
-  server fails the query and the client exits with its error;
-- **the server**: a separate server process (``integration/connect/_connect_server.py``) whose
-  worker stalls at the crash point; the whole server (JVM and Python workers) is SIGKILLed
-  there, as a lost host.
+- **the server**: the worker stalls at the point and the whole server (JVM and Python
+  workers) is SIGKILLed there, as a lost host; the restart runs on a new server;
+- **the worker**: on that new server the worker SIGKILLs itself at the same point of the
+  next batch; the server fails the query (and lives on), the client exits with its error;
+- **a graceful stop**, on the same server: the SIGTERM reaches the client, the stop request
+  reaches the sink in the worker through the session's configuration, at the decision.
 
-Then a restart on the same checkpoint (a new server) must be exact, row by row, with
-nothing left prepared (PostgreSQL) or open (Kafka). The binding is never silently lost: a
-new checkpoint is refused, and so is a sink without ``query_name`` (the worker is not told
-which query calls it). Killing only the client leaves the query running on its server.
+Then a last run on that server must be exact, row by row, with nothing left prepared
+(PostgreSQL) or open (Kafka). The binding is never silently lost: a new checkpoint is
+refused, and so is a sink without ``query_name`` (the worker is not told which query calls
+it). Killing only the client leaves the query running on its server (wide only).
 
-DeltaSink on ``s3a://`` (the worker killed): the server gets the s3 jars and every s3a
-setting, the keys too, as confs; the sink in the worker reads them from its session (no
-``AWS_*`` variable anywhere); delta-rs reads the tables back.
+DeltaSink on ``s3a://`` (the worker killed) runs with ``--connect`` on a local Connect
+server (a JVM of its own, child of the client, whose worker inherits the client's
+environment): the server gets the s3 jars and every s3a setting, the keys too, as confs;
+the sink in the worker reads them from its session (no ``AWS_*`` variable anywhere);
+delta-rs reads the tables back. Only that test holds the host-wide lock of local Connect
+servers (``connect_local``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,8 +45,16 @@ from pyspark.sql import SparkSession
 
 from connectors.sdk import CrashPoint
 from connectors.testing.kill import kill_at_each
-from integration.connect._connect_server import connect_server, start_server
-from integration.core.test_stopping import PG_CI, Stopped, batches_for, stop_chain, wide
+from integration.connect._connect_server import ConnectServer, connect_server, start_server
+from integration.core.test_stopping import (
+    FIRST,
+    PG_CI,
+    STALL_SECONDS,
+    Stopped,
+    batches_for,
+    stop_chain,
+    wide,
+)
 from integration.delta.test_delta_kill import APPEND, MERGE, DeltaJob
 from integration.delta.test_delta_s3 import S3DeltaJob, killed_holds
 from integration.kafka.test_kafka_kill import KafkaJob, kafka  # noqa: F401 - the kafka fixture
@@ -49,22 +64,35 @@ from integration.support._driver import DriverRun, KillJob, spark_batches
 from integration.support._kafka import KafkaTarget, wait_no_open_transactions
 from integration.support._pg import PgTarget
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.connect_local]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
 QUERY = "orders"
 #: Seconds the client may outlive its killed server: its gRPC client retries a lost server
 #: for minutes, and nothing it does can touch the target (the sink runs in the worker).
 CLIENT_GRACE = 3.0
+#: Seconds a worker stalls at the point where its server is killed (it never wakes).
+SERVER_STALL = 600
 
 Plan = list[tuple[CrashPoint, str, int]]
+SERVER, WORKER, GRACEFUL = "server", "worker", "graceful"
+#: One step of a chain: ``(what dies, or a graceful stop; point, sink, batch)``.
+Step = tuple[str, CrashPoint, str, int]
 BD, AD, BC, AC = (CrashPoint.BEFORE_DECISION, CrashPoint.AFTER_DECISION,
                   CrashPoint.BETWEEN_COMMITS, CrashPoint.AFTER_COMMIT)
 
 
 def connect_args(query_name: str | None = QUERY) -> list[str]:
-    """An example job's flags to run as a Connect client of a local Connect server."""
+    """An example job's flags to run as a Connect client (of a local Connect server, or of
+    ``--master sc://...``)."""
     return ["--connect", "--query-name", query_name or ""]
+
+
+def server_env(crash_log: Path, spec: str) -> dict[str, str]:
+    """A server's environment that arms ``spec`` in its foreachBatch worker (and its Python
+    workers), each point reached appended to ``crash_log``."""
+    return {"CONNECTORS_TEST_MODE": "1", "CONNECTORS_CRASH_AT": spec,
+            "CONNECTORS_CRASH_LOG": str(crash_log)}
 
 
 class ConnectDeltaJob(DeltaJob):
@@ -94,17 +122,30 @@ class Case:
     points, in the order a restarted job meets them; CI takes one), what the target holds
     at each point, and what must hold at the end."""
 
-    full: Plan
-    ci: Plan
+    full: list[tuple[CrashPoint, str]]
+    ci: list[tuple[CrashPoint, str]]
 
-    def plan(self) -> Plan:
-        return self.full if WIDE else self.ci
+    #: The sink whose decision a graceful stop lands in.
+    stop_sink: str
 
-    def job(self, root: Path, plan: Plan) -> KillJob:
+    def steps(self) -> list[Step]:
+        """At each point, the server killed (batch ``2i+1``), then the worker (``2i+2``);
+        then a graceful stop at the decision of the next batch."""
+        points = self.full if WIDE else self.ci
+        kills = [(kind, point, sink, 2 * i + j + 1)
+                 for i, (point, sink) in enumerate(points)
+                 for j, kind in enumerate((SERVER, WORKER))]
+        return [*kills, (GRACEFUL, BD, self.stop_sink, len(kills) + 1)]
+
+    def job(self, root: Path, last: int) -> KillJob:
+        """The job (rate source), whose last batch is ``last``."""
         raise NotImplementedError
 
     def after_kill(self, job: Any, point: CrashPoint, sink: str, batch: int) -> None:
         """What the target holds at ``point``."""
+
+    def after_stop(self, job: Any) -> None:
+        """Nothing left by a graceful stop: nothing prepared, open or half-committed."""
 
     def finish(self, job: Any, final: DriverRun) -> None:
         """The output exact, row by row; nothing left prepared or open."""
@@ -116,11 +157,16 @@ class DeltaCase(Case):
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self.full = [(BD, APPEND, 1), (AD, MERGE, 2), (AC, APPEND, 3)]
-        self.ci = [(AD, APPEND, 1)]
+        self.full = [(BD, APPEND), (AD, MERGE), (AC, APPEND)]
+        self.ci = [(AD, APPEND)]
+        # Stopped at the append sink's decision: the MERGE sink finishes the batch too.
+        self.stop_sink = APPEND
 
-    def job(self, root: Path, plan: Plan) -> ConnectDeltaJob:
-        return ConnectDeltaJob(root, source="rate", batches=plan[-1][2] + 2, rows=100)
+    def job(self, root: Path, last: int) -> ConnectDeltaJob:
+        return ConnectDeltaJob(root, source="rate", batches=last + 1, rows=100)
+
+    def after_stop(self, job: Any) -> None:
+        assert intent_batches(job.a, APPEND) == [] and intent_batches(job.b, MERGE) == []
 
     def after_kill(self, job: Any, point: CrashPoint, sink: str, batch: int) -> None:
         path = job.a if sink == APPEND else job.b
@@ -147,11 +193,18 @@ class PgCase(Case):
     def __init__(self, target: PgTarget) -> None:
         self.pg = target
         s = target.sink_id
-        self.full = [(BD, s, 1), (AD, s, 2), (BC, s, 3), (AC, s, 4)]
-        self.ci = [(AD, s, 1)]
+        self.full = [(BD, s), (AD, s), (BC, s), (AC, s)]
+        self.ci = [(AD, s)]
+        self.stop_sink = s
 
-    def job(self, root: Path, plan: Plan) -> ConnectPgJob:
-        return ConnectPgJob(root, self.pg, files=plan[-1][2] + 2)
+    def job(self, root: Path, last: int) -> ConnectPgJob:
+        job = ConnectPgJob(root, self.pg, source="rate")
+        job.batches, job.rows_per_batch = last + 1, 200
+        job.total = job.batches * job.rows_per_batch
+        return job
+
+    def after_stop(self, job: Any) -> None:
+        assert self.pg.prepared() == [], self.pg.prepared()
 
     def after_kill(self, job: Any, point: CrashPoint, sink: str, batch: int) -> None:
         ledger = self.pg.ledger_states()
@@ -173,11 +226,19 @@ class KafkaCase(Case):
     def __init__(self, target: KafkaTarget) -> None:
         self.kafka = target
         s = target.sink_id
-        self.full = [(BD, s, 1), (AC, s, 2)]
-        self.ci = [(BD, s, 1)]
+        self.full = [(BD, s), (AC, s)]
+        self.ci = [(BD, s)]
+        # (after its slots committed)
+        self.stop_sink = s
 
-    def job(self, root: Path, plan: Plan) -> ConnectKafkaJob:
-        return ConnectKafkaJob(root, self.kafka, files=plan[-1][2] + 2)
+    def job(self, root: Path, last: int) -> ConnectKafkaJob:
+        job = ConnectKafkaJob(root, self.kafka, source="rate")
+        job.batches, job.rows_per_batch = last + 1, 200
+        job.total = job.batches * job.rows_per_batch
+        return job
+
+    def after_stop(self, job: Any) -> None:
+        self.kafka.assert_no_open_transactions()
 
     def finish(self, job: Any, final: DriverRun) -> None:
         job.assert_exact()
@@ -196,7 +257,7 @@ def _case(name: str, request: pytest.FixtureRequest) -> Case:
 SINKS = ["delta", "postgres", "kafka"]
 
 
-# --------------------------------------------------------------- the worker SIGKILLed
+# ------------------------------------------- the server, then the worker, SIGKILLed
 
 
 def _failed_in_the_worker(run: DriverRun) -> None:
@@ -204,22 +265,143 @@ def _failed_in_the_worker(run: DriverRun) -> None:
     assert run.returncode not in (0, -9), run.tail()
 
 
+def _server_killed(job: KillJob, server: ConnectServer, point: CrashPoint, sink: str,
+                   batch: int) -> DriverRun:
+    """The client run on ``server`` until its worker stalls at ``point`` of ``batch``; the
+    whole server SIGKILLed there (the client a moment later)."""
+    server_killed = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        client = pool.submit(job.run, "--master", server.url, kill_after=CLIENT_GRACE,
+                             kill_when=server_killed.is_set)
+        deadline = time.monotonic() + 240
+        while not job.reached(point, batch, sink_id=sink):
+            assert time.monotonic() < deadline and not client.done(), server.tail()
+            time.sleep(0.2)
+        server.kill()
+        server_killed.set()
+        run = client.result(timeout=120)
+    assert run.returncode != 0, run.tail()  # the client lost its server
+    return run
+
+
+def _spec(job: KillJob, steps: list[Step]) -> str:
+    """One spec for every server of a chain, each entry spent once: a kill of the worker,
+    a long stall where the server is killed, a short one where the stop lands."""
+    entries = []
+    for i, (kind, point, sink, batch) in enumerate(steps):
+        entry = f"{point.value}:batch={batch}:sink={sink}:once={job.root / f'once-{i}'}"
+        if kind == SERVER:
+            entry += f":action=stall:seconds={SERVER_STALL}"
+        elif kind == GRACEFUL:
+            entry += f":action=stall:seconds={STALL_SECONDS}"
+        entries.append(entry)
+    return ";".join(entries)
+
+
+def _stopped_gracefully(job: KillJob, server: ConnectServer, point: CrashPoint, sink: str,
+                        batch: int) -> DriverRun:
+    """The client run on ``server``, SIGTERMed once its worker holds ``point`` of ``batch``
+    (as :func:`stop_chain`): it stops the query gracefully and exits 0, the batch in flight
+    in Spark's commit log, the next one not."""
+    def landed() -> bool:
+        return job.reached(point, batch, sink_id=sink)
+
+    run = job.run("--master", server.url, "--on-sigterm", "graceful", kill_after=0.0,
+                  kill_when=landed, kill_signal=signal.SIGTERM)
+    assert landed(), f"the stop's point was not reached\n{run.tail()}"
+    assert run.returncode == 0, run.tail()
+    commits = spark_batches(job.checkpoint)[1]
+    assert batch in commits, "the batch in flight was not committed"
+    assert batch + 1 not in commits, f"a batch after the stop ran\n{run.tail()}"
+    return run
+
+
+@contextlib.contextmanager
+def in_turn(job: KillJob, steps: list[Step], case: Case,
+            ) -> Iterator[tuple[DriverRun, ConnectServer]]:
+    """Each step of ``steps`` in turn, each run a restart of the last on the same
+    checkpoint: ``SERVER``, the client run on a server whose worker stalls at the point,
+    the whole server SIGKILLed there, the next run on a new server; ``WORKER``, the worker
+    SIGKILLs itself at the point, the client ends with the query's error, the server lives
+    on and the next run uses it; ``GRACEFUL``, the client SIGTERMed while the worker holds
+    the point, a graceful stop. Each kill proved (the crash log names the point, sink and
+    batch; Spark's offset log has the batch, its commit log not) and checked
+    (``case.after_kill``), each stop too (``case.after_stop``). Then a clean run on the
+    last server; yields it and the server (still up)."""
+    env = server_env(job.crash_log, _spec(job, steps))
+    started = 0
+
+    def new_server() -> ConnectServer:
+        nonlocal started
+        started += 1
+        return start_server(job.root / f"server-{started}", env)
+
+    server = new_server()
+    try:
+        for kind, point, sink, batch in steps:
+            where = f"{kind} at {point.value} of sink {sink}, batch {batch}"
+            if kind == GRACEFUL:
+                _stopped_gracefully(job, server, point, sink, batch)
+                case.after_stop(job)
+                continue
+            if kind == SERVER:
+                run = _server_killed(job, server, point, sink, batch)
+                server.stop()
+                server = new_server()
+            else:
+                run = job.run("--master", server.url)
+                _failed_in_the_worker(run)
+                assert server.alive(), f"{where}: the server died too\n{server.tail()}"
+            assert job.reached(point, batch, sink_id=sink), (where, run.tail())
+            offsets, commits = spark_batches(job.checkpoint)
+            assert batch in offsets and batch not in commits, (where, offsets, commits)
+            case.after_kill(job, point, sink, batch)
+        final = job.run("--master", server.url)
+        assert final.returncode == 0, final.tail()
+        assert started == 1 + sum(kind == SERVER for kind, *_ in steps)
+        yield final, server
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("sink", SINKS)
-def test_worker_killed_at_driver_side_crash_points_then_restart_is_exact(
+def test_server_and_worker_killed_and_a_graceful_stop_then_restart_is_exact(
     sink: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """At each crash point (CI: one per sink; ``EOS_WIDE_MATRIX=1``: every driver-side
+    point of the family), both deaths in one chain: the server JVM killed, then the worker
+    on the restart's server; then, on that server, a graceful stop at the decision (the
+    SIGTERM reaches the client, the stop request reaches the sink in the worker through
+    the session's configuration); then the last run. Two servers started in CI. For
+    DeltaSink, on the last server: a new checkpoint, and a sink without ``query_name``,
+    refused."""
     case = _case(sink, request)
-    plan = case.plan()
-    job = case.job(tmp_path, plan)
-    runs = kill_at_each(job, plan, killed=_failed_in_the_worker,
-                        after_kill=lambda p, s, b, _run: case.after_kill(job, p, s, b))
-    case.finish(job, runs[-1])
-    if sink == "delta":
-        # A new checkpoint is a new query: refused, never taken for a batch job.
-        job.checkpoint = tmp_path / "ckpt-new"
-        third = job.run()
-        assert third.returncode != 0
-        assert "QueryBindingError" in third.output and "is bound to query" in third.output
+    steps = case.steps()
+    job = case.job(tmp_path, steps[-1][3] + 1)  # one batch after the stop's
+    with in_turn(job, steps, case) as (final, server):
+        case.finish(job, final)
+        if isinstance(job, ConnectDeltaJob):
+            _the_binding_is_never_lost(job, server, tmp_path)
+
+
+def _the_binding_is_never_lost(job: ConnectDeltaJob, server: ConnectServer,
+                               root: Path) -> None:
+    # A new checkpoint is a new query: refused, never taken for a batch job.
+    job.checkpoint = root / "ckpt-new"
+    third = job.run("--master", server.url)
+    assert third.returncode != 0
+    assert "QueryBindingError" in third.output and "is bound to query" in third.output
+    # A sink without query_name: the worker is not told which query calls it.
+    nameless = ConnectDeltaJob(root / "nameless", source="rate", batches=2, rows=50)
+    nameless.query_name = None
+    run = nameless.run("--master", server.url)
+    assert run.returncode != 0
+    assert "under Spark Connect the sink cannot tell which streaming query" in run.output
+    assert "queryName('orders')" in run.output and "run_batch(df, run_id)" in run.output
+    assert not (nameless.a / "_delta_log").exists() or not intent_batches(nameless.a, APPEND)
+
+
+# ------------------------------------------- the worker SIGKILLed, on a local server
 
 
 class ConnectS3DeltaJob(S3DeltaJob):
@@ -231,14 +413,17 @@ class ConnectS3DeltaJob(S3DeltaJob):
         return [*super().args(), *connect_args()]
 
 
+@pytest.mark.connect_local
 def test_delta_on_s3a_worker_killed_at_driver_side_crash_points_then_restart_is_exact(
     tmp_path: Path, s3_service: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """With ``--connect`` on a local Connect server (the client's environment arms the
+    worker). CI: the append sink after its decision; ``EOS_WIDE_MATRIX=1``: every point."""
     for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_REGION",
                  "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(name, raising=False)  # only the session's confs reach the sink
     plan = [(BD, APPEND, 1), (AD, MERGE, 2), (AC, APPEND, 3)] if WIDE else [(AD, APPEND, 1)]
-    job = ConnectS3DeltaJob(tmp_path, s3_service, source="rate", batches=plan[-1][2] + 2,
+    job = ConnectS3DeltaJob(tmp_path, s3_service, source="rate", batches=plan[-1][2] + 1,
                             rows=100)
     runs = kill_at_each(job, plan, killed=_failed_in_the_worker, after_kill=killed_holds(job))
     # delta-rs, row by row; the ledger objects. The worker ends with the query (a plain
@@ -255,83 +440,26 @@ def test_kafka_small_batch_slots_die_with_the_worker_then_restart_is_exact(
 ) -> None:
     """KafkaSink's default ``small_batch_rows``: under Connect a small batch's slots run in
     the foreachBatch worker (the sink's driver there). The worker SIGKILLs itself while
-    slot 1 has produced and not committed, slot 0 perhaps committed; the restart finishes
-    the batch through the shuffle (the first batch of a run) and the rest in the worker:
-    every record once, nothing left open."""
+    slot 1 has produced and not committed, slot 0 perhaps committed; the restart (on the
+    same server) finishes the batch through the shuffle (the first batch of a run) and the
+    rest in the worker: every record once, nothing left open."""
     job = ConnectKafkaJob(tmp_path, kafka, source="rate", small_batch_rows=1000)
     # A stall of 0 s at batch 1's decision records the pid of the process running the
     # sink's driver side; the slot's crash point in batch 2 must fire in that process.
-    first = job.run(crash="before_decision:batch=1:action=stall:seconds=0;"
-                          "before_precommit:batch=2:partition=1")
-    _failed_in_the_worker(first)
-    assert job.reached(CrashPoint.BEFORE_PRECOMMIT, 2, partition=1)
-    pids = {line.split()[0]: line.split("pid=")[1].strip()
-            for line in Path(job.crash_log).read_text().splitlines()}
-    assert pids["before_precommit"] == pids["before_decision"], pids  # not a Spark task
-    final = job.run()
+    spec = (f"before_decision:batch=1:action=stall:seconds=0:once={tmp_path / 'once-0'};"
+            f"before_precommit:batch=2:partition=1:once={tmp_path / 'once-1'}")
+    with connect_server(tmp_path / "server", server_env(job.crash_log, spec)) as server:
+        first = job.run("--master", server.url)
+        _failed_in_the_worker(first)
+        assert job.reached(CrashPoint.BEFORE_PRECOMMIT, 2, partition=1)
+        pids = {line.split()[0]: line.split("pid=")[1].strip()
+                for line in Path(job.crash_log).read_text().splitlines()}
+        assert pids["before_precommit"] == pids["before_decision"], pids  # not a Spark task
+        assert server.alive(), server.tail()
+        final = job.run("--master", server.url)
     assert final.returncode == 0, final.tail()
     job.assert_exact()
     assert not wait_no_open_transactions(kafka.bootstrap, [kafka.topic, kafka.marker_topic])
-
-
-def test_a_sink_without_query_name_is_refused_with_the_fix(tmp_path: Path) -> None:
-    job = ConnectDeltaJob(tmp_path, source="rate", batches=2, rows=50)
-    job.query_name = None
-    run = job.run()
-    assert run.returncode != 0
-    assert "under Spark Connect the sink cannot tell which streaming query" in run.output
-    assert "queryName('orders')" in run.output and "run_batch(df, run_id)" in run.output
-    assert not (job.a / "_delta_log").exists() or not intent_batches(job.a, APPEND)
-
-
-# ------------------------------------------------------ a separate server SIGKILLed
-
-
-def server_killed_at_each(job: KillJob, plan: Plan, root: Path,
-                          after_kill: Callable[[CrashPoint, str, int], None]) -> DriverRun:
-    """For each ``(point, sink, batch)`` of ``plan``: a new server whose foreachBatch worker
-    stalls at that point, the client run on it, the whole server SIGKILLed there (the
-    client a moment later); Spark has the batch in its offset log, not in its commit log.
-    Then a last new server and a clean run, returned."""
-    for i, (point, sink, batch) in enumerate(plan):
-        stall = f"{point.value}:batch={batch}:sink={sink}:action=stall:seconds=600"
-        env = {"CONNECTORS_TEST_MODE": "1", "CONNECTORS_CRASH_AT": stall,
-               "CONNECTORS_CRASH_LOG": str(job.crash_log)}
-        server = start_server(root / f"server-{i}", env)
-        server_killed = threading.Event()
-        try:
-            with ThreadPoolExecutor(1) as pool:
-                client = pool.submit(job.run, "--master", server.url, kill_after=CLIENT_GRACE,
-                                     kill_when=server_killed.is_set)
-                deadline = time.monotonic() + 240
-                while not job.reached(point, batch, sink_id=sink):
-                    assert time.monotonic() < deadline and not client.done(), server.tail()
-                    time.sleep(0.2)
-                server.kill()
-                server_killed.set()
-                run = client.result(timeout=120)
-        finally:
-            server.stop()
-        assert run.returncode != 0, run.tail()  # the client lost its server
-        offsets, commits = spark_batches(job.checkpoint)
-        assert batch in offsets and batch not in commits, (offsets, commits)
-        after_kill(point, sink, batch)
-    with connect_server(root / "server-last") as fresh:
-        final = job.run("--master", fresh.url)
-    assert final.returncode == 0, final.tail()
-    return final
-
-
-@pytest.mark.parametrize("sink", SINKS)
-def test_server_jvm_killed_at_driver_side_crash_points_then_restart_is_exact(
-    sink: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    case = _case(sink, request)
-    plan = case.plan()
-    job = case.job(tmp_path, plan)
-    final = server_killed_at_each(job, plan, tmp_path,
-                                  lambda p, s, b: case.after_kill(job, p, s, b))
-    case.finish(job, final)
 
 
 # ------------------------------------------------------------ only the client killed
@@ -368,15 +496,23 @@ def test_killing_only_the_client_leaves_the_query_running_on_the_server(
 # ------------------------------------------------------------------ graceful stops
 
 
-def test_graceful_stop_under_connect_leaves_nothing_and_restarts_exactly(
+def stall_spec(job: KillJob, sink_id: str, plan: list[tuple[str, CrashPoint]]) -> str:
+    """What :func:`stop_chain` arms in its client, for a server's worker: each stop's
+    point held ``STALL_SECONDS`` once, in batch ``FIRST + i``."""
+    return ";".join(f"{point.value}:batch={FIRST + i}:sink={sink_id}:action=stall:"
+                    f"seconds={STALL_SECONDS}:once={job.root / f'server-stall-{i}'}"
+                    for i, (_, point) in enumerate(plan))
+
+
+@pytest.mark.skipif(not WIDE, reason="EOS_WIDE_MATRIX=1 only (CI's time budget): CI "
+                    "stops each sink gracefully at its decision in the kill chains above")
+def test_graceful_stops_in_every_phase_under_connect_leave_nothing_and_restart_exactly(
         tmp_path: Path, pg: PgTarget) -> None:  # noqa: F811 - the pg fixture
-    """The SIGTERM reaches the client; the stop request reaches the sink in the server's
-    foreachBatch worker through the session's configuration. CI: one stop, at the
-    decision; ``EOS_WIDE_MATRIX=1``: three graceful stops in each phase. (A plain
-    ``query.stop()`` under Connect ends the worker with the query: what a hard kill
-    leaves, which the kill tests above cover; docs/stopping.md.)"""
-    plan = [s for s in wide([p for _, p in PG_CI]) if s[0] == "graceful"] if WIDE \
-        else [("graceful", BD)]
+    """Three graceful stops of PostgresSink in each phase of a batch, every run on one
+    server (it outlives each stopped client). (CI: one stop per sink, at the decision, in
+    the chains above. A plain ``query.stop()`` under Connect ends the worker with the
+    query: what a hard kill leaves, which the kill tests cover; docs/stopping.md.)"""
+    plan = [s for s in wide([p for _, p in PG_CI]) if s[0] == "graceful"]
     job = ConnectPgJob(tmp_path, pg, source="rate")
     job.batches, job.rows_per_batch = batches_for(plan), 200
     job.total = job.batches * job.rows_per_batch
@@ -384,31 +520,7 @@ def test_graceful_stop_under_connect_leaves_nothing_and_restarts_exactly(
     def nothing_left(stopped: Stopped) -> None:
         assert pg.prepared() == [], pg.prepared()
 
-    stop_chain(job, pg.sink_id, plan, nothing_left)
+    env = server_env(job.crash_log, stall_spec(job, pg.sink_id, plan))
+    with connect_server(tmp_path / "server", env) as server:
+        stop_chain(job, pg.sink_id, plan, nothing_left, extra=("--master", server.url))
     job.assert_exact()
-
-
-def test_graceful_stop_of_kafka_and_delta_sinks_under_connect(
-        tmp_path: Path, kafka: KafkaTarget, spark: SparkSession) -> None:  # noqa: F811
-    """The same for KafkaSink (a graceful stop after its slots committed, at the decision)
-    and DeltaSink (two tables in one foreachBatch function, stopped at the append sink's
-    decision: the MERGE sink finishes the batch too), one stop each."""
-    kjob = ConnectKafkaJob(tmp_path / "kafka", kafka, source="rate")
-    plan = [("graceful", BD)]
-    kjob.batches, kjob.rows_per_batch = batches_for(plan), 200
-    kjob.total = kjob.batches * kjob.rows_per_batch
-
-    def no_open_transaction(stopped: Stopped) -> None:
-        kafka.assert_no_open_transactions()
-
-    stop_chain(kjob, kafka.sink_id, plan, no_open_transaction)
-    kjob.assert_exact()
-
-    djob = ConnectDeltaJob(tmp_path / "delta", source="rate", rows=100,
-                           batches=batches_for(plan))
-
-    def no_intent(stopped: Stopped) -> None:
-        assert intent_batches(djob.a, APPEND) == [] and intent_batches(djob.b, MERGE) == []
-
-    stop_chain(djob, APPEND, plan, no_intent)
-    djob.assert_exact(spark)
