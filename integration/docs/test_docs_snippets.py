@@ -3,16 +3,22 @@
 
 The blocks run verbatim: each python block is saved as the file its first line names, in a
 temporary directory, and run with this interpreter in a subprocess; shell blocks run with
-``bash -euo pipefail``; SQL blocks against PostgreSQL. They get only what they visibly read
-from the environment: ``EOS_POSTGRES_CONNINFO`` (a database created for the page and
-dropped after), ``EOS_KAFKA_BOOTSTRAP``, ``EOS_KAFKA_TOPIC`` (new for each page) and
-``EOS_EXAMPLE_DIR`` (an empty directory), and ``PATH`` starts with this interpreter's
-directory, as in an activated virtual environment. After each block that writes a target,
-the target is read like a downstream user reads it (the PostgreSQL table, the Kafka topic
-with ``read_committed``, the Delta table's log and files) and compared row by row with what
-the block wrote: nothing missing, nothing twice. The PostgreSQL and Kafka quick-starts of
-the README first run with their driver SIGKILLed at a crash point of batch 1, then again,
-as the README says a user may.
+``bash -euo pipefail``; SQL blocks against PostgreSQL. Consecutive programs of a page run
+one after the other in one process (``_run_blocks.py``: each as ``python NAME`` runs it),
+so that they share one Spark driver JVM: a JVM start costs 10-15 s of CPU on the CI
+machine, the programs' own work a few seconds (:func:`page_plan`; ``RUN_FIRST`` moves an
+independent program that needs more jars to the front of its page). They get only what
+they visibly read from the environment: ``EOS_POSTGRES_CONNINFO`` (a database created for
+the page and dropped after), ``EOS_KAFKA_BOOTSTRAP``, ``EOS_KAFKA_TOPIC`` (new for each
+page) and ``EOS_EXAMPLE_DIR`` (an empty directory), and ``PATH`` starts with this
+interpreter's directory, as in an activated virtual environment. After each process, the
+target of each block it finished is read like a downstream user reads it (the PostgreSQL
+table, the Kafka topic with ``read_committed``, the Delta table's log and files) and
+compared row by row with what the block wrote: nothing missing, nothing twice. The
+PostgreSQL and Kafka quick-starts of the README first run with their driver SIGKILLed at a
+crash point of batch 1, then again, as the README says a user may; the kills are chained,
+each second run starting the next process (README.md: [delta, postgres killed], [postgres,
+datasource killed], [datasource, kafka killed], [kafka]: 4 drivers where it took 7).
 
 The three commands that .ci/run runs verbatim (``RUN_BY_CI``) are not run here again: the
 test asserts that .ci/run still contains each of them.
@@ -500,45 +506,203 @@ def _crash_reached(log: Path, spec: str, sink: str) -> bool:
                and f"batch={batch}" in ln.split() for ln in lines)
 
 
-def _run_block(page: Page, block: sn.Block, label: str, env: dict[str, str]) -> sn.Run:
+# ------------------------------------------------------------- one process for many blocks
+
+#: The program that runs first on its page, before the blocks printed above it: it needs
+#: jars the page's other programs do not (PySpark keeps the first session's JVM and class
+#: path for the whole process), and it reads and writes nothing they touch.
+RUN_FIRST: dict[str, str] = {
+    "README.md": "quickstart_delta.py",  # Delta's jars; the others: components=[]
+    "docs/security.md": "secure_kafka.py",  # Spark's Kafka source; secure_postgres: []
+}
+
+RUNNER = Path(__file__).with_name("_run_blocks.py")
+
+Labelled = tuple[sn.Block, str]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One process of a page's run: python programs run one after the other in one
+    interpreter (``_run_blocks.py``), or a single shell, SQL or pytest block. With
+    ``crash``, the last program's first run: the process must die at its crash point, and
+    that program runs again first in the next step."""
+
+    blocks: tuple[Labelled, ...]
+    crash: bool = False
+
+    @property
+    def programs(self) -> bool:
+        return _is_program(*self.blocks[0])
+
+
+def _is_program(block: sn.Block, label: str) -> bool:
+    return block.lang == "python" and not (block.python_name or label).startswith("test_")
+
+
+def spark_components(code: str) -> frozenset[str] | None:
+    """The jars a program's Spark session asks for (``components=[...]``), or None when it
+    starts no Spark."""
+    from connectors.spark.jars._components import DEFAULT_COMPONENTS
+
+    if "get_session(" not in code:
+        return None
+    m = re.search(r"get_session\([^)]*components=\[([^\]]*)\]", code)
+    return frozenset(re.findall(r"[\"'](\w+)[\"']", m.group(1)) if m else DEFAULT_COMPONENTS)
+
+
+def page_plan(doc: str) -> list[Step]:
+    """The processes that run a page's executed blocks, in order. Consecutive programs
+    share a process (one Spark driver JVM) unless a program needs jars that the JVM's first
+    session did not ask for; a shell, SQL or pytest block runs alone, after every block above
+    it; a program to be SIGKILLed first ends its process, and its second run starts the
+    next one."""
+    labelled = sn.executed_labels([b for b in BLOCKS if b.doc == doc], CLASSIFIED.kinds)
+    if doc in RUN_FIRST:
+        first = [x for x in labelled if x[1] == RUN_FIRST[doc]]
+        assert len(first) == 1, f"RUN_FIRST names {RUN_FIRST[doc]!r}: no such block of {doc}"
+        labelled = first + [x for x in labelled if x not in first]
+    steps: list[Step] = []
+    group: list[Labelled] = []
+    jvm: frozenset[str] | None = None  # what the group's JVM was started with
+
+    def close() -> None:
+        nonlocal group, jvm
+        if group:
+            steps.append(Step(tuple(group)))
+        group, jvm = [], None
+
+    for block, label in labelled:
+        if not _is_program(block, label):
+            close()
+            steps.append(Step(((block, label),)))
+            continue
+        need = spark_components(block.code)
+        if need is not None and jvm is not None and not need <= jvm:
+            close()
+        if need is not None and jvm is None:
+            jvm = need
+        group.append((block, label))
+        if EXPECT[(doc, label)].crash_first is not None:
+            steps.append(Step(tuple(group), crash=True))
+            group, jvm = [(block, label)], need
+    close()
+    return steps
+
+
+def _crash_env(page: Page, expect: Expect, label: str) -> tuple[dict[str, str], Path, str]:
+    sink = (expect.crash_sink or "").format(topic=page.topic)
+    log = page.cwd / f"{label}.crash-log"
+    env = {"CONNECTORS_CRASH_AT": f"{expect.crash_first}:sink={sink}",
+           "CONNECTORS_TEST_MODE": "1", "CONNECTORS_CRASH_LOG": str(log)}
+    return env, log, sink
+
+
+def _split_output(run: sn.Run, names: list[str]) -> dict[str, tuple[str, float | None]]:
+    """What each block printed on stdout, and its seconds when it finished."""
+    from integration.docs._run_blocks import END, START
+
+    out: dict[str, tuple[str, float | None]] = {}
+    current: str | None = None
+    lines: list[str] = []
+    for line in run.stdout.splitlines(keepends=True):
+        if line.startswith(START + " "):
+            current, lines = line.split()[1], []
+            out[current] = ("", None)
+        elif line.startswith(END + " ") and current is not None:
+            out[current] = ("".join(lines), float(line.split()[2]))
+            current = None
+        elif current is not None:
+            lines.append(line)
+            out[current] = ("".join(lines), None)
+    assert list(out) == names[:len(out)], f"the runner ran {list(out)}, not {names}"
+    return out
+
+
+def _run_programs(page: Page, step: Step) -> None:
+    names = [block.python_name or label for block, label in step.blocks]
+    env = dict(page.env)
+    crash: tuple[str, Path, str] | None = None
+    for (block, _), name in zip(step.blocks, names, strict=True):
+        (page.cwd / name).write_text(block.code, encoding="utf-8")
+    if step.crash:  # armed for the whole process, for the last program's sink only
+        label = step.blocks[-1][1]
+        expect = EXPECT[(page.doc, label)]
+        assert expect.crash_first is not None
+        crash_env, log, sink = _crash_env(page, expect, label)
+        env.update(crash_env)
+        crash = (expect.crash_first, log, sink)
+    args = [sys.executable, str(RUNNER), *names]
+    run = sn.run(args, cwd=page.cwd, env=env, timeout=BLOCK_TIMEOUT * len(names))
+    parts = _split_output(run, names)
+    where = ", ".join(f"{b.where} ({label})" for b, label in step.blocks)
+    finished = [n for n in names if n in parts and parts[n][1] is not None]
+    if crash is not None:
+        spec, log, sink = crash
+        assert run.returncode == -9 and finished == names[:-1], (
+            f"{where}: the last was to be SIGKILLed at {spec} after the others finished; "
+            f"finished: {finished}\n" + run.tail(page.secrets))
+        assert _crash_reached(log, spec, sink), log.read_text()
+    else:
+        assert run.returncode == 0 and finished == names, (
+            f"{where}: failed (finished: {finished}):\n" + run.tail(page.secrets))
+    for (block, label), name in zip(step.blocks, names, strict=True):
+        stdout, seconds = parts.get(name, ("", None))
+        if seconds is None:
+            print(f"{block.where} {label}: SIGKILLed at {crash[0] if crash else '?'} "
+                  f"(process of {len(names)} programs, {run.seconds:.1f} s)")
+            continue
+        print(f"{block.where} {label}: finished after {seconds:.1f} s "
+              f"(process of {len(names)} programs)")
+        EXPECT[(page.doc, label)].check(
+            page, sn.Run(args, 0, stdout, run.stderr, seconds))
+
+
+def _run_single(page: Page, block: sn.Block, label: str) -> None:
+    expect = EXPECT[(page.doc, label)]
+    if block.lang == "sql":
+        expect.check(page, sn.postgres_rows(page.conninfo, block.code))
+        return
     if block.lang == "python":
         name = block.python_name or label
-        if name.startswith("test_"):
-            args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", name]
-        else:
-            args = [sys.executable, name]
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", name]
     else:
         name = label.replace("#", "_") + ".sh"
         args = ["bash", "-euo", "pipefail", name]
     (page.cwd / name).write_text(block.code, encoding="utf-8")
-    return sn.run(args, cwd=page.cwd, env=env, timeout=BLOCK_TIMEOUT)
+    result = sn.run(args, cwd=page.cwd, env=page.env, timeout=BLOCK_TIMEOUT)
+    print(f"{block.where} {label}: exit {result.returncode} after {result.seconds:.1f} s")
+    assert result.returncode == 0, f"{block.where} ({label}) failed:\n" + result.tail(
+        page.secrets)
+    expect.check(page, result)
+
+
+def test_page_plans_share_drivers_and_run_every_block() -> None:
+    """The plan runs every executed block to its end once (a crashed program twice), each
+    program SIGKILLed first is the last of its process, and no process starts Spark with
+    fewer jars than one of its programs asks for."""
+    for doc in PAGES:
+        plan = page_plan(doc)
+        ran = [label for step in plan for k, (_, label) in enumerate(step.blocks)
+               if not (step.crash and k == len(step.blocks) - 1)]
+        labels = [label for _, label in sn.executed_labels(
+            [b for b in BLOCKS if b.doc == doc], CLASSIFIED.kinds)]
+        assert sorted(ran) == sorted(labels), f"{doc}: {ran} != {labels}"
+        for step in plan:
+            needs = [n for b, _ in step.blocks if (n := spark_components(b.code)) is not None]
+            assert all(n <= needs[0] for n in needs), f"{doc}: {step}"
+            assert step.programs or len(step.blocks) == 1
+    drivers = [s for s in page_plan("README.md")
+               if any(spark_components(b.code) is not None for b, _ in s.blocks)]
+    assert len(drivers) == 4, drivers  # 3 kills, then the last program's second run
 
 
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("page_env", PAGES, indirect=True)
 def test_page_blocks_run_and_write_exactly_once(page_env: Page) -> None:
     page = page_env
-    for block, label in sn.executed_labels([b for b in BLOCKS if b.doc == page.doc],
-                                           CLASSIFIED.kinds):
-        expect = EXPECT[(page.doc, label)]
-        if block.lang == "sql":
-            expect.check(page, sn.postgres_rows(page.conninfo, block.code))
-            continue
-        if expect.crash_first is not None:
-            sink = (expect.crash_sink or "").format(topic=page.topic)
-            log = page.cwd / f"{label}.crash-log"
-            crashed = _run_block(page, block, label, {
-                **page.env, "CONNECTORS_CRASH_AT": f"{expect.crash_first}:sink={sink}",
-                "CONNECTORS_TEST_MODE": "1",
-                "CONNECTORS_CRASH_LOG": str(log)})
-            assert crashed.returncode == -9, (
-                f"{block.where} ({label}) was to be SIGKILLed at {expect.crash_first}:\n"
-                + crashed.tail(page.secrets))
-            assert _crash_reached(log, expect.crash_first, sink), log.read_text()
-            print(f"{block.where} {label}: SIGKILLed at {expect.crash_first} after "
-                  f"{crashed.seconds:.1f} s")
-        result = _run_block(page, block, label, page.env)
-        print(f"{block.where} {label}: exit {result.returncode} after {result.seconds:.1f} s")
-        assert result.returncode == 0, f"{block.where} ({label}) failed:\n" + result.tail(
-            page.secrets)
-        expect.check(page, result)
+    for step in page_plan(page.doc):
+        if step.programs:
+            _run_programs(page, step)
+        else:
+            _run_single(page, *step.blocks[0])
