@@ -5,18 +5,23 @@ checkpoint, in one chained job (``integration.delta._delta_cdc``: four sinks fed
 partition overwrite).
 
 Every kill is proved (SIGKILL; the crash log names point, sink and batch; Spark's offset
-log has the batch, its commit log not), then what the table and the ledger hold is checked
-against the point, and the restart's metrics show the batch settled as the point requires
-(written afresh, reconciled from the table, or a replay the ledger recorded). After the
-last run the tables are compared row by row with a plain application of the whole input
-(the last change of a key winning; a delete deleting), and each sink's Delta log holds
-exactly one tagged commit per batch.
+log has the batch, its commit log not), then what every sink's table and ledger hold of the
+batch is checked against the point (the killed sink at its point; the sinks DeltaSinks
+committed before it hold the batch committed and recorded, those after it nothing), and
+the restart's metrics show each sink's batch settled as its state requires (written
+afresh, reconciled from the table, or a replay the ledger recorded). After the last run the
+tables are compared row by row with a plain application of the whole input (the last
+change of a key winning; a delete deleting), and each sink's Delta log holds exactly one
+tagged commit per batch.
 
-CI kills both change-stream forms at every point and each overwrite variant once (10
-kills), then once at random, over six batches (the plan's kills end in batch 2, so the
-random kill, up to 3 s after the first record of batch 3, has three batches ahead of it, not
-one: with four batches it could come after the last commit); ``EOS_WIDE_MATRIX=1`` kills
-every sink at every point (16 kills).
+CI kills at every crash point of the family once, at after_decision (the table ahead of
+the ledger: the restart reconciles from the table) for both change-stream forms and
+replace_where, so that between the killed sinks and the ones around them every form is
+written afresh, reconciled and replayed after a kill (6 kills, in batches 1 and 2), then
+once at random, over five batches (the random kill, up to 3 s after the ledgers' first
+record in batch 2, has more than two batches ahead of it): 8 driver starts.
+``EOS_WIDE_MATRIX=1`` kills every sink at every point (16 kills). (CI used to kill both
+change-stream forms at every point and each overwrite variant once: 10 kills, 12 starts.)
 """
 
 from __future__ import annotations
@@ -87,27 +92,51 @@ class CdcJob(KillJob):
             assert intent_batches(path, sink) == [], sink
 
 
-def check_point(job: CdcJob, point: CrashPoint, sink: str, batch: int) -> None:
-    """What the table and the ledger hold right after a kill at ``point``."""
-    path = job.table(sink)
-    ledger, tags = ledger_batches(path, sink), tagged_commits(path, sink)
-    assert all(ledger.get(b) for b in range(batch)), ledger
-    if point in (CrashPoint.BEFORE_TASKS, CrashPoint.BEFORE_DECISION):
-        assert batch not in tags and batch not in ledger
-        assert batch not in intent_batches(path, sink), "an intent before the commit"
-    elif point is CrashPoint.AFTER_DECISION:
-        assert len(tags[batch]) == 1 and batch not in ledger
-        assert batch in intent_batches(path, sink)
-    else:
-        assert len(tags[batch]) == 1 and ledger.get(batch) is True
+#: What a sink holds of the killed batch, and how the restart must settle it.
+NOTHING, DECIDED, DONE = "nothing", "decided", "done"
 
 
-def check_settled(run: DriverRun, point: CrashPoint, sink: str, batch: int) -> None:
-    """The restart after a kill at ``point`` settled that batch as the point requires."""
+def states_at(point: CrashPoint, sink: str) -> dict[str, str]:
+    """Every sink's state in the batch killed at ``point`` of ``sink``: DeltaSinks checks
+    the batch in every sink (``before_tasks``) before any decision, then each sink commits
+    in ``ORDER``: those before ``sink`` have committed and recorded it, those after have
+    written nothing."""
+    own = {CrashPoint.BEFORE_TASKS: NOTHING, CrashPoint.BEFORE_DECISION: NOTHING,
+           CrashPoint.AFTER_DECISION: DECIDED, CrashPoint.AFTER_COMMIT: DONE}[point]
+    before = NOTHING if point is CrashPoint.BEFORE_TASKS else DONE
+    i = ORDER.index(sink)
+    return {s: before if j < i else own if j == i else NOTHING for j, s in enumerate(ORDER)}
+
+
+def check_point(job: CdcJob, point: CrashPoint, sink: str, batch: int) -> dict[str, str]:
+    """What every sink's table and ledger hold right after a kill at ``point`` of ``sink``
+    (the killed sink and the others alike, by :func:`states_at`); returns the states."""
+    states = states_at(point, sink)
+    for other, state in states.items():
+        path = job.table(other)
+        ledger, tags = ledger_batches(path, other), tagged_commits(path, other)
+        intents = intent_batches(path, other)
+        where = (point.value, sink, batch, other, state)
+        assert all(ledger.get(b) for b in range(batch)), (where, ledger)
+        if state == NOTHING:
+            assert batch not in tags and batch not in ledger, (where, tags, ledger)
+            assert batch not in intents, (where, "an intent before the commit")
+        elif state == DECIDED:
+            assert len(tags[batch]) == 1 and batch not in ledger, (where, tags, ledger)
+            assert batch in intents, where
+        else:
+            assert len(tags[batch]) == 1 and ledger.get(batch) is True, (where, tags, ledger)
+    return states
+
+
+def check_settled(run: DriverRun, state: str, sink: str, batch: int) -> None:
+    """The restart after a kill settled ``sink``'s ``batch`` as its ``state`` requires:
+    written afresh (nothing of it written), reconciled from the table (decided: committed,
+    not recorded) or a replay the ledger recorded (done)."""
     m = run.batch_metrics(sink, batch)
-    if point in (CrashPoint.BEFORE_TASKS, CrashPoint.BEFORE_DECISION):
+    if state == NOTHING:
         assert m["outcome"] == "committed", m
-    elif point is CrashPoint.AFTER_DECISION:
+    elif state == DECIDED:
         assert m["outcome"] == "replayed" and m["reconciled"] == "1", m
     else:
         assert m["outcome"] == "replayed" and m["reconciled"] == "0", m
@@ -118,15 +147,15 @@ def kill_plan_then_random(job: CdcJob, plan: list[tuple[CrashPoint, str, int]]) 
     once at a random moment after the ledgers' next record, then one clean run."""
     spec = ";".join(f"{p.value}:batch={b}:sink={s}:once={job.root / f'once-{i}'}"
                     for i, (p, s, b) in enumerate(plan))
-    # Kills whose restart has not yet written that batch's metrics line; a later kill of
-    # the same sink and batch replaces the earlier one (its restart settles both).
-    pending: list[tuple[CrashPoint, str, int]] = []
+    # (sink, batch) -> its state at the last kill in that batch, until a run logs that
+    # batch's metrics line of that sink (a later kill in the batch replaces the state).
+    pending: dict[tuple[str, int], str] = {}
 
     def settle(run: DriverRun) -> None:
-        for kill in list(pending):
-            if run.metrics(kill[1], kill[2]):
-                check_settled(run, *kill)
-                pending.remove(kill)
+        for (sink, batch), state in list(pending.items()):
+            if run.metrics(sink, batch):
+                check_settled(run, state, sink, batch)
+                del pending[sink, batch]
 
     runs = []
     for point, sink, batch in plan:
@@ -138,8 +167,8 @@ def kill_plan_then_random(job: CdcJob, plan: list[tuple[CrashPoint, str, int]]) 
         assert job.reached(point, batch, sink_id=sink), reached(job.crash_log)
         offsets, commits = spark_batches(job.checkpoint)
         assert batch in offsets and batch not in commits, (offsets, commits)
-        check_point(job, point, sink, batch)
-        pending[:] = [k for k in pending if k[1:] != (sink, batch)] + [(point, sink, batch)]
+        for other, state in check_point(job, point, sink, batch).items():
+            pending[other, batch] = state
     before = job.progress()
     delay = random.Random(SEED).uniform(0.0, 3.0)
     run = job.run(crash=spec, kill_after=delay, kill_when=lambda: job.progress() > before)
@@ -154,32 +183,35 @@ def kill_plan_then_random(job: CdcJob, plan: list[tuple[CrashPoint, str, int]]) 
     assert len(reached(job.crash_log)) >= len(plan)
 
 
-# The CI plan: both change-stream forms at every crash point of the family (the issue's
-# proof), the overwrite variants where the table and the ledger disagree (after_decision:
-# the restart reconciles from the table; after_commit: the ledger's fingerprint).
-# In the order a restarted driver meets them: DeltaSinks is a fan-out, so every sink checks
-# its batch (``before_tasks``) before the decision, and then each commits in turn.
+BT, BD = CrashPoint.BEFORE_TASKS, CrashPoint.BEFORE_DECISION
+AD, AC = CrashPoint.AFTER_DECISION, CrashPoint.AFTER_COMMIT
+# The CI plan, in the order a restarted driver meets the points: every crash point of the
+# family once, and the reconciled path (after_decision: the table ahead of the ledger) of
+# both change-stream forms and of replace_where. Each kill also leaves the sinks around the
+# killed one in the other states (``states_at``), each checked, and settled by the restart
+# as checked: so each form is also written afresh and replayed from the ledger after a
+# kill. The kills, with what each leaves [cond, fn, replace, dynamic]:
 CI_PLAN = [
-    *[(CrashPoint.BEFORE_TASKS, s, 1) for s in (COND, FN)],
-    *[(p, s, 1) for s in (COND, FN) for p in (CrashPoint.BEFORE_DECISION,
-                                              CrashPoint.AFTER_DECISION)],
-    (CrashPoint.AFTER_DECISION, REPLACE, 1),
-    *[(CrashPoint.AFTER_COMMIT, s, 2) for s in (COND, FN, DYNAMIC)],
+    (BT, FN, 1),       # [nothing, nothing, nothing, nothing]
+    (BD, FN, 1),       # [done, nothing, nothing, nothing]
+    (AD, REPLACE, 1),  # [done, done, decided, nothing]
+    (AC, DYNAMIC, 1),  # [done, done, done, done]
+    (AD, COND, 2),     # [decided, nothing, nothing, nothing]
+    (AD, FN, 2),       # [done, decided, nothing, nothing]
 ]
 # Wide: every sink at every point (the reconciled path passes no after_commit, so that one
 # is in the next batch).
 WIDE_PLAN = [
-    *[(CrashPoint.BEFORE_TASKS, s, 1) for s in ORDER],
-    *[(p, s, 1) for s in ORDER for p in (CrashPoint.BEFORE_DECISION,
-                                         CrashPoint.AFTER_DECISION)],
-    *[(CrashPoint.AFTER_COMMIT, s, 2) for s in ORDER],
+    *[(BT, s, 1) for s in ORDER],
+    *[(p, s, 1) for s in ORDER for p in (BD, AD)],
+    *[(AC, s, 2) for s in ORDER],
 ]
 
 
 def test_change_streams_and_overwrites_sigkilled_at_crash_points_and_at_random_are_exact(
     tmp_path: Path, spark: SparkSession
 ) -> None:
-    job = CdcJob(tmp_path, batches=6)
+    job = CdcJob(tmp_path, batches=5)
     job.seed(spark)
     plan: list[Any] = WIDE_PLAN if WIDE else CI_PLAN
     kill_plan_then_random(job, plan)

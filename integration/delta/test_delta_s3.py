@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +42,24 @@ from connectors.delta import DeltaSink
 from connectors.sdk import CrashPoint
 from integration.delta._delta_s3 import S3Tables
 from integration.delta.test_delta_kill import APPEND, COLUMNS, MERGE, PLAN, SHORT_PLAN, DeltaJob
-from integration.support._driver import REPO, SEED, DriverRun, kill_at_each, kill_at_random, reached
+from integration.support._driver import (
+    REPO,
+    SEED,
+    DriverRun,
+    kill_at_each,
+    kill_at_random,
+    reached,
+    spark_batches,
+)
 
 pytestmark = [pytest.mark.integration]
 
 WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
+#: How long driver 1 of the fencing test idles after each batch's last commit (a stall),
+#: so that it writes little while driver 2 starts and is refused, and a graceful stop
+#: then waits for at most one batch and one stall. Nothing is timed on it: driver 1 holds
+#: the lease throughout, stalled or writing.
+FENCE_STALL_S = 10.0
 
 
 def _prefix(s3: Any, name: str) -> str:
@@ -55,13 +71,16 @@ class S3DeltaJob(DeltaJob):
     ``AWS_*`` variables (``keys_in_env``), or else as s3a confs like the other settings."""
 
     keys_in_env = True
+    #: The tables' ``s3a://`` URIs (local paths in DeltaJob).
+    a: str  # type: ignore[assignment]
+    b: str  # type: ignore[assignment]
 
     def __init__(self, root: Path, s3: Any, **kwargs: Any) -> None:
         super().__init__(root, **kwargs)
         self.s3 = s3
         self.tables = S3Tables(s3)
         prefix = _prefix(s3, root.name)
-        self.a, self.b = f"{prefix}/a", f"{prefix}/b"  # type: ignore[assignment]
+        self.a, self.b = f"{prefix}/a", f"{prefix}/b"
         #: Every run of the job, in order (what a restart logged, e.g. a lease takeover).
         self.runs: list[DriverRun] = []
 
@@ -138,7 +157,9 @@ def killed_holds(job: S3DeltaJob) -> Callable[[CrashPoint, str, int, DriverRun],
 def test_s3_sigkill_at_crash_points_of_both_sinks_then_restart_is_exact(
     tmp_path: Path, s3_service: Any, delta_path: str, plan: list[tuple[CrashPoint, str, int]]
 ) -> None:
-    job = S3DeltaJob(tmp_path, s3_service, delta_path=delta_path)
+    # One file (micro-batch) past the plan's last kill: its restart writes the rest.
+    job = S3DeltaJob(tmp_path, s3_service, delta_path=delta_path,
+                     files=max(b for _, _, b in plan) + 1)
     runs = kill_at_each(job, plan, after_kill=killed_holds(job))
     assert len(reached(job.crash_log)) == len(plan)
     # The restarts took the lease of the killed driver at once (same machine, pid gone).
@@ -158,36 +179,63 @@ def test_s3_sigkill_at_random_moments_then_restart_is_exact(
 def test_s3_second_driver_of_the_sink_is_kept_out_while_the_first_runs(
     tmp_path: Path, s3_service: Any
 ) -> None:
-    """Driver 1 runs a long rate stream; driver 2, the same two sinks fed by a query of its
-    own, starts once driver 1 recorded a batch: it fails with FencedError naming the
-    lease's holder, having written nothing; driver 1 ends exact."""
-    job = S3DeltaJob(tmp_path / "first", s3_service, source="rate", batches=60, rows=50)
-    other = S3DeltaJob(tmp_path / "second", s3_service, source="rate", batches=60, rows=50)
+    """Driver 1 (``--on-sigterm graceful``, a rate stream with no end of its own) takes the
+    lease and writes, idling after each batch (``FENCE_STALL_S``). Driver 2, the same two
+    sinks fed by a query of its own, starts once driver 1 holds the lease: it fails with
+    FencedError naming the holder (driver 1's pid, alive and still holding the lease),
+    having written nothing. Only then is driver 1 stopped, gracefully (SIGTERM): it exits
+    0, releases the lease, and the tables are exact for the batches Spark's commit log
+    holds (0..n-1: each once in table, history and ledger, no commit of driver 2's).
+
+    (Driver 1 used to run a 60-batch stream only to be still running when driver 2 was
+    refused; now it runs until the test stops it, once driver 2 was refused.)"""
+    job = S3DeltaJob(tmp_path / "first", s3_service, source="rate", batches=10_000, rows=50)
+    other = S3DeltaJob(tmp_path / "second", s3_service, source="rate", batches=2, rows=50)
     other.a, other.b = job.a, job.b
-    env = {"AWS_ACCESS_KEY_ID": s3_service.access_key,
-           "AWS_SECRET_ACCESS_KEY": s3_service.secret_key, "AWS_REGION": "us-east-1",
-           "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
-    cmd = [sys.executable, "-m", job.module, *job.args()]
-    first = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env}, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while not _recorded(job):
-            assert first.poll() is None, first.communicate()[0][-3000:]
-            assert time.monotonic() < deadline, "driver 1 recorded no batch in 240 s"
-            time.sleep(0.5)
-        second = other.run()
-        assert first.poll() is None, "driver 1 ended before driver 2 met the lease"
-        assert second.returncode != 0, second.tail()
-        assert "FencedError" in second.output and "another driver holds the lease" in \
-            second.output, second.tail()
-        assert "outcome=committed" not in second.output, second.tail()
-        out, _ = first.communicate(timeout=600)
-    finally:
-        if first.poll() is None:
-            first.kill()
-    assert first.returncode == 0, out[-3000:]
-    job.assert_exact()
+    stall = ";".join(f"{CrashPoint.AFTER_COMMIT.value}:batch={b}:sink={MERGE}:action=stall:"
+                     f"seconds={FENCE_STALL_S}" for b in range(30))
+    refused = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(job.run, "--on-sigterm", "graceful", crash=stall, kill_after=0.0,
+                            kill_when=refused.is_set, kill_signal=signal.SIGTERM)
+        try:
+            holder = _wait_for_lease(job, first)
+            pid = int(holder["pid"])
+            second = other.run()
+            assert not first.done(), "driver 1 ended before driver 2 met the lease"
+            assert second.returncode != 0, second.tail()
+            assert "FencedError" in second.output and "another driver holds the lease" in \
+                second.output, second.tail()
+            assert f"pid {pid} on {holder['host']}, run " in second.output, (holder,
+                                                                          second.tail())
+            assert "outcome=committed" not in second.output, second.tail()
+            lease = job.tables.lease(job.a, APPEND)
+            assert lease is not None and not lease["released"] and \
+                lease["holder"] == holder and _alive(pid), lease
+        finally:
+            refused.set()  # SIGTERM to driver 1: a graceful stop
+        run = first.result()
+    assert run.returncode == 0, run.tail()
+    _offsets, commits = spark_batches(job.checkpoint)
+    assert commits and commits == set(range(len(commits))), commits
+    job.batches = len(commits)  # what driver 1 committed before it stopped
+    job.total = job.batches * job.rows_per_batch
+    job.assert_exact()  # (the lease released by the stop's close)
+    lease = job.tables.lease(job.a, APPEND)
+    assert lease is not None and lease["holder"] == holder, lease
+
+
+def _wait_for_lease(job: S3DeltaJob, first: Future[DriverRun]) -> dict[str, Any]:
+    """The holder of the append sink's lease once driver 1 has taken it (not released)."""
+    while True:
+        assert not first.done(), f"driver 1 ended first:\n{first.result().tail()}"
+        try:
+            lease = job.tables.lease(job.a, APPEND)
+        except Exception:  # nothing under the prefix yet
+            lease = None
+        if lease is not None and not lease["released"]:
+            return dict(lease["holder"])
+        time.sleep(0.2)
 
 
 def _alive(pid: int) -> bool:
@@ -198,14 +246,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _recorded(job: S3DeltaJob) -> bool:
-    """Driver 1 recorded a batch of the append sink (nothing there yet reads as no)."""
-    try:
-        return bool(job.tables.ledger_batches(job.a, APPEND))
-    except Exception:
-        return False
 
 
 # ---- in-process, the shared session (its s3a confs are the test services') ----
@@ -240,8 +280,9 @@ def test_s3_demo_reports_exactly_once_then_status_reads_the_table(
     tmp_path: Path, s3_service: Any
 ) -> None:
     """``connectors demo --table s3a://...``: the driver SIGKILLed after the decision of
-    batch 2, restarted; every id once. Then ``connectors status --delta`` reads the table
-    on S3 (delta-rs) and its ledger (objects), the keys in the environment only."""
+    batch 1 (of three; batch 0 created the table), restarted; every id once. Then
+    ``connectors status --delta`` reads the table on S3 (delta-rs) and its ledger
+    (objects), the keys in the environment only."""
     env = {**os.environ, "AWS_ACCESS_KEY_ID": s3_service.access_key,
            "AWS_SECRET_ACCESS_KEY": s3_service.secret_key, "AWS_REGION": "us-east-1",
            "AWS_ENDPOINT_URL": s3_service.endpoint, "AWS_ALLOW_HTTP": "true",
@@ -250,19 +291,19 @@ def test_s3_demo_reports_exactly_once_then_status_reads_the_table(
     root = _prefix(s3_service, "demo")
     proc = subprocess.run(
         [sys.executable, "-m", "connectors", "demo", "--json", "--workdir", str(tmp_path / "w"),
-         "--files", "4", "--rows-per-file", "500", "--crash-batch", "2", "--table", root,
+         "--files", "3", "--rows-per-file", "200", "--crash-batch", "1", "--table", root,
          "--conf", f"spark.hadoop.fs.s3a.endpoint={s3_service.endpoint}",
          "--conf", "spark.hadoop.fs.s3a.path.style.access=true"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     verdict = json.loads(proc.stdout.strip().splitlines()[-1])
     assert verdict["verdict"] == "EXACTLY ONCE", verdict
-    assert verdict["rows out"] == verdict["rows in"] == 2000 and verdict["driver SIGKILLed"]
+    assert verdict["rows out"] == verdict["rows in"] == 600 and verdict["driver SIGKILLed"]
     assert str(verdict["target"]).startswith(root + "/connectors-demo-")
     assert s3_service.secret_key not in proc.stdout + proc.stderr
     # The table on S3, read independently: every id once.
     ids = S3Tables(s3_service).rows(verdict["target"], ["id"])
-    assert ids == [(i,) for i in range(2000)]
+    assert ids == [(i,) for i in range(600)]
     status = subprocess.run(
         [sys.executable, "-m", "connectors", "status", "--delta", verdict["target"], "--json"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
