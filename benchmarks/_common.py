@@ -15,8 +15,10 @@ from pathlib import Path
 
 __all__ = [
     "REPO_ROOT",
+    "SMOKE_NOTE",
     "fetch_maven_jar",
     "format_table",
+    "judged",
     "load_service_env",
     "machine_cpu_seconds",
     "median",
@@ -25,6 +27,11 @@ __all__ = [
 
 #: The repository root: holds ``.services.env`` and the ``connectors`` package.
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: What a ``--smoke`` run prints: it runs every contender and check at the smallest size.
+SMOKE_NOTE = ("--smoke: every contender and every result check at the smallest size, for "
+              "correctness only; this run judges nothing (too few rows and batches to "
+              "measure a speed)")
 
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 
@@ -100,6 +107,11 @@ def fetch_maven_jar(group: str, artifact: str, version: str, *, dirname: str) ->
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return jar
+
+
+def judged(verdict: str, smoke: bool) -> str:
+    """``verdict`` (met, NOT met, ...), or ``not judged (--smoke)`` in a smoke run."""
+    return "not judged (--smoke)" if smoke else verdict
 
 
 def median(values: Sequence[float]) -> float:

@@ -227,7 +227,7 @@ def _lease_requests(sink: DeltaSink) -> int:
     return int(getattr(getattr(ledger, "store", None), "lease_requests", 0))
 
 
-def report_s3(run: S3Run, server: S3Server, *, quick: bool) -> None:
+def report_s3(run: S3Run, server: S3Server, *, quick: bool, smoke: bool = False) -> None:
     """Print the S3 run: the ratio with its interval, the per-round ratios, the sink's own
     steps, its ledger's requests per batch and the lease's renewals per minute."""
     plain, sink = run.batch_s["plain-s3"], run.batch_s["sink-s3"]
@@ -249,8 +249,10 @@ def report_s3(run: S3Run, server: S3Server, *, quick: bool) -> None:
         + [["median", f"{median([t['plain-s3'] for t in run.per_round]):.2f}",
             f"{median([t['sink-s3'] for t in run.per_round]):.2f}", f"{median(rounds):.3f}"]]))
     print()
-    if quick:
-        verdict = "not judged (--quick: a smoke test, too few batches)"
+    if smoke:
+        verdict = "not judged (--smoke)"
+    elif quick:
+        verdict = "not judged (--quick: too few batches)"
     elif high <= S3_TARGET:
         verdict = "met"
     elif low > S3_TARGET:

@@ -45,7 +45,13 @@ ends or the bench is interrupted (SIGTERM too), and the run's tables and topics 
 
 ``python -m benchmarks.connect_overhead`` (40 batches, 5 warm-up, 3 runs per mode and sink:
 ~20 min on 2 cores); ``--runs 2`` ~13 min; ``--quick`` (15 batches, 3 warm-up, 1 run: a
-smoke test, ~4 min for the four sinks).
+short run, ~4 min for the four sinks).
+
+``--smoke`` (CI's smoke test) is for correctness only: every sink in both modes, every
+run's output checked, the table and the chart, 2 batches per run (none untimed: one interval
+to divide) and no verdict. Each run is one driver start (a classic run's JVM, or a Connect
+run's local server JVM): 8 for the four sinks, in every mode; the time of a smoke run is
+mostly theirs.
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from benchmarks._chart import Panel, default_chart_path, draw_chart
-from benchmarks._common import format_table, load_service_env
+from benchmarks._common import SMOKE_NOTE, format_table, load_service_env
 
 REPO = Path(__file__).resolve().parents[1]
 SINKS = ("files", "postgres", "kafka", "delta")
@@ -371,20 +377,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="batches not timed (default 5)")
     parser.add_argument("--runs", type=int, default=None, help="per mode and sink (default 3)")
     parser.add_argument("--quick", action="store_true",
-                        help="15 batches, 3 warm-up, 1 run: a smoke test")
+                        help="15 batches, 3 warm-up, 1 run: a short run")
+    parser.add_argument("--smoke", action="store_true",
+                        help="correctness only (CI): 2 batches, none untimed, 1 run; "
+                             "no verdict")
     parser.add_argument("--chart", default=str(default_chart_path("connect_overhead")),
                         help="the table as a PNG chart (benchmarks/charts/connect_overhead.png)")
     args = parser.parse_args(argv)
     # A SIGTERM (CI's timeout) unwinds like an error: the running runner's process group is
     # killed and its tables and topics dropped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if args.quick and args.smoke:
+        parser.error("--quick or --smoke, not both")
     quick = {"batches": 15, "warmup": 3, "runs": 1}
+    smoke = {"batches": 2, "warmup": 0, "runs": 1}
     full = {"batches": 40, "warmup": 5, "runs": 3}
-    for key, value in (quick if args.quick else full).items():
+    for key, value in (smoke if args.smoke else quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.batches - args.warmup < 3:
-        parser.error("--batches must leave at least 3 timed batches after --warmup")
+    least = 2 if args.smoke else 3  # a smoke run divides one interval, and judges nothing
+    if args.batches - args.warmup < least:
+        parser.error(f"--batches must leave at least {least} timed batches after --warmup")
     services = Services(load_service_env(ENV_CONNINFO), load_service_env(ENV_BOOTSTRAP))
     sinks = choose_sinks(parser, args, services)
     if not sinks:
@@ -432,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"* every run's output checked: each id exactly once; wall time "
           f"{time.monotonic() - started:.0f} s; 1-min load average {load_before[0]:.1f} "
           f"before, {load_after[0]:.1f} after, on {os.cpu_count()} CPUs")
+    if args.smoke:
+        print(f"* {SMOKE_NOTE}")
     return 0
 
 

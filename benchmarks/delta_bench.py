@@ -5,6 +5,8 @@ Run from the repository root::
     python -m benchmarks.delta_bench            # 6 batches x 500,000 rows, 13 rounds (~5-8 min)
     python -m benchmarks.delta_bench --s3-only  # the S3 run alone (6 x 100,000 rows, 13 rounds)
     python -m benchmarks.delta_bench --quick    # 3 x 100,000 rows, 3 rounds, + a short S3 run
+    python -m benchmarks.delta_bench --smoke    # 1 x 2,000 rows, 1 round, + the same on S3:
+                                                # every contender and check, no verdict (CI)
 
 One run prints every contender side by side. Each writes the same cached micro-batches
 (``--rows`` rows each of ``id bigint, name string, amount double, ts timestamp``,
@@ -79,6 +81,11 @@ deleted after its check). Target <= 1.05x; printed beside it: the sink's own ste
 ledger's requests per batch and the lease's renewals per minute. ``--quick`` includes a short
 S3 run (3 x 20,000 rows, 3 rounds) when the S3 variables are set (an error without them under
 ``CI=true``; else skipped with a note); ``--no-s3`` leaves it out.
+
+``--smoke`` (CI's smoke test) is for correctness only: every contender and the S3 run (same
+rules as ``--quick``) at the smallest size, 1 round of 1 timed batch of 2,000 rows after each
+table's batch 0, with the replay of a recorded batch and every table's check; no warm-up
+tables (each round's batch 0 already starts every sink's driver run), no verdict.
 """
 
 from __future__ import annotations
@@ -95,7 +102,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks._chart import Panel, default_chart_path, draw_chart
-from benchmarks._common import format_table, median, ratio_interval
+from benchmarks._common import SMOKE_NOTE, format_table, median, ratio_interval
 from benchmarks._delta_s3 import S3Run, report_s3, s3_part, s3_server
 
 if TYPE_CHECKING:
@@ -182,29 +189,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--s3", action="store_true",
                         help="also the S3 run (the EOS_S3_* variables or .services.env)")
     parser.add_argument("--s3-only", action="store_true", help="only the S3 run")
-    parser.add_argument("--no-s3", action="store_true", help="--quick without its S3 run")
+    parser.add_argument("--smoke", action="store_true",
+                        help="correctness only (CI): 1 batch of 2,000 rows, 1 round, + the "
+                             "S3 run as small; every contender and check; no verdict")
+    parser.add_argument("--no-s3", action="store_true",
+                        help="--quick or --smoke without its S3 run")
     parser.add_argument("--s3-rows", type=int, default=None,
                         help="rows per micro-batch of the S3 run (100,000; 20,000 with --quick)")
     parser.add_argument("--chart", default=str(default_chart_path("delta_bench")),
                         help="the contenders' table as a PNG chart "
                              "(benchmarks/charts/delta_bench.png)")
     args = parser.parse_args(argv)
+    if args.quick and args.smoke:
+        parser.error("--quick or --smoke, not both")
     if args.quick:
         args.rows, args.batches = 100_000, 3
+    if args.smoke:  # >= 1,000 rows: batch 0 (the first 1,000 of them) repeats its ids
+        args.rows, args.batches = 2_000, 1
+        args.rounds = 1 if args.rounds is None else args.rounds
     if args.s3_rows is None:
-        args.s3_rows = 20_000 if args.quick else 100_000
+        args.s3_rows = 2_000 if args.smoke else 20_000 if args.quick else 100_000
+    short = args.quick or args.smoke  # a run that judges nothing
     server, missing = s3_server()
-    want_s3 = args.s3 or args.s3_only or (args.quick and not args.no_s3)
+    want_s3 = args.s3 or args.s3_only or (short and not args.no_s3)
     if want_s3 and server is None:
         why = (f"the S3 run needs {', '.join(missing)} (the environment or .services.env: "
                "`bash scripts/services start` writes them)")
         if args.s3 or args.s3_only or os.environ.get("CI") == "true":
             parser.error(why)
-        print(f"* --quick without its S3 run: {why}", flush=True)
+        print(f"* {'--smoke' if args.smoke else '--quick'} without its S3 run: {why}",
+              flush=True)
         want_s3 = False
     if args.rounds is None:
         args.rounds = QUICK_ROUNDS if args.quick else DEFAULT_ROUNDS
-    if args.rounds < 3:
+    if args.rounds < 3 and not args.smoke:
         parser.error("--rounds must be >= 3 (the round ratio is a median)")
     logging.basicConfig(level=logging.WARNING)
     # sink-txn's driver runs each log that the accelerator is off (txn_seed=False), once per
@@ -230,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             s3_run = s3_part(spark, server, args, make_batches, check)
         finally:
             spark.stop()
-        report_s3(s3_run, server, quick=args.quick)
+        report_s3(s3_run, server, quick=args.quick, smoke=args.smoke)
         return 0
     problem = seed_problem(spark)  # why the accelerator cannot run here (None: it can)
     root = Path(tempfile.mkdtemp(prefix="delta-bench-"))
@@ -246,10 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         batches = make_batches(spark, args.batches, args.rows, args.partitions)
         # Warm-up (JIT, Delta's classes, Python workers): one small write of each kind.
         warm = batches[0].limit(1000)
-        warm.write.format("delta").mode("append").save(str(root / "warm-plain"))
-        for k, (_, opts, _) in sink_kinds.items():
-            DeltaSink(str(root / f"warm-{k}"), sink_id="warm", create_table=True,
-                      **opts)(warm, 0)
+        if not args.smoke:  # each round's batch 0 goes the same ways, untimed
+            warm.write.format("delta").mode("append").save(str(root / "warm-plain"))
+            for k, (_, opts, _) in sink_kinds.items():
+                DeltaSink(str(root / f"warm-{k}"), sink_id="warm", create_table=True,
+                          **opts)(warm, 0)
         for r in range(args.rounds):
             paths = {k: root / f"{k}-{r}" for k in kinds}
             sinks: dict[str, DeltaSink] = {
@@ -373,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
                  "sink-txn": "DeltaSink(delta_txn_id=True, txn_seed=False), accelerator OFF",
                  }[k]
         print(f"  - {label}: {total:.3f}x [{low:.3f}-{high:.3f}]: "
-              + ("not judged (--quick: a smoke test, too few batches)" if args.quick
+              + ("not judged (--smoke)" if args.smoke
+                 else "not judged (--quick: too few batches)" if args.quick
                  else verdict(total, low, high, args.rounds))
               + "; its own steps "
               f"{median(own_ms[k]):.1f} ms per batch "
@@ -389,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{local_s:.0f} s; 1-min load average {load_before[0]:.1f} "
           f"before, {load_after[0]:.1f} after, on {os.cpu_count()} CPUs")
     if s3_run is not None and server is not None:
-        report_s3(s3_run, server, quick=args.quick)
+        report_s3(s3_run, server, quick=args.quick, smoke=args.smoke)
+    if args.smoke:
+        print(f"* {SMOKE_NOTE}")
     return 0
 
 

@@ -4,7 +4,10 @@ confluent-kafka producer loop.
 Run from the repository root, with Kafka up (``scripts/services start``)::
 
     python -m benchmarks.kafka_bench            # 500,000 records per run, 9 runs each
-    python -m benchmarks.kafka_bench --quick    # 100,000 records, 1 run: a smoke test
+    python -m benchmarks.kafka_bench --quick    # 100,000 records, 1 run: a short benchmark
+    python -m benchmarks.kafka_bench --smoke    # 5,000 records, 100 B only, 1 run, 1 tiny
+                                                # batch: every contender and check, no
+                                                # verdict (CI's smoke test)
 
 For each value size (``--sizes``, default 100 and 1000 bytes) every contender writes the
 same cached DataFrame (``key`` = the id as a string, ``value`` = the id padded to the
@@ -47,7 +50,11 @@ batches (``--tiny-rows``) back to back, after ``--tiny-warm`` untimed ones per c
 as ``foreachBatch`` would in a low-latency stream,
 and reports the per-batch cost of the sink's transactions, fencing and barrier over
 Spark's writer. Nothing is asserted: the target (KafkaSink >= 1.0x Spark's writer) is
-printed next to the results.
+printed next to the results. ``--smoke`` runs every contender, the skewed run and the tiny
+batches with their checks once at the smallest size, at 100 B only (the size with the skewed
+run; 1000 B takes the same paths), the first untimed write of each contender kept (a sink's
+first batch starts its driver run; the timed one is then a following batch), and judges
+nothing.
 """
 
 from __future__ import annotations
@@ -69,7 +76,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from benchmarks._chart import Panel, default_chart_path, draw_chart
 from benchmarks._common import (
+    SMOKE_NOTE,
     format_table,
+    judged,
     load_service_env,
     machine_cpu_seconds,
     median,
@@ -194,7 +203,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="untimed full-size runs per Spark contender first (12): the JVM's "
                         "JIT compilers took 1.6-2.1 CPU-s per round of the four "
                         "contenders in rounds 2-6, 0.3-1.2 in rounds 10-29")
-    p.add_argument("--quick", action="store_true", help="smoke test: 100,000 rows, 1 run")
+    p.add_argument("--quick", action="store_true",
+                   help="a short benchmark: 100,000 rows, 1 run, 5 tiny batches")
+    p.add_argument("--smoke", action="store_true",
+                   help="correctness only (CI): 5,000 rows, 100 B, 1 run, no warm-up rounds, "
+                        "1 tiny batch; every contender, check and the chart; no verdict")
     p.add_argument("--sizes", default="100,1000", help="value sizes in bytes (100,1000)")
     p.add_argument("--partitions", type=int, default=2, help="input partitions = slots (2)")
     p.add_argument("--topic-partitions", type=int, default=2)
@@ -218,9 +231,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the tables as a PNG chart (benchmarks/charts/kafka_bench.png)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
+    if args.quick and args.smoke:
+        p.error("--quick or --smoke, not both")
     if args.quick:
         args.rows, args.runs, args.tiny_batches, args.warm_runs = 100_000, 1, 5, 1
         args.tiny_warm = 2
+    if args.smoke:  # > SMALL_BATCH_ROWS (1,000): the big runs go through the shuffle
+        args.rows, args.runs, args.tiny_batches, args.warm_runs = 5_000, 1, 1, 0
+        args.tiny_warm, args.sizes = 0, "100"
     if args.tiny_only:
         args.runs = args.warm_runs = 0
     return args
@@ -280,8 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     jit: dict[str, list[float]] = {}
     # The JVM's JIT compilers' time (ms, all compiler threads): a run that still pays for
     # compiling Spark's planner and the task code is not at its steady pace.
-    compilation = spark.sparkContext._jvm.java.lang.management.ManagementFactory \
-        .getCompilationMXBean()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    compilation = jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
 
     def run(name: str, df: DataFrame, rows: int, size: int, phase: str) -> float:
         suffix = {"big": "", "skew": "-s"}.get(phase, "-t")  # tiny batches: own sinks
@@ -368,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ratio = rates[n] / rates["spark-kafka"]
             lo, hi = ratio_interval(times["spark-kafka"], times[n])
-            verdict = "reported" if target is None else (
-                "met" if ratio >= target else "NOT met")
+            verdict = "reported" if target is None else judged(
+                "met" if ratio >= target else "NOT met", args.smoke)
             what = ("accelerator on" if n == "kafka-sink"
                     else "accelerator off (public produce_batch)")
             print(f"KafkaSink ({what}) / Spark's writer: {ratio:.2f}x (95 % interval "
@@ -414,8 +433,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in TINY if n != "spark-kafka"},
             "the contender's ms per batch / Spark's writer's (per batch)", better="lower"))
         ratio = median(tiny_times["kafka-sink"]) / base
-        verdict = ("met, stretch met" if ratio <= STRETCH_TINY else
-                   "met" if ratio <= TARGET_TINY else "NOT met")
+        verdict = judged("met, stretch met" if ratio <= STRETCH_TINY else
+                         "met" if ratio <= TARGET_TINY else "NOT met", args.smoke)
         print(f"KafkaSink {args.tiny_rows}-record batch / Spark's writer: {ratio:.2f}x (target "
               f"<= {TARGET_TINY}x, stretch {STRETCH_TINY}x: {verdict}); through the shuffle "
               f"(small_batch_rows=0): {median(tiny_times['kafka-sink-shuffle']) / base:.2f}x")
@@ -452,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
             chart = draw_chart(args.chart, "kafka_bench: KafkaSink and others vs Spark's "
                                "Kafka writer", panels)
             print(f"\nchart: {chart}")
+        if args.smoke:
+            print(f"\n* {SMOKE_NOTE}")
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(results, fh, indent=1, default=str)

@@ -3,7 +3,10 @@
 Run from the repository root, with PostgreSQL up (``scripts/services start``)::
 
     python -m benchmarks.postgres_bench            # 2,000,000 rows, 9 timed runs each
-    python -m benchmarks.postgres_bench --quick    # 200,000 rows, 1 run: a smoke test
+    python -m benchmarks.postgres_bench --quick    # 200,000 rows, 1 run: a short benchmark
+    python -m benchmarks.postgres_bench --smoke    # 5,000 rows, 1 run, 1 tiny batch, no
+                                                   # warm-up: every contender and check, no
+                                                   # verdict (CI's smoke test)
     python -m benchmarks.postgres_bench --types    # + a uuid and an integer[] column: the
                                                    # sink/COPY ratio with and without them
 
@@ -26,7 +29,8 @@ checked in PostgreSQL (count, sums, min/max timestamp), and rows/s is the median
 runs. A second part times tiny batches (``--tiny-rows`` rows, same partitions) written
 back to back, as ``foreachBatch`` would in a low-latency stream, to show the per-batch
 protocol overhead of PostgresSink over a plain COPY. Nothing is asserted: the targets are
-printed next to the measurements.
+printed next to the measurements. ``--smoke`` runs every contender through the same writes
+and checks at the smallest size (no warm-up run, one tiny batch each) and judges nothing.
 """
 
 from __future__ import annotations
@@ -55,8 +59,10 @@ from psycopg.conninfo import conninfo_to_dict
 from benchmarks._chart import Panel, default_chart_path, draw_chart
 from benchmarks._common import (
     REPO_ROOT,
+    SMOKE_NOTE,
     fetch_maven_jar,
     format_table,
+    judged,
     load_service_env,
     median,
     ratio_interval,
@@ -449,7 +455,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=9,
                    help="timed runs per contender (9, interleaved: the ratios' bootstrap "
                         "interval over rounds is printed)")
-    p.add_argument("--quick", action="store_true", help="smoke test: 200,000 rows, 1 run")
+    p.add_argument("--quick", action="store_true",
+                   help="a short benchmark: 200,000 rows, 1 run, 15 tiny batches")
+    p.add_argument("--smoke", action="store_true",
+                   help="correctness only (CI): 5,000 rows, 1 run, 1 tiny batch, no warm-up "
+                        "runs; every contender, check and the chart; no verdict")
     p.add_argument("--partitions", type=int, default=2, help="partitions = tasks (2)")
     p.add_argument("--tiny-rows", type=int, default=100, help="rows per tiny batch (100)")
     p.add_argument("--tiny-batches", type=int, default=40, help="timed tiny batches (40)")
@@ -472,8 +482,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "(benchmarks/charts/postgres_bench.png)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
+    if args.quick and args.smoke:
+        p.error("--quick or --smoke, not both")
+    args.warmup, args.tiny_warmup = 1, 3  # warm-up runs per contender, tiny batches
     if args.quick:
         args.rows, args.runs, args.tiny_batches = 200_000, 1, 15
+    if args.smoke:  # the timed runs check every contender: no warm-up run before them
+        args.rows, args.runs, args.tiny_batches, args.warmup, args.tiny_warmup = 5_000, 1, 1, 0, 0
     return args
 
 
@@ -624,14 +639,15 @@ def main(argv: list[str] | None = None) -> int:
         df = materialise(make_df(spark, args.rows, args.partitions))
         assert df.rdd.getNumPartitions() == args.partitions
         expected = spark_checksum(df)
-        warm_df = materialise(make_df(spark, min(args.rows, 20_000), args.partitions))
-        warm_expected = spark_checksum(warm_df)
         tiny_df = materialise(make_df(spark, args.tiny_rows, args.partitions))
 
         # ---- warm-up: JVM classes, Python workers, connections; checks every contender
-        for c in contenders:
-            run_once(c, warm_df, warm_expected, conn, checkpoint=False)
-            print(f"warm-up ok: {c.key}", flush=True)
+        if args.warmup:
+            warm_df = materialise(make_df(spark, min(args.rows, 20_000), args.partitions))
+            warm_expected = spark_checksum(warm_df)
+            for c in contenders:
+                run_once(c, warm_df, warm_expected, conn, checkpoint=False)
+                print(f"warm-up ok: {c.key}", flush=True)
 
         # ---- timed runs, interleaved, rotating who goes first
         for r in range(args.runs):
@@ -654,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
                 [(k, by_key[k].write) for k in tiny_keys],
                 tiny_df,
                 args.tiny_batches,
-                warmup=3,
+                warmup=args.tiny_warmup,
                 conn=conn,
             )
     finally:
@@ -732,7 +748,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chart: {chart}")
         print()
 
-    verdicts: list[str] = []
+    smoke = bool(args.smoke)
+    verdicts: list[str] = [SMOKE_NOTE] if smoke else []
     if "postgres-sink" in by_key:
         sink_rate = rate("postgres-sink")
         for other, target in (
@@ -750,19 +767,22 @@ def main(argv: list[str] | None = None) -> int:
                     f"PostgresSink / {other}: {ratio:.2f}x (95 % bootstrap interval over "
                     f"{len(mine)} rounds {lo:.2f}x-{hi:.2f}x; paired per round median "
                     f"{median(paired):.2f}x, {paired[0]:.2f}x-{paired[-1]:.2f}x; target >= "
-                    f"{target}x: {'met' if ratio >= target else 'NOT met'}, stretch >= "
-                    f"{stretch}x: {'met' if ratio >= stretch else 'not met'})"
+                    f"{target}x: {judged('met' if ratio >= target else 'NOT met', smoke)}, "
+                    f"stretch >= {stretch}x: "
+                    f"{judged('met' if ratio >= stretch else 'not met', smoke)})"
                 )
         if "postgres-datasource" in by_key:
-            form, call = by_key["postgres-datasource"].seconds, by_key["postgres-sink"].seconds
-            lo, hi = ratio_interval(form, call)
-            paired = sorted(a / b for a, b in zip(form, call, strict=True))
-            ratio = median(form) / median(call)
+            form_s = by_key["postgres-datasource"].seconds
+            call = by_key["postgres-sink"].seconds
+            lo, hi = ratio_interval(form_s, call)
+            paired = sorted(a / b for a, b in zip(form_s, call, strict=True))
+            ratio = median(form_s) / median(call)
             verdicts.append(
                 f"DataSource form / callable, time: {ratio:.3f}x (95 % bootstrap interval "
                 f"over {len(call)} rounds {lo:.3f}x-{hi:.3f}x; paired per round median "
                 f"{median(paired):.3f}x, {paired[0]:.3f}x-{paired[-1]:.3f}x; target <= "
-                f"{TARGET_DATASOURCE}x: {'met' if ratio <= TARGET_DATASOURCE else 'NOT met'})")
+                f"{TARGET_DATASOURCE}x: "
+                f"{judged('met' if ratio <= TARGET_DATASOURCE else 'NOT met', smoke)})")
         if runner is not None:
             summary = phase_summary(runner.metrics, rows)
             if summary:
@@ -820,7 +840,8 @@ def main(argv: list[str] | None = None) -> int:
             sink_ms = tiny_times["postgres-sink"]
             overhead = median(sink_ms) - median(base)
             paired_overhead = median([v - b for v, b in zip(sink_ms, base, strict=False)])
-            met = "met" if max(overhead, paired_overhead) <= TARGET_OVERHEAD_MS else "NOT met"
+            met = judged("met" if max(overhead, paired_overhead) <= TARGET_OVERHEAD_MS
+                         else "NOT met", smoke)
             verdicts.append(
                 f"PostgresSink per-batch overhead over COPY: {overhead:+.1f} ms (difference of "
                 f"medians), {paired_overhead:+.1f} ms (median of paired differences); target "

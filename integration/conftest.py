@@ -45,7 +45,8 @@ if _REPO_ROOT not in sys.path:
 # on the CI machine, that run's JVM CPU, 2 pairs side by side: 31.5/35.5 s -> 28.2/31.6 s
 # (-11 %). The rows and the protocol are the same either way (Spark's own suites run both
 # modes). CI's version lanes run their kill tests with Spark's defaults (EOS_SPARK_CODEGEN=on),
-# as do the demo, wheel and benchmark runs, which do not go through this file.
+# as do the demo and wheel lanes, which do not go through this file (the benchmarks' smoke
+# runs do: they judge no speed).
 from integration.support._cds import driver_flags  # noqa: E402
 
 _NO_CODEGEN = ("--conf spark.sql.codegen.wholeStage=false "
