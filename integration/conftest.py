@@ -38,23 +38,10 @@ if _REPO_ROOT not in sys.path:
 # A PYSPARK_SUBMIT_ARGS of your own wins.
 # With $EOS_CDS_ARCHIVE (scripts/test builds it), every driver also maps one AppCDS archive
 # of Spark's classes (integration/support/_cds.py).
-# And Spark's SQL code generation is off in them (the interpreted projections and operators
-# Spark falls back to when codegen fails): these jobs move a few hundred rows per batch, so
-# generating and compiling Java for every plan and task is most of the executor's work
-# (a JFR profile of a Delta kill-test driver run: 27 % of its samples in codegen). Measured
-# on the CI machine, that run's JVM CPU, 2 pairs side by side: 31.5/35.5 s -> 28.2/31.6 s
-# (-11 %). The rows and the protocol are the same either way (Spark's own suites run both
-# modes). CI's version lanes run their kill tests with Spark's defaults (EOS_SPARK_CODEGEN=on),
-# as do the demo and wheel lanes, which do not go through this file (the benchmarks' smoke
-# runs do: they judge no speed).
 from integration.support._cds import driver_flags  # noqa: E402
 
-_NO_CODEGEN = ("--conf spark.sql.codegen.wholeStage=false "
-               "--conf spark.sql.codegen.factoryMode=NO_CODEGEN ")
 os.environ.setdefault(
-    "PYSPARK_SUBMIT_ARGS",
-    f'--driver-java-options "{driver_flags()}" '
-    f'{"" if os.environ.get("EOS_SPARK_CODEGEN") == "on" else _NO_CODEGEN}pyspark-shell',
+    "PYSPARK_SUBMIT_ARGS", f'--driver-java-options "{driver_flags()}" pyspark-shell'
 )
 
 from integration.support._file_order import longest_files_first  # noqa: E402
