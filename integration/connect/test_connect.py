@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from pyspark.sql import SparkSession
@@ -152,6 +152,17 @@ class Case:
         job.assert_exact()
 
 
+_Job = TypeVar("_Job", bound=KillJob)
+
+
+def _through(last: int, job: _Job, rows: int = 200) -> _Job:
+    """``job`` (a rate-source job of PostgreSQL's or Kafka's) set to run batches 0..``last``
+    of ``rows`` rows each."""
+    job.batches, job.rows_per_batch = last + 1, rows  # type: ignore[attr-defined]
+    job.total = job.batches * job.rows_per_batch  # type: ignore[attr-defined]
+    return job
+
+
 class DeltaCase(Case):
     """DeltaSink (commits on the driver): the append sink and the MERGE sink by turns."""
 
@@ -198,10 +209,7 @@ class PgCase(Case):
         self.stop_sink = s
 
     def job(self, root: Path, last: int) -> ConnectPgJob:
-        job = ConnectPgJob(root, self.pg, source="rate")
-        job.batches, job.rows_per_batch = last + 1, 200
-        job.total = job.batches * job.rows_per_batch
-        return job
+        return _through(last, ConnectPgJob(root, self.pg, source="rate"))
 
     def after_stop(self, job: Any) -> None:
         assert self.pg.prepared() == [], self.pg.prepared()
@@ -232,10 +240,7 @@ class KafkaCase(Case):
         self.stop_sink = s
 
     def job(self, root: Path, last: int) -> ConnectKafkaJob:
-        job = ConnectKafkaJob(root, self.kafka, source="rate")
-        job.batches, job.rows_per_batch = last + 1, 200
-        job.total = job.batches * job.rows_per_batch
-        return job
+        return _through(last, ConnectKafkaJob(root, self.kafka, source="rate"))
 
     def after_stop(self, job: Any) -> None:
         self.kafka.assert_no_open_transactions()
