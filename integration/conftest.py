@@ -50,11 +50,11 @@ from integration.support._fixtures_services import (  # noqa: E402
     docker_compose_file,
     eos_services,
     kafka_bootstrap,
-    mark_serial,
     native_kafka,
     native_postgres,
     native_s3,
     postgres_conninfo,
+    private_services,
     register_markers,
     s3_service,
 )
@@ -70,6 +70,7 @@ __all__ = [
     "native_s3",
     "pg_tls",
     "postgres_conninfo",
+    "private_services",
     "s3_service",
     "secrets_env",
     "spark",
@@ -104,7 +105,6 @@ LOCAL_CONNECT_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "eos-local-spark-c
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    mark_serial(items)
     # The tests of the S3 API (-m s3 selects them) ...
     for item in items:
         if "s3_service" in getattr(item, "fixturenames", ()):

@@ -37,6 +37,7 @@ from psycopg import sql
 
 from integration import services as _services
 from integration.services import process as _process
+from integration.services.instance import ServiceInstance
 from integration.support._fixtures_services import NativeKafka, NativePostgres, NativeS3, S3Service
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -51,24 +52,35 @@ def _unique(prefix: str) -> str:
 # =========================================================================== PostgreSQL
 
 
-@pytest.fixture
-def pg_table(postgres_conninfo: str) -> Iterator[str]:
+def _table(conninfo: str) -> Iterator[str]:
     """A fresh table; afterwards leftover prepared transactions on it are rolled back."""
     table = _unique("svc_tpc")
-    with psycopg.connect(postgres_conninfo, autocommit=True) as conn:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(
             sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, note text NOT NULL)").format(
                 sql.Identifier(table)
             )
         )
     yield table
-    with psycopg.connect(postgres_conninfo, autocommit=True) as conn:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
         # A forgotten prepared transaction would hold its locks (and block DROP) forever.
         for xid in conn.tpc_recover():
             if table in xid.gtrid:
                 conn.tpc_rollback(xid)
         conn.execute("SET lock_timeout = '10s'")
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+@pytest.fixture
+def pg_table(postgres_conninfo: str) -> Iterator[str]:
+    """A fresh table on the shared PostgreSQL."""
+    yield from _table(postgres_conninfo)
+
+
+@pytest.fixture
+def own_pg_table(native_postgres: NativePostgres) -> Iterator[str]:
+    """A fresh table on the module's own PostgreSQL (the one the tests restart)."""
+    yield from _table(native_postgres.conninfo)
 
 
 def _count(conninfo: str, table: str) -> int:
@@ -183,9 +195,9 @@ def test_sql_prepare_transaction_and_commit_prepared(postgres_conninfo: str, pg_
 
 
 def test_prepared_transaction_survives_postgres_crash(
-    native_postgres: NativePostgres, pg_table: str
+    native_postgres: NativePostgres, own_pg_table: str
 ) -> None:
-    conninfo = native_postgres.conninfo
+    conninfo, pg_table = native_postgres.conninfo, own_pg_table
     gtrid = f"crash-{pg_table}"
     _prepare_row(conninfo, pg_table, gtrid)
 
@@ -205,25 +217,28 @@ def test_prepared_transaction_survives_postgres_crash(
 ADDRESS_RESTARTS = 3
 
 
-def _kept_ports(service: str) -> dict[str, int]:
-    section = _process._load_state()[service]
+def _kept_ports(instance: ServiceInstance, service: str) -> dict[str, int]:
+    with instance.active():
+        section = _process._load_state()[service]
     return {key: value for key, value in section.items() if key.endswith("port")}
 
 
 @pytest.mark.timeout(600)
 def test_postgres_immediate_restarts_keep_the_address(
-    native_postgres: NativePostgres, pg_table: str
+    native_postgres: NativePostgres, own_pg_table: str
 ) -> None:
     """``scripts/services restart --only postgres --mode immediate``, several times: the
     port stays, and a client with the conninfo from before connects and writes."""
-    conninfo = native_postgres.conninfo
-    ports = _kept_ports("postgres")
+    conninfo, pg_table, instance = (native_postgres.conninfo, own_pg_table,
+                                    native_postgres.instance)
+    ports = _kept_ports(instance, "postgres")
     for attempt in range(ADDRESS_RESTARTS):
-        restarted = _services_cli("restart", "--only", "postgres", "--mode", "immediate")
+        restarted = _services_cli(instance, "restart", "--only", "postgres", "--mode",
+                                  "immediate")
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
         assert "choosing a new one" not in restarted.stderr
-        assert _kept_ports("postgres") == ports
-        current = _services.status().postgres
+        assert _kept_ports(instance, "postgres") == ports
+        current = instance.status().postgres
         assert current is not None and current.conninfo == conninfo
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, 'after a restart')").format(
@@ -239,8 +254,7 @@ def admin(kafka_bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": kafka_bootstrap})
 
 
-@pytest.fixture
-def topic(admin: AdminClient) -> Iterator[str]:
+def _topic(admin: AdminClient) -> Iterator[str]:
     name = _unique("svc-topic")
     futures = admin.create_topics(
         [NewTopic(name, num_partitions=1, replication_factor=1)], request_timeout=KAFKA_TIMEOUT
@@ -248,6 +262,24 @@ def topic(admin: AdminClient) -> Iterator[str]:
     futures[name].result(timeout=KAFKA_TIMEOUT)
     yield name
     admin.delete_topics([name], request_timeout=KAFKA_TIMEOUT)[name].result(timeout=KAFKA_TIMEOUT)
+
+
+@pytest.fixture
+def topic(admin: AdminClient) -> Iterator[str]:
+    """A fresh topic on the shared broker."""
+    yield from _topic(admin)
+
+
+@pytest.fixture
+def own_admin(native_kafka: NativeKafka) -> AdminClient:
+    """An admin client of the module's own broker (the one the tests restart)."""
+    return AdminClient({"bootstrap.servers": native_kafka.bootstrap})
+
+
+@pytest.fixture
+def own_topic(own_admin: AdminClient) -> Iterator[str]:
+    """A fresh topic on the module's own broker."""
+    yield from _topic(own_admin)
 
 
 def _producer(bootstrap: str, transactional_id: str) -> Producer:
@@ -396,9 +428,9 @@ def test_kafka_last_stable_offset_waits_for_open_transaction(
 
 
 def test_kafka_keeps_committed_data_and_fences_across_broker_restart(
-    native_kafka: NativeKafka, admin: AdminClient, topic: str
+    native_kafka: NativeKafka, own_admin: AdminClient, own_topic: str
 ) -> None:
-    bootstrap = native_kafka.bootstrap
+    bootstrap, admin, topic = native_kafka.bootstrap, own_admin, own_topic
     transactional_id = _unique("svc-txn")
     producer = _producer(bootstrap, transactional_id)
     producer.begin_transaction()
@@ -427,24 +459,24 @@ def test_kafka_keeps_committed_data_and_fences_across_broker_restart(
 
 @pytest.mark.timeout(600)
 def test_kafka_sigkill_restarts_keep_the_address(
-    native_kafka: NativeKafka, admin: AdminClient, topic: str
+    native_kafka: NativeKafka, own_topic: str
 ) -> None:
     """``scripts/services restart --only kafka --kill``, several times (the broker was
     not started by the restarting process, as from the command line): every port stays,
     and a producer made before the first restart, with the old bootstrap address, goes
     on producing; a consumer with that address reads it all."""
-    bootstrap = native_kafka.bootstrap
-    ports = _kept_ports("kafka")
+    bootstrap, topic, instance = native_kafka.bootstrap, own_topic, native_kafka.instance
+    ports = _kept_ports(instance, "kafka")
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True})
     sent = ["before the restarts"]
     _produce(producer, topic, sent)
     for attempt in range(ADDRESS_RESTARTS):
-        restarted = _services_cli("restart", "--only", "kafka", "--kill")
+        restarted = _services_cli(instance, "restart", "--only", "kafka", "--kill")
         assert restarted.returncode == 0, restarted.stdout + restarted.stderr
         assert "choosing a new one" not in restarted.stderr
-        assert _kept_ports("kafka") == ports
-        current = _services.status().kafka
+        assert _kept_ports(instance, "kafka") == ports
+        current = instance.status().kafka
         assert current is not None and current.bootstrap == bootstrap
         sent.append(f"after restart {attempt}")
         _produce(producer, topic, sent[-1:])
@@ -562,10 +594,12 @@ def test_s3_storage_options_reach_delta_rs(s3_service: S3Service, s3_prefix: str
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
 
 
-def _services_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _services_cli(instance: ServiceInstance, *args: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/services ARGS`` (its Python module) acting on ``instance``."""
     return subprocess.run(
         [sys.executable, "-m", "integration.services", *args],
         cwd=_services.REPO_ROOT,
+        env=instance.environ(),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -574,27 +608,32 @@ def _services_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_s3_restart_only_s3_brings_it_back_with_the_bucket(native_s3: NativeS3) -> None:
-    service = native_s3.service
+def test_s3_restart_only_s3_brings_it_back_with_the_bucket(
+    native_s3: NativeS3, native_postgres: NativePostgres, native_kafka: NativeKafka
+) -> None:
+    """(The module's own PostgreSQL and Kafka run too: the restart must leave them be.)"""
+    service, instance = native_s3.service, native_s3.instance
     store = _s3_store(service)
     key = f"restart-{uuid.uuid4().hex}/object"
     obstore.put(store, key, b"before the restart", mode="create")
-    before = _services.status()
+    before = instance.status()
     assert before.s3 is not None
     assert before.s3.endpoint == service.endpoint
     kafka_pid, postgres = before.kafka_pid, before.postgres
+    assert kafka_pid is not None and postgres is not None
 
-    restarted = _services_cli("restart", "--only", "s3")
+    restarted = _services_cli(instance, "restart", "--only", "s3")
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
     assert "s3:       running" in restarted.stdout
-    assert _services_cli("status", "--only", "s3").returncode == 0
+    assert _services_cli(instance, "status", "--only", "s3").returncode == 0
 
-    after = _services.status()
+    after = instance.status()
     assert after.s3 == before.s3  # same endpoint (kept port) and bucket
     assert after.s3_pid is not None
     assert after.s3_pid != before.s3_pid  # a new moto process
     assert (after.kafka_pid, after.postgres) == (kafka_pid, postgres)  # the others untouched
-    env = _services.read_env_file()
+    with instance.active():
+        env = _services.read_env_file()
     assert env[_services.ENV_S3_ENDPOINT] == service.endpoint
     assert env[_services.ENV_S3_BUCKET] == service.bucket
     # moto keeps objects in memory: the bucket is back, empty, and usable at once.

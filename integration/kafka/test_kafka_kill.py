@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from integration.support._driver import (
     run_with_a_failing_task,
     spark_batches,
 )
+from integration.support._fixtures_services import NativeKafka
 from integration.support._kafka import KafkaTarget, ledger_batches, markers, target_fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -114,6 +116,16 @@ class KafkaJob(KillJob):
 
 
 kafka = target_fixture("kill")
+
+
+@pytest.fixture
+def kafka_own(native_kafka: NativeKafka) -> Iterator[KafkaTarget]:
+    """As ``kafka``, on the broker of the module's own that ``native_kafka`` restarts (the
+    shared one serves the other tests meanwhile)."""
+    target = KafkaTarget(native_kafka.bootstrap, prefix="kill")
+    target.create()
+    yield target
+    target.cleanup()
 
 
 #: Rows each produce path wrote in this module's driver runs (batch metrics).
@@ -310,14 +322,14 @@ def test_failed_barrier_task_retries_the_whole_stage_and_is_exact(
 
 
 def test_broker_killed_and_restarted_mid_transaction_then_exact(
-    tmp_path: Path, kafka: KafkaTarget, native_kafka: Any
+    tmp_path: Path, kafka_own: KafkaTarget, native_kafka: NativeKafka
 ) -> None:
     """Slot 0 stalls with its transaction open (records produced, not committed); the
     broker is SIGKILLed and restarted meanwhile. The slot's commit then succeeds after the
     restart, or fails and the restarted driver redoes the batch; either way a
     read_committed consumer sees every record once and no transaction stays open."""
     stall = 15.0
-    job = KafkaJob(tmp_path, kafka, files=3)
+    job = KafkaJob(tmp_path, kafka_own, files=3)
     spec = f"before_precommit:batch=1:partition=0:action=stall:seconds={stall:g}"
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(job.run, crash=spec)

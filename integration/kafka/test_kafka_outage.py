@@ -16,11 +16,11 @@ are printed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from integration.kafka.test_kafka_kill import KafkaJob, kafka  # noqa: F401 - the fixture
+from integration.kafka.test_kafka_kill import KafkaJob, kafka_own  # noqa: F401 - the fixture
+from integration.support._fixtures_services import NativeKafka
 from integration.support._kafka import KafkaTarget
 from integration.support._outage import ride_out, started_while_down
 
@@ -30,9 +30,9 @@ OUTAGES, EVERY = 3, 3
 
 
 def test_broker_sigkilled_and_restarted_again_and_again_under_one_driver_run_is_exact(
-    tmp_path: Path, kafka: KafkaTarget, native_kafka: Any  # noqa: F811
+    tmp_path: Path, kafka_own: KafkaTarget, native_kafka: NativeKafka  # noqa: F811
 ) -> None:
-    job = KafkaJob(tmp_path, kafka, files=OUTAGES * EVERY + 4)
+    job = KafkaJob(tmp_path, kafka_own, files=OUTAGES * EVERY + 4)
 
     def committed() -> int:
         return sum(1 for s in job.ledger().values() if s == "COMMITTED")
@@ -50,22 +50,22 @@ def test_broker_sigkilled_and_restarted_again_and_again_under_one_driver_run_is_
            or float(m.get("total_ms", 0)) > 5000]
     assert len(met) >= OUTAGES, metrics
     job.assert_exact()
-    kafka.assert_no_open_transactions()
+    kafka_own.assert_no_open_transactions()
 
 
 def test_a_query_started_while_the_broker_is_down_waits_for_it_then_is_exact(
-    tmp_path: Path, kafka: KafkaTarget, native_kafka: Any  # noqa: F811
+    tmp_path: Path, kafka_own: KafkaTarget, native_kafka: NativeKafka  # noqa: F811
 ) -> None:
     """The driver's first contact with the cluster meets no broker (stopped before the
     driver starts, started 10 s after the query's first batch is in Spark's offset log):
     "no answer from the Kafka cluster" is transient, so the batch waits within
     ``outage_timeout`` and lands once the broker is back."""
-    job = KafkaJob(tmp_path, kafka, files=3)
+    job = KafkaJob(tmp_path, kafka_own, files=3)
     run, after = started_while_down(job, stop=lambda: native_kafka.stop(kill=True),
                                     start=native_kafka.start)
     assert run.returncode == 0, run.tail()
-    first = run.batch_metrics(kafka.sink_id, 0)
+    first = run.batch_metrics(kafka_own.sink_id, 0)
     print(f"first contact with the broker down: the run ended {after:.1f} s "
           f"after its return; batch 0: {first}")
     job.assert_exact()
-    kafka.assert_no_open_transactions()
+    kafka_own.assert_no_open_transactions()

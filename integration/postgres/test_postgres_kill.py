@@ -49,6 +49,7 @@ from integration.support._driver import (
     spark_batches,
     task_executors,
 )
+from integration.support._fixtures_services import NativePostgres
 from integration.support._pg import (
     DRIVER_PGOPTIONS,
     RECEIPTS_INDEX_BUG,
@@ -108,15 +109,27 @@ class PgJob(KillJob):
         assert states and set(states.values()) == {"COMMITTED"}, states
 
 
-@pytest.fixture
-def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTarget]:
-    """A fresh events table (no unique key: duplicates would show) and sink names."""
-    monkeypatch.setenv("EOS_POSTGRES_CONNINFO", postgres_conninfo)  # drivers read it
+def _target(conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTarget]:
+    monkeypatch.setenv("EOS_POSTGRES_CONNINFO", conninfo)  # drivers read it
     monkeypatch.setenv("PGOPTIONS", DRIVER_PGOPTIONS)
-    target = PgTarget(postgres_conninfo, prefix="kill")
+    target = PgTarget(conninfo, prefix="kill")
     target.create_table()
     yield target
     target.cleanup()
+
+
+@pytest.fixture
+def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTarget]:
+    """A fresh events table (no unique key: duplicates would show) and sink names."""
+    yield from _target(postgres_conninfo, monkeypatch)
+
+
+@pytest.fixture
+def pg_own(native_postgres: NativePostgres, monkeypatch: pytest.MonkeyPatch
+           ) -> Iterator[PgTarget]:
+    """As ``pg``, on the PostgreSQL of the module's own that ``native_postgres`` restarts
+    (the shared one serves the other tests meanwhile)."""
+    yield from _target(native_postgres.conninfo, monkeypatch)
 
 
 # ------------------------------------------------------------------ driver crash points
@@ -314,7 +327,7 @@ def test_failed_task_is_retried_on_local_n_f_and_only_the_accepted_attempt_commi
 
 @pytest.mark.parametrize("where", ["driver-after_decision", "task-before_precommit"])
 def test_postgres_restarted_mid_batch_then_job_finishes_exact(
-    where: str, tmp_path: Path, pg: PgTarget, native_postgres: Any
+    where: str, tmp_path: Path, pg_own: PgTarget, native_postgres: NativePostgres
 ) -> None:
     """A fast shutdown of PostgreSQL while a batch is in flight.
 
@@ -326,7 +339,7 @@ def test_postgres_restarted_mid_batch_then_job_finishes_exact(
     driver run in the same query (``outage_timeout``: no restart of the job from outside).
     """
     stall = 20.0
-    job = PgJob(tmp_path, pg)
+    job = PgJob(tmp_path, pg_own)
     point = CrashPoint.AFTER_DECISION if where.startswith("driver") else CrashPoint.BEFORE_PRECOMMIT
     extra = "" if where.startswith("driver") else ":partition=0"
     spec = f"{point.value}:batch=1{extra}:action=stall:seconds={stall:g}"
@@ -336,14 +349,14 @@ def test_postgres_restarted_mid_batch_then_job_finishes_exact(
         assert job.reached(point, 1), future.result().tail()
         stalled_at = time.monotonic()
         if point is CrashPoint.AFTER_DECISION:
-            assert pg.ledger_states().get(1) == "DECIDED"
-            decided = set(pg.decided_transactions(1))
-            assert decided and {str(t) for t in pg.prepared()} == decided
+            assert pg_own.ledger_states().get(1) == "DECIDED"
+            decided = set(pg_own.decided_transactions(1))
+            assert decided and {str(t) for t in pg_own.prepared()} == decided
         native_postgres.restart(mode="fast", downtime=1.0)
         restarted_in = time.monotonic() - stalled_at
         if point is CrashPoint.AFTER_DECISION and restarted_in < stall - 2:
             # Still stalled: the restart kept the prepared transactions of the decision.
-            assert {str(t) for t in pg.prepared()} == decided
+            assert {str(t) for t in pg_own.prepared()} == decided
         run = future.result()
 
     if point is CrashPoint.AFTER_DECISION:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final, Literal
 
@@ -134,12 +137,36 @@ def service_timeout() -> float:
     return _env_float("EOS_SERVICES_TIMEOUT", 120.0)
 
 
+#: (state directory, env file) of the instance this thread's calls act on, when
+#: :func:`routed_to` set one (:mod:`integration.services.instance`); else the environment's.
+_ROUTE: contextvars.ContextVar[tuple[Path, Path] | None] = contextvars.ContextVar(
+    "eos_services_route", default=None)
+
+
+@contextlib.contextmanager
+def routed_to(state: Path, env: Path) -> Iterator[None]:
+    """Within the block, this thread's calls of the services' functions act on the
+    instance whose state is in ``state`` and whose env file is ``env`` (not the shared one
+    of ``$EOS_SERVICES_DIR`` / ``<repo>/.services``)."""
+    token = _ROUTE.set((state, env))
+    try:
+        yield
+    finally:
+        _ROUTE.reset(token)
+
+
 def state_dir() -> Path:
+    route = _ROUTE.get()
+    if route is not None:
+        return route[0]
     raw = os.environ.get("EOS_SERVICES_DIR", "").strip()
     return Path(raw).resolve() if raw else REPO_ROOT / ".services"
 
 
 def env_file() -> Path:
+    route = _ROUTE.get()
+    if route is not None:
+        return route[1]
     raw = os.environ.get("EOS_SERVICES_ENV_FILE", "").strip()
     return Path(raw).resolve() if raw else REPO_ROOT / ".services.env"
 

@@ -18,9 +18,10 @@ session:
 ``$EOS_SERVICES_BACKEND`` = ``auto`` (default), ``docker`` or ``native`` forces 2 or 3.
 A service that cannot be had fails the test under ``CI=true`` and skips it elsewhere.
 
-``native_postgres`` / ``native_kafka`` / ``native_s3`` give restart hooks (crash/restart
-tests); they skip when the service is not the native one managed by
-:mod:`integration.services`.
+``native_postgres`` / ``native_kafka`` / ``native_s3`` give a test that restarts, stops or
+kills a service one of its module's own (:class:`~integration.services.instance.ServiceInstance`,
+native, started on demand): the shared ones serve the other tests meanwhile, so these tests
+run beside them on any worker.
 """
 
 from __future__ import annotations
@@ -31,14 +32,15 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import pytest
 
 from integration import services as _services
+from integration.services.instance import ServiceInstance
 
 __all__ = [
     "NativeKafka",
@@ -53,6 +55,7 @@ __all__ = [
     "native_postgres",
     "native_s3",
     "postgres_conninfo",
+    "private_services",
     "register_markers",
     "s3_service",
 ]
@@ -71,18 +74,6 @@ def register_markers(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: needs real services (PostgreSQL, Kafka, S3, Spark JVM)"
     )
-
-
-#: Fixtures that restart a service every other test uses.
-RESTARTING_FIXTURES = frozenset({"native_postgres", "native_kafka", "native_s3"})
-
-
-def mark_serial(items: list[pytest.Item]) -> None:
-    """Mark ``serial`` every test that restarts a shared service: run in parallel with
-    others (pytest-xdist), the restart would fail their connections."""
-    for item in items:
-        if RESTARTING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.serial)
 
 
 def _in_ci() -> bool:
@@ -418,38 +409,48 @@ class S3Service:
 
 @dataclass(frozen=True)
 class NativePostgres:
-    """Control over the native PostgreSQL; the conninfo stays valid across restarts."""
+    """A PostgreSQL of the test module's own (:class:`ServiceInstance`), to restart, stop
+    and start; the conninfo stays valid across restarts."""
 
     conninfo: str
+    instance: ServiceInstance
 
     def restart(
         self, mode: _services.PgStopMode = "fast", downtime: float = 0.0
     ) -> _services.PostgresInfo:
-        return _services.restart_postgres(mode=mode, downtime=downtime)
+        with self.instance.active():
+            return _services.restart_postgres(mode=mode, downtime=downtime)
 
     def stop(self, mode: _services.PgStopMode = "fast") -> None:
-        _services.stop_postgres(mode)
+        with self.instance.active():
+            _services.stop_postgres(mode)
 
     def start(self) -> _services.PostgresInfo:
         """Start it after :meth:`stop`: at the same address (clients keep their conninfo)."""
-        return _services.start_postgres(keep_ports=True)
+        with self.instance.active():
+            return _services.start_postgres(keep_ports=True)
 
 
 @dataclass(frozen=True)
 class NativeKafka:
-    """Control over the native Kafka broker; the bootstrap address stays valid."""
+    """A Kafka broker of the test module's own, to restart, kill and start; the bootstrap
+    address stays valid."""
 
     bootstrap: str
+    instance: ServiceInstance
 
     def restart(self, kill: bool = False, downtime: float = 0.0) -> _services.KafkaInfo:
-        return _services.restart_kafka(kill=kill, downtime=downtime)
+        with self.instance.active():
+            return _services.restart_kafka(kill=kill, downtime=downtime)
 
     def stop(self, kill: bool = False) -> None:
-        _services.stop_kafka(kill=kill)
+        with self.instance.active():
+            _services.stop_kafka(kill=kill)
 
     def start(self) -> _services.KafkaInfo:
         """Start it after :meth:`stop`: at the same address (clients keep their bootstrap)."""
-        return _services.start_kafka(keep_ports=True)
+        with self.instance.active():
+            return _services.start_kafka(keep_ports=True)
 
 
 @pytest.fixture(scope="session")
@@ -462,58 +463,78 @@ def s3_service(eos_services: ServiceResolver) -> S3Service:
 
 @dataclass(frozen=True)
 class NativeS3:
-    """Control over the native moto server; the endpoint stays valid across restarts, the
-    objects do not (moto keeps them in memory: the bucket comes back empty)."""
+    """An S3 API (moto) of the test module's own; the endpoint stays valid across restarts,
+    the objects do not (moto keeps them in memory: the bucket comes back empty)."""
 
     service: S3Service
+    instance: ServiceInstance
 
     def restart(self, kill: bool = False, downtime: float = 0.0) -> _services.S3Info:
-        return _services.restart_s3(kill=kill, downtime=downtime)
+        with self.instance.active():
+            return _services.restart_s3(kill=kill, downtime=downtime)
 
     def stop(self, kill: bool = False) -> None:
-        _services.stop_s3(kill=kill)
+        with self.instance.active():
+            _services.stop_s3(kill=kill)
 
     def start(self) -> _services.S3Info:
-        return _services.start_s3()
+        with self.instance.active():
+            return _services.start_s3()
+
+
+@pytest.fixture(scope="module")
+def private_services() -> Iterator[ServiceInstance]:
+    """The test module's own services, for the tests that restart, stop or kill one (the
+    shared ones serve every other test at the same time): each starts on first use
+    (``native_postgres``, ``native_kafka``, ``native_s3``), in a directory of its own, and
+    all are stopped and removed after the module."""
+    instance = ServiceInstance()
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
+_Info = TypeVar("_Info")
+
+
+def _private(name: str, start: Callable[[], _Info]) -> _Info:
+    """Start one of the module's own services; one that cannot start fails the test under
+    ``CI=true`` and skips it elsewhere, with the reason."""
+    try:
+        return start()
+    except _services.ServiceError as exc:
+        _unavailable(f"could not start a {name} of the test's own: {exc}")
 
 
 @pytest.fixture
-def native_postgres(
-    postgres_conninfo: str, eos_services: ServiceResolver
-) -> Iterator[NativePostgres]:
-    """Restart hooks for PostgreSQL; skips unless it is the native (scripts/services) one.
-
-    After the test the server is started again if the test left it stopped.
-    """
-    if not eos_services.is_native("postgres"):
-        pytest.skip("needs the native PostgreSQL of scripts/services (restartable by the tests)")
-    yield NativePostgres(postgres_conninfo)
-    if _services.status().postgres is None:
-        _services.start_postgres()
+def native_postgres(private_services: ServiceInstance) -> Iterator[NativePostgres]:
+    """A PostgreSQL of this module's own to restart (``native_postgres.conninfo``: put
+    the test's tables there). After the test it is started again if the test left it
+    stopped."""
+    info = _private("PostgreSQL", private_services.postgres)
+    yield NativePostgres(info.conninfo, private_services)
+    if private_services.status().postgres is None:
+        private_services.postgres()
 
 
 @pytest.fixture
-def native_kafka(kafka_bootstrap: str, eos_services: ServiceResolver) -> Iterator[NativeKafka]:
-    """Restart hooks for Kafka; skips unless it is the native (scripts/services) broker.
-
-    After the test the broker is started again if the test left it stopped.
-    """
-    if not eos_services.is_native("kafka"):
-        pytest.skip("needs the native Kafka of scripts/services (restartable by the tests)")
-    yield NativeKafka(kafka_bootstrap)
-    if _services.status().kafka is None:
-        _services.start_kafka()
+def native_kafka(private_services: ServiceInstance) -> Iterator[NativeKafka]:
+    """A Kafka broker of this module's own to restart (``native_kafka.bootstrap``: put the
+    test's topics there). After the test it is started again if the test left it stopped."""
+    info = _private("Kafka broker", private_services.kafka)
+    yield NativeKafka(info.bootstrap, private_services)
+    if private_services.status().kafka is None:
+        private_services.kafka()
 
 
 @pytest.fixture
-def native_s3(s3_service: S3Service, eos_services: ServiceResolver) -> Iterator[NativeS3]:
-    """Restart hooks for S3; skips unless it is the native (scripts/services) moto.
-
-    After the test the server is started again (with its bucket) if the test left it
-    stopped.
-    """
-    if not eos_services.is_native("s3"):
-        pytest.skip("needs the native S3 (moto) of scripts/services (restartable by the tests)")
-    yield NativeS3(s3_service)
-    if _services.status().s3 is None:
-        _services.start_s3()
+def native_s3(private_services: ServiceInstance) -> Iterator[NativeS3]:
+    """An S3 API (moto) of this module's own, with the bucket, to restart. After the test
+    it is started again (with its bucket) if the test left it stopped."""
+    info = _private("S3 API (moto)", private_services.s3)
+    service = S3Service(endpoint=info.endpoint, bucket=info.bucket, access_key=info.access_key,
+                        secret_key=info.secret_key, region=info.region)
+    yield NativeS3(service, private_services)
+    if private_services.status().s3 is None:
+        private_services.s3()
