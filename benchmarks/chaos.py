@@ -17,8 +17,9 @@ lingering transactions) and the failures of each kind, and writes to ``--out``:
 every sink is exact.
 
 Needs the services of ``scripts/services`` (``. ./.services.env``); restarting PostgreSQL
-and Kafka needs the native ones (``scripts/services start``). CI runs a short campaign
-(``.ci/run``'s chaos lane).
+and Kafka needs the native ones (``scripts/services start``). Not CI's: each failure kind
+it injects has a dedicated kill or outage test in CI's test lane; campaigns are run by hand
+and recorded in benchmarks/README.md with their date and commit.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--each", type=int, default=None,
                    help="instead: this many failures of each kind, in a shuffled order")
     p.add_argument("--quick", action="store_true",
-                   help="CI's short campaign: --each 1 --interval 15 30 --rows-per-feed 100")
+                   help="a short campaign (a smoke run): --each 1 --interval 15 30 --rows-per-feed 100")
     p.add_argument("--minutes", type=float, default=None, help="stop causing them after this")
     p.add_argument("--sinks", default="postgres,kafka,delta")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"of {', '.join(KINDS)}")
