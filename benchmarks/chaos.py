@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--each", type=int, default=None,
                    help="instead: this many failures of each kind, in a shuffled order")
     p.add_argument("--quick", action="store_true",
-                   help="a short campaign (a smoke run): --each 1 --interval 15 30 --rows-per-feed 100")
+                   help="a short campaign: --each 1 --interval 15 30 --rows-per-feed 100")
     p.add_argument("--minutes", type=float, default=None, help="stop causing them after this")
     p.add_argument("--sinks", default="postgres,kafka,delta")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"of {', '.join(KINDS)}")
