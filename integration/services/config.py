@@ -41,6 +41,10 @@ ENV_S3_ENDPOINT: Final = "EOS_S3_ENDPOINT"
 ENV_S3_BUCKET: Final = "EOS_S3_BUCKET"
 ENV_S3_ACCESS_KEY: Final = "EOS_S3_ACCESS_KEY"
 ENV_S3_SECRET_KEY: Final = "EOS_S3_SECRET_KEY"
+#: Where the services keep their state, and their env file (defaults: ``<repo>/.services``,
+#: ``<repo>/.services.env``).
+ENV_SERVICES_DIR: Final = "EOS_SERVICES_DIR"
+ENV_SERVICES_ENV_FILE: Final = "EOS_SERVICES_ENV_FILE"
 
 #: The bucket the S3 service creates (a valid S3 name) and the fixed test credentials (moto
 #: accepts any).
@@ -159,7 +163,7 @@ def state_dir() -> Path:
     route = _ROUTE.get()
     if route is not None:
         return route[0]
-    raw = os.environ.get("EOS_SERVICES_DIR", "").strip()
+    raw = os.environ.get(ENV_SERVICES_DIR, "").strip()
     return Path(raw).resolve() if raw else REPO_ROOT / ".services"
 
 
@@ -167,7 +171,7 @@ def env_file() -> Path:
     route = _ROUTE.get()
     if route is not None:
         return route[1]
-    raw = os.environ.get("EOS_SERVICES_ENV_FILE", "").strip()
+    raw = os.environ.get(ENV_SERVICES_ENV_FILE, "").strip()
     return Path(raw).resolve() if raw else REPO_ROOT / ".services.env"
 
 

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from integration.services.config import (
+    ENV_SERVICES_DIR,
+    ENV_SERVICES_ENV_FILE,
     KafkaInfo,
     PostgresInfo,
     S3Info,
@@ -59,8 +61,8 @@ class ServiceInstance:
 
     def environ(self) -> dict[str, str]:
         """``os.environ`` for a child process (``scripts/services ...``) acting on it."""
-        return dict(os.environ, EOS_SERVICES_DIR=str(self.state),
-                    EOS_SERVICES_ENV_FILE=str(self.env))
+        return {**os.environ, ENV_SERVICES_DIR: str(self.state),
+                ENV_SERVICES_ENV_FILE: str(self.env)}
 
     def postgres(self) -> PostgresInfo:
         """Its PostgreSQL, started unless it runs."""

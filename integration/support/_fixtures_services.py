@@ -514,8 +514,7 @@ def native_postgres(private_services: ServiceInstance) -> Iterator[NativePostgre
     stopped."""
     info = _private("PostgreSQL", private_services.postgres)
     yield NativePostgres(info.conninfo, private_services)
-    if private_services.status().postgres is None:
-        private_services.postgres()
+    private_services.postgres()  # idempotent: started again only if the test left it stopped
 
 
 @pytest.fixture
@@ -524,8 +523,7 @@ def native_kafka(private_services: ServiceInstance) -> Iterator[NativeKafka]:
     test's topics there). After the test it is started again if the test left it stopped."""
     info = _private("Kafka broker", private_services.kafka)
     yield NativeKafka(info.bootstrap, private_services)
-    if private_services.status().kafka is None:
-        private_services.kafka()
+    private_services.kafka()  # idempotent: started again only if the test left it stopped
 
 
 @pytest.fixture
@@ -536,5 +534,4 @@ def native_s3(private_services: ServiceInstance) -> Iterator[NativeS3]:
     service = S3Service(endpoint=info.endpoint, bucket=info.bucket, access_key=info.access_key,
                         secret_key=info.secret_key, region=info.region)
     yield NativeS3(service, private_services)
-    if private_services.status().s3 is None:
-        private_services.s3()
+    private_services.s3()  # idempotent: started again only if the test left it stopped
