@@ -27,6 +27,7 @@ CONNECTORS_ALL = [
     "ConfigurationError",
     "ConnectorError",
     "DataLossError",
+    "DecisionUnknown",
     "DeltaSink",
     "DeltaSinks",
     "DependencyError",

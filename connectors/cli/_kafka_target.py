@@ -101,9 +101,6 @@ class KafkaTarget(Target):
     def recover(
         self, sink_id: str, *, commit_decided: bool, abort_undecided: bool, min_age_s: float
     ) -> RecoverReport:
-        from connectors.core.coordinator import Coordinator
-        from connectors.core.executor import DriverState, Executor
-        from connectors.core.metrics import BatchMetrics
         from connectors.kafka._sink import KafkaSink
 
         report = RecoverReport(sink_id, self.describe())
@@ -116,17 +113,12 @@ class KafkaTarget(Target):
                                 "decided; --abort-undecided fences the slots to abort it")
             return report
         sink = KafkaSink(None, dict(self.config), sink_id=sink_id)
-        metrics = BatchMetrics(sink_id, -1, sink.family.value)
-        state = DriverState(sink.create_ledger)
         try:
             # The steps a driver's start runs for a slot sink: fence every slot.
-            coordinator = Coordinator(sink.family, sink_id, run_id=state.run_id,
-                                      query_id="operator", metrics=metrics)
-            Executor(sink, state, metrics).run(coordinator.settle(
-                [], commit_decided=commit_decided, abort_undecided=True))
+            _, metrics = sink.driver.settle([], commit_decided=commit_decided,
+                                            abort_undecided=True)
             fenced = metrics.reconciled
         finally:
-            state.close()
             sink.close()
         report.notes.append(f"fenced {fenced} slot transactional id(s) (init_transactions); "
                             "a live driver's task in flight fails and Spark retries it")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from connectors.cli._model import Lingering, RecoverReport, SinkStatus
-from connectors.core.fanout_batch import TARGET_PREFIX, parts_of
+from connectors.core.fanout_program import TARGET_PREFIX, parts_of
 from connectors.core.ledger import Ledger, LedgerEntry
 from connectors.core.naming import TransactionId
 from connectors.core.protocol import BatchState
@@ -191,28 +191,22 @@ class PostgresTarget(Target):
     def recover(
         self, sink_id: str, *, commit_decided: bool, abort_undecided: bool, min_age_s: float
     ) -> RecoverReport:
-        from connectors.core.coordinator import Coordinator
-        from connectors.core.executor import DriverState, Executor
-        from connectors.core.metrics import BatchMetrics
         from connectors.postgres._sink import PostgresSink
 
         report = RecoverReport(sink_id, self.describe())
         sink = PostgresSink.operator(self.conninfo.secret, sink_id=sink_id,
                                      ledger_table=(self.table.schema, self.table.name))
         ledger = sink.create_ledger()
-        metrics = BatchMetrics(sink_id, -1, sink.family.value)
         try:
             lingering = self.lingering(sink_id)
             young = [item for item in lingering if not item.decided and item.age_s is not None
                      and item.age_s < min_age_s]
-            state = DriverState(lambda: ledger)
-            coordinator = Coordinator(sink.family, sink_id, run_id=state.run_id,
-                                      query_id="operator", metrics=metrics)
-            done = Executor(sink, state, metrics).run(coordinator.settle(
+            done, _ = sink.driver.settle(
                 [item.transaction for item in lingering], commit_decided=commit_decided,
                 abort_undecided=abort_undecided,
                 keep=frozenset(item.transaction for item in young),
-                adopt=self.fan_out_parts(sink_id) if lingering else ()))  # never rolled back
+                adopt=self.fan_out_parts(sink_id) if lingering else (),  # never rolled back
+                ledger=ledger)
             report.committed += done.committed
             report.aborted += done.aborted
             left = set(done.left)

@@ -7,6 +7,7 @@ without any I/O.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from connectors.core.ledger import LedgerEntry, TaskCommit
@@ -16,7 +17,9 @@ from connectors.core.transactions import SlotPlan
 __all__ = [
     "Abort",
     "AdoptDecision",
+    "AwaitChecks",
     "BindQuery",
+    "CheckInput",
     "Command",
     "Commit",
     "CommitBatch",
@@ -24,6 +27,7 @@ __all__ = [
     "Crash",
     "Decide",
     "FenceAll",
+    "ForTarget",
     "ForbidDecision",
     "InputFingerprint",
     "LastBatchId",
@@ -40,6 +44,7 @@ __all__ = [
     "RecordIntent",
     "RecordSlots",
     "RunTasks",
+    "TargetFinished",
     "TargetHasBatch",
     "TasksEnded",
 ]
@@ -261,3 +266,39 @@ class Crash(Command):
 
     point: CrashPoint
     batch_id: int
+
+
+# ---- a fan-out's program (connectors.core.fanout_program) ----
+@dataclass(frozen=True)
+class ForTarget(Command):
+    """``command`` of the fan-out's target ``sink_id``, already passed by that target's
+    guard: performed by the target's executor -> ``command``'s result. An error that
+    names no sink names the target."""
+
+    sink_id: str
+    command: Command
+
+
+@dataclass(frozen=True)
+class CheckInput(Command):
+    """A fan-out's target that commits after the decision: start its checks of what it
+    would refuse only while committing (``check_input``), beside the other targets'
+    work -> a ``Future`` of their end (see :class:`AwaitChecks`)."""
+
+    batch_id: int
+
+
+@dataclass(frozen=True, eq=False)
+class AwaitChecks(Command):
+    """Wait for the targets' checks started by :class:`CheckInput`; the first failure is
+    raised -> ``None``."""
+
+    checks: tuple[Future[None], ...]
+
+
+@dataclass(frozen=True)
+class TargetFinished(Command):
+    """The fan-out's target ``sink_id`` has its part of the batch (or the batch ended):
+    its figures are final and are closed now, once -> ``None``."""
+
+    sink_id: str

@@ -35,6 +35,7 @@ __all__ = [
     "ConfigurationError",
     "ConnectorError",
     "DataLossError",
+    "DecisionUnknown",
     "DependencyError",
     "FatalError",
     "FencedError",
@@ -119,6 +120,12 @@ class RetriesExhaustedError(TransientError):
     def __init__(self, message: str, *, attempts: int = 0, **context: Any) -> None:
         super().__init__(message, **context)
         self.attempts = attempts
+
+
+class DecisionUnknown(TransientError):
+    """A decision was written, and neither its reply nor a re-read of the ledger says
+    whether it landed. Nothing is rolled back: the next run's start reads the ledger and
+    finishes the batch (decided) or rolls it back (not decided)."""
 
 
 class FatalError(ConnectorError):

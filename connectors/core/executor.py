@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
@@ -26,7 +26,9 @@ from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.commands import (
     Abort,
     AdoptDecision,
+    AwaitChecks,
     BindQuery,
+    CheckInput,
     Command,
     Commit,
     CommitBatch,
@@ -35,6 +37,7 @@ from connectors.core.commands import (
     Decide,
     FenceAll,
     ForbidDecision,
+    ForTarget,
     InputFingerprint,
     LastBatchId,
     ListPrepared,
@@ -50,17 +53,18 @@ from connectors.core.commands import (
     RecordIntent,
     RecordSlots,
     RunTasks,
+    TargetFinished,
     TargetHasBatch,
     TasksEnded,
 )
-from connectors.core.coordinator import RunFacts
 from connectors.core.crash import crash_point
-from connectors.core.errors import TransientError
-from connectors.core.ledger import Ledger, LedgerEntry
+from connectors.core.driver_state import DriverState, run_steps
+from connectors.core.errors import ConnectorError, DecisionUnknown, TransientError
+from connectors.core.ledger import LedgerEntry
 from connectors.core.metrics import BatchMetrics
-from connectors.core.naming import TransactionId, new_run_id
+from connectors.core.naming import TransactionId
 from connectors.core.protocol import Family
-from connectors.core.retry import call_with_retry
+from connectors.core.retry import RetryPolicy, call_with_retry
 from connectors.core.tasks import prepare_task, slot_task
 
 if TYPE_CHECKING:  # the hooks' one declaration; the template imports this module to run
@@ -71,75 +75,22 @@ if TYPE_CHECKING:  # the hooks' one declaration; the template imports this modul
     )
     from connectors.core.template import TwoPhaseCommitSink
 
-__all__ = ["DriverState", "Executor", "run_steps"]
+__all__ = ["Executor"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class DriverState:
-    """What one driver run of a sink holds: its ledger, run id and query binding.
-
-    The ledger is opened by ``open_ledger`` on first use, which is the first run's start
-    (:class:`~connectors.core.commands.OpenRun`, after the sink's ``begin_run``), and kept
-    for the driver's later runs."""
-
-    open_ledger: Callable[[], Ledger]
-    run_id: str = field(default_factory=new_run_id)
-    query_id: str | None = None
-    generation: int = 0
-    started: bool = False
-    #: The run's last batch closed with a sweep after all its tasks ended (RunFacts).
-    swept: bool = False
-    _ledger: Ledger | None = field(default=None, repr=False)
-
-    @property
-    def ledger(self) -> Ledger:
-        if self._ledger is None:
-            self._ledger = self.open_ledger()
-        return self._ledger
-
-    def close(self) -> None:
-        """Release the ledger's resources, if it was opened."""
-        if self._ledger is not None:
-            self._ledger.close()
-            self._ledger = None
-
-    def context(self, sink_id: str, batch_id: int, batch: BatchInput | None = None
-                ) -> BatchContext:
-        return BatchContext(sink_id, batch_id, self.run_id, self.generation, self.query_id,
-                            batch=batch)
-
-    def facts(self) -> RunFacts:
-        """What the coordinator decides the run's start from."""
-        return RunFacts(self.started, self.query_id, self.swept)
-
-    def new_run(self) -> None:
-        """Start a new run: new run id, and reconcile again before the next batch."""
-        self.run_id = new_run_id()
-        self.started = False
-        self.swept = False
-
-
-def run_steps(steps: Generator[Command, Any, Any], perform: Callable[[Command], Any]) -> Any:
-    """Drive ``steps`` to its end: perform each command, send back its result (or throw
-    its exception in); return what ``steps`` returns."""
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            command = steps.throw(error) if error is not None else steps.send(result)
-        except StopIteration as stop:
-            return stop.value
-        error = None
-        try:
-            result = perform(command)
-        except BaseException as exc:
-            result, error = None, exc
-
-
 class Executor:
-    """Performs commands for one sink and one batch (see the module docstring)."""
+    """Performs commands for one sink and one batch (see the module docstring).
+
+    Built only by :class:`~connectors.core.sink_driver.SinkDriver`. A fan-out's executor
+    performs the fan-out's own commands (``sink_id``, ``retry`` and ``state`` are the
+    fan-out's; ``sink`` is its first target, whose ``begin_run`` opens a run, since the
+    decisions' ledger may be of its kind) and routes
+    :class:`~connectors.core.commands.ForTarget` to ``targets`` (by sink id); ``pool``
+    runs a target's checks beside the other targets' work; ``finished(sink_id)`` closes a
+    target's figures.
+    """
 
     def __init__(
         self,
@@ -147,11 +98,22 @@ class Executor:
         state: DriverState,
         metrics: BatchMetrics,
         batch: BatchInput | None = None,
+        *,
+        sink_id: str | None = None,
+        retry: RetryPolicy | None = None,
+        targets: Mapping[str, Executor] | None = None,
+        pool: ThreadPoolExecutor | None = None,
+        finished: Callable[[str], None] | None = None,
     ) -> None:
         self.sink = sink
         self.state = state
         self.metrics = metrics
         self.batch = batch
+        self.sink_id = sink_id or sink.sink_id
+        self.retry = retry or sink.retry
+        self.targets = dict(targets or {})
+        self.pool = pool
+        self.finished = finished
 
     def run(self, steps: Generator[Command, Any, Any]) -> Any:
         return run_steps(steps, self.perform)
@@ -159,7 +121,7 @@ class Executor:
     # ---- helpers ----
     def _context(self, batch_id: int) -> BatchContext:
         """The driver-side hooks' context: it carries the batch's input."""
-        return self.state.context(self.sink.sink_id, batch_id, self.batch)
+        return self.state.context(self.sink_id, batch_id, self.batch)
 
     def _input(self) -> BatchInput:
         if self.batch is None:
@@ -170,8 +132,8 @@ class Executor:
         def count(_attempt: int, _error: BaseException, _delay: float) -> None:
             self.metrics.retries += 1
 
-        return call_with_retry(fn, policy=self.sink.retry, description=description,
-                               on_retry=count, sink_id=self.sink.sink_id, **ids)
+        return call_with_retry(fn, policy=self.retry, description=description,
+                               on_retry=count, sink_id=self.sink_id, **ids)
 
     def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
         start = time.monotonic()
@@ -183,6 +145,18 @@ class Executor:
 
     # ---- the commands ----
     def perform(self, command: Command) -> Any:
+        if isinstance(command, ForTarget):
+            return self._for_target(command)
+        if isinstance(command, CheckInput):
+            return self._check_input(command.batch_id)
+        if isinstance(command, AwaitChecks):
+            for check in command.checks:
+                check.result()
+            return None
+        if isinstance(command, TargetFinished):
+            if self.finished is not None:
+                self.finished(command.sink_id)
+            return None
         if isinstance(command, OpenRun):  # the sink first: it may hold what the ledger needs
             self.sink.begin_run(self._context(command.batch_id))
             self.state.ledger.open_run(command.run_id)
@@ -269,7 +243,7 @@ class Executor:
             self.state.ledger.prune(command.keep)
             return None
         if isinstance(command, Crash):
-            crash_point(command.point, sink_id=self.sink.sink_id, batch_id=command.batch_id)
+            crash_point(command.point, sink_id=self.sink_id, batch_id=command.batch_id)
             return None
         raise TypeError(f"not a protocol command: {command!r}")
 
@@ -310,18 +284,65 @@ class Executor:
         self.metrics.lingering = max(self.metrics.lingering, mine)
 
     def _decide(self, entry: LedgerEntry) -> LedgerEntry:
-        """Record the decision; after an ambiguous failure re-read, never guess."""
+        """Record the decision, the one rule for every program: after an ambiguous
+        failure re-read (retried), never guess. Found: that is the decision; not found: not
+        decided (the write's error is raised); the ledger still unreachable:
+        :class:`~connectors.core.errors.DecisionUnknown`, and nothing may be rolled back."""
         ledger = self.state.ledger
         try:
             return ledger.decide(entry)
-        except TransientError:
+        except TransientError as written:
             # The write may or may not have happened: the ledger is the only truth.
-            found = self._retry(partial(ledger.get, entry.batch_id),
-                                f"re-reading the decision of batch {entry.batch_id}",
-                                batch_id=entry.batch_id)
+            try:
+                found = self._retry(partial(ledger.get, entry.batch_id),
+                                    f"re-reading the decision of batch {entry.batch_id}",
+                                    batch_id=entry.batch_id)
+            except TransientError as unread:
+                raise DecisionUnknown(
+                    f"the decision of batch {entry.batch_id} may or may not be recorded "
+                    f"(writing it failed: {type(written).__name__}; re-reading it failed: "
+                    f"{type(unread).__name__}); nothing is rolled back: the next run's "
+                    "start reads the ledger and finishes or rolls back the batch",
+                    sink_id=self.sink_id, batch_id=entry.batch_id) from unread
             if found is None:
                 raise
             return cast("LedgerEntry", found)
+
+    # ---- a fan-out's routing and checks ----
+    def _for_target(self, command: ForTarget) -> Any:
+        try:
+            return self.targets[command.sink_id].perform(command.command)
+        except ConnectorError as exc:
+            if exc.sink_id is None:
+                exc.sink_id = command.sink_id
+            raise
+
+    def _check_input(self, batch_id: int) -> Future[None]:
+        """Start the sink's ``check_input`` of its planned batch in the pool (at once
+        without one); its time goes in the figures as ``check_ms``."""
+        batch = self._input()
+        ctx = self._context(batch_id)
+
+        def check() -> None:
+            started = time.monotonic()
+            try:
+                self.sink.check_input(batch, ctx)
+            except ConnectorError as exc:
+                if exc.sink_id is None:
+                    exc.sink_id = self.sink_id
+                raise
+            finally:
+                self.metrics.extra["check_ms"] = round((time.monotonic() - started) * 1000, 1)
+
+        if self.pool is not None:
+            return self.pool.submit(check)
+        done: Future[None] = Future()
+        try:
+            check()
+            done.set_result(None)
+        except Exception as exc:
+            done.set_exception(exc)
+        return done
 
     def _abort(self, command: Abort) -> None:
         sink = cast("PreparedTransactionSink[Any]", self.sink)

@@ -1,27 +1,25 @@
 """``FanOut``: one ``foreachBatch`` callable over several sinks, under one decision per
 batch: a batch lands in all of them or in none (docs/fan-out.md). Public as
-``connectors.FanOut``; the attempt of one batch is :mod:`connectors.core.fanout_batch`.
+``connectors.FanOut``; its batch is a program (:mod:`connectors.core.fanout_program`) its
+driver runs (:class:`~connectors.core.sink_driver.SinkDriver`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from connectors.core.batch import BatchInput
 from connectors.core.engine import EngineCall, batch_input_for
 from connectors.core.errors import ConfigurationError
-from connectors.core.executor import DriverState
-from connectors.core.fanout_batch import FanOutBatch
-from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
-from connectors.core.metrics import BatchMetrics, adopt_exporters
+from connectors.core.ledger import Ledger
+from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import validate_sink_id
 from connectors.core.protocol import Family
-from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, BatchRestarts, Outage
+from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
 from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
-from connectors.core.stopping import streaming_batch
+from connectors.core.sink_driver import FanOutSettings, SinkDriver
 from connectors.core.template import TwoPhaseCommitSink
 
 __all__ = ["FanOut", "Transform"]
@@ -127,16 +125,13 @@ class FanOut:
         self.query_name = query_name
         self.reset_binding = bool(reset_binding)
         self._ledger = ledger
-        self._state: DriverState | None = None
-        #: Metrics of each target's last batch (by sink id).
-        self.last_metrics: dict[str, BatchMetrics] = {}
+        self._driver: SinkDriver | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark Connect pickles the fan-out to its foreachBatch worker: the configuration
         # and the sinks (each pickles its own), never this driver's ledger or figures.
         state = self.__dict__.copy()
-        state["_state"] = None
-        state["last_metrics"] = {}
+        state["_driver"] = None
         return state
 
     def __repr__(self) -> str:
@@ -145,6 +140,21 @@ class FanOut:
     @property
     def sinks(self) -> list[TwoPhaseCommitSink]:
         return [s for s, _ in self.targets]
+
+    @property
+    def driver(self) -> SinkDriver:
+        """The fan-out's driver side (:class:`~connectors.core.sink_driver.SinkDriver`):
+        its run and decisions on this driver; each target keeps its own."""
+        if self._driver is None:
+            self._driver = SinkDriver.fan_out(FanOutSettings(
+                self.sink_id, tuple(self.sinks), self.create_ledger, self.retry, self.outage,
+                self.reset_binding))
+        return self._driver
+
+    @property
+    def last_metrics(self) -> dict[str, BatchMetrics]:
+        """Metrics of each target's last batch on this driver (by sink id)."""
+        return self.driver.last_metrics if self._driver is not None else {}
 
     def create_ledger(self) -> Ledger:
         """The fan-out's ledger: the one given, or the first target's kind."""
@@ -192,64 +202,12 @@ class FanOut:
         if missing := sorted(set(s.sink_id for s in self.sinks) - set(inputs)):
             raise ConfigurationError(f"no input for target(s) {', '.join(missing)}",
                                      sink_id=self.sink_id)
-        if query_id is None:
-            return self._write(inputs, batch_id, None)
-        first = inputs[self.sinks[0].sink_id]
-        with streaming_batch(query_id, batch_id, sink_id=self.sink_id,
-                             stopping=lambda: first.stop_requested(query_id)):
-            return self._write(inputs, batch_id, query_id)
-
-    def _write(self, inputs: Mapping[str, BatchInput], batch_id: int,
-               query_id: str | None) -> dict[str, BatchMetrics]:
-        if self._state is None:
-            self._state = DriverState(self.create_ledger)
-        state = self._state
-        for sink in self.sinks:  # exporters that travelled with a sink (Spark Connect)
-            adopt_exporters(sink.__dict__.get("_exporters", ()))
-        metrics = {s.sink_id: BatchMetrics(s.sink_id, batch_id, s.family.value)
-                   for s in self.sinks}
-        restarts = BatchRestarts(self.outage, self.sink_id, batch_id,
-                                 target=lambda: ", ".join(s.describe_target()
-                                                          for s in self.sinks))
-        started = time.monotonic()
-        reported: set[str] = set()
-
-        def report(sink: TwoPhaseCommitSink) -> None:
-            """A target is done with the batch (or the batch failed): its figures, once."""
-            if sink.sink_id not in reported:
-                reported.add(sink.sink_id)
-                m = metrics[sink.sink_id]
-                m.extra["total_ms"] = (time.monotonic() - started) * 1000
-                sink._close_batch(m, inputs[sink.sink_id])
-                self.last_metrics[sink.sink_id] = m
-
-        def attempt() -> None:  # each attempt a new run of the fan-out and of every target
-            FanOutBatch(self.sink_id, state, self.sinks, inputs,
-                        query_id or BATCH_JOB_QUERY_ID, metrics, retry=self.retry,
-                        reset_binding=self.reset_binding, finished=report).run(batch_id)
-
-        def restarted(failures: int) -> None:
-            for m in metrics.values():
-                m.extra["batch_restarts"] = failures
-
-        try:
-            restarts.run(attempt, on_restart=restarted, stopping=lambda: (
-                query_id is not None
-                and inputs[self.sinks[0].sink_id].stop_requested(query_id)))
-        except BaseException:
-            for sink in self.sinks:
-                if sink.sink_id not in reported:
-                    metrics[sink.sink_id].outcome = "failed"
-            raise
-        finally:
-            for sink in self.sinks:
-                report(sink)
-        return metrics
+        return self.driver.write(batch_id, inputs, query_id)
 
     def close(self) -> None:
         """Release every target's and the fan-out's ledger resources."""
         for sink in self.sinks:
             sink.close()
-        if self._state is not None:
-            self._state.close()
-            self._state = None
+        if self._driver is not None:
+            self._driver.close()
+            self._driver = None

@@ -131,6 +131,17 @@ class Guard:
                                  sink_id=self.sink_id, batch_id=batch_id,
                                  transaction_id=transaction_id)
 
+    def accept(self, batch_id: int, transaction_ids: frozenset[str]) -> None:
+        """A fan-out's parts of ``batch_id``, prepared or checked by its targets (each
+        under its own guard): what the fan-out's decision must list."""
+        self.accepted[batch_id] = transaction_ids
+        self._advance(batch_id, BatchState.PREPARED)
+
+    def completed(self, transaction_ids: set[str]) -> None:
+        """A fan-out's target has its part of a decided batch: the decision's entries for
+        that target are done (the target's own guard saw its commits)."""
+        self.committed.update(transaction_ids)
+
     def before(self, command: Command) -> None:
         """Raise :class:`ProtocolStateError` if ``command`` breaks a rule."""
         if isinstance(command, Commit):

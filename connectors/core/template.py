@@ -31,27 +31,24 @@ The hooks of a prepared-transaction sink, in outline (a complete, runnable sink 
 from __future__ import annotations
 
 import logging
-import time
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.coordinator import Coordinator
 from connectors.core.deprecation import adopt_renamed_hooks, call_renamed
 from connectors.core.engine import EngineCall, batch_input_for
 from connectors.core.errors import ConfigurationError
-from connectors.core.executor import DriverState, Executor
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger
-from connectors.core.metrics import BatchMetrics, adopt_exporters, registered_exporters
+from connectors.core.ledger import Ledger
+from connectors.core.metrics import BatchMetrics, registered_exporters
 from connectors.core.naming import validate_sink_id
 from connectors.core.options import Options
 from connectors.core.protocol import Family
-from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, BatchRestarts, Outage
+from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
 from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
-from connectors.core.stopping import streaming_batch
+from connectors.core.sink_driver import SinkDriver
 
 __all__ = ["TwoPhaseCommitSink"]
 
@@ -158,7 +155,7 @@ class TwoPhaseCommitSink(ABC):
         self.query_name = query_name
         #: Metrics of the last batch this sink handled on this driver.
         self.last_metrics: BatchMetrics | None = None
-        self._driver: DriverState | None = None
+        self._driver: SinkDriver | None = None
 
     # ---- pickling: executors get the configuration, never the driver's connections ----
     def __getstate__(self) -> dict[str, Any]:
@@ -321,69 +318,18 @@ class TwoPhaseCommitSink(ABC):
                 "increasing run id",
                 sink_id=self.sink_id,
             )
-        if query_id is None:
-            return self._write(batch, batch_id, None)
-        with streaming_batch(query_id, batch_id, sink_id=self.sink_id,
-                             stopping=lambda: batch.stop_requested(query_id)):
-            return self._write(batch, batch_id, query_id)
+        return self.driver.write(batch_id, {self.sink_id: batch}, query_id)[self.sink_id]
 
-    def _write(self, batch: BatchInput, batch_id: int, query_id: str | None) -> BatchMetrics:
-        state = self._driver_state()
-        adopt_exporters(self.__dict__.get("_exporters", ()))
-        metrics = BatchMetrics(self.sink_id, batch_id, self.family.value)
-        started = time.monotonic()
-        qid = query_id or BATCH_JOB_QUERY_ID
-        restarts = BatchRestarts(self.outage, self.sink_id, batch_id,
-                                 target=self.describe_target)
-
-        def attempt() -> None:  # each attempt a new run of the coordinator
-            coordinator = self._coordinator(state.run_id, qid, metrics)
-            Executor(self, state, metrics, batch).run(coordinator.write(batch_id, state.facts()))
-
-        try:
-            restarts.run(attempt,
-                         stopping=lambda: query_id is not None and batch.stop_requested(query_id),
-                         on_restart=lambda n: metrics.extra.__setitem__("batch_restarts", n))
-        except BaseException:
-            metrics.outcome = "failed"
-            raise
-        finally:
-            metrics.extra["total_ms"] = (time.monotonic() - started) * 1000
-            self._close_batch(metrics, batch)
-        return metrics
-
-    def _close_batch(self, metrics: BatchMetrics, batch: BatchInput) -> None:
-        """A batch's figures are final: the sink's own (:meth:`report_metrics`), kept in
-        :attr:`last_metrics`, logged, published to the engine; never failing the batch."""
-        try:
-            self.report_metrics(metrics)
-        except Exception as exc:  # figures must never fail a batch
-            logger.warning("sink %s: report_metrics failed: %s", self.sink_id,
-                           type(exc).__name__)
-        self.last_metrics = metrics
-        metrics.emit()
-        try:
-            batch.publish_metrics(metrics.as_dict())
-        except Exception as exc:  # figures must never fail a batch
-            logger.warning("sink %s: publishing the batch's metrics failed: %s",
-                           self.sink_id, type(exc).__name__)
+    @property
+    def driver(self) -> SinkDriver:
+        """The sink's driver side (:class:`~connectors.core.sink_driver.SinkDriver`): its
+        run and ledger on this driver, and the one place its batches run."""
+        if self._driver is None:
+            self._driver = SinkDriver(self)
+        return self._driver
 
     def close(self) -> None:
         """Driver: release the ledger's resources. The sink may be used again."""
         if self._driver is not None:
             self._driver.close()
             self._driver = None
-
-    # ---- internals ----
-    def _coordinator(self, run_id: str, query_id: str, metrics: BatchMetrics) -> Coordinator:
-        return Coordinator(
-            self.family, self.sink_id, run_id=run_id, query_id=query_id,
-            reset_binding=self.reset_binding, on_replay_mismatch=self.on_replay_mismatch,
-            fingerprint_in_commit=self.fingerprint_in_commit,
-            keep_batches=self.keep_batches, metrics=metrics,
-        )
-
-    def _driver_state(self) -> DriverState:
-        if self._driver is None:
-            self._driver = DriverState(self.create_ledger)
-        return self._driver

@@ -7,7 +7,7 @@ steps are :mod:`connectors.core.planned`'s, in the three processes Spark gives a
 source (design and measurements: ``docs/datasource.md``):
 
 - the planning worker (the driver's, before the batch's tasks) constructs the data source
-  and calls ``streamWriter``: :meth:`PlannedRun.plan` (open a run, RECONCILING, the sink's
+  and calls ``streamWriter``: ``sink.driver.plan`` (open a run, RECONCILING, the sink's
   checks of the schema); the writer it returns carries the run to the tasks;
 - each task: ``write`` prepares under that run; its message carries the outcome, the run,
   and the batch and query ids the task read from Spark's local properties
@@ -15,7 +15,7 @@ source (design and measurements: ``docs/datasource.md``):
   ``sql.streaming.queryId``); a property missing refuses the batch;
 - the commit worker (the driver's, after the tasks) unpickles the data source (its
   ``__init__`` does not run there, which tells the two ``streamWriter`` calls apart) and
-  calls ``commit(messages, batch_id)``: :meth:`PlannedRun.commit`; or ``abort``.
+  calls ``commit(messages, batch_id)``: ``sink.driver.commit``; or ``abort``.
 
 The sink is built from the options by its class's ``from_options`` and kept per worker
 process (Spark reuses its planning and commit workers): one driver connection per sink
@@ -39,7 +39,7 @@ from connectors.core.errors import ConfigurationError, GracefulStop, ProtocolSta
 from connectors.core.ledger import BATCH_JOB_QUERY_ID
 from connectors.core.metrics import MetricsExporter, adopt_exporters, registered_exporters
 from connectors.core.options import Options
-from connectors.core.planned import PlannedRun, RunTicket
+from connectors.core.planned import RunTicket
 from connectors.core.tasks import prepare_task
 from connectors.spark._rows import arrow_schema, flat_schema
 from connectors.spark._tasks import run_in_task
@@ -213,13 +213,13 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
                 logger.info("sink %s batch %d: no task wrote (no partition): nothing to "
                             "decide", self.sink.sink_id, batchId)
                 return
-            PlannedRun(self.sink).commit(ticket, batchId, query, self.schema, outcomes)
+            self.sink.driver.commit(ticket, batchId, query, self.schema, outcomes)
 
         def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's
             _worker_logging(log_level)
             kill_the_group()
             ticket, _, _ = _outcomes(self.sink.sink_id, messages, batchId)
-            PlannedRun(self.sink).abort(ticket, batchId)
+            self.sink.driver.abort(ticket, batchId)
 
     class BatchWriter(DataSourceArrowWriter):
         def __init__(self, sink: PreparedTransactionSink[Any], ticket: RunTicket,
@@ -236,13 +236,13 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
             adopt_exporters(exporters)
             kill_the_group()
             ticket, query, outcomes = _outcomes(self.sink.sink_id, messages, self.run_id)
-            PlannedRun(self.sink).commit(ticket or self.ticket, self.run_id,
+            self.sink.driver.commit(ticket or self.ticket, self.run_id,
                                          query or BATCH_JOB_QUERY_ID, self.schema, outcomes)
 
         def abort(self, messages: list[Any]) -> None:
             _worker_logging(log_level)
             kill_the_group()
-            PlannedRun(self.sink).abort(self.ticket, self.run_id)
+            self.sink.driver.abort(self.ticket, self.run_id)
 
     source = name  # (``name`` is a method in the class body below)
 
@@ -278,7 +278,7 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
             if not self.__dict__.get("_planning"):  # the commit worker: the run comes later
                 return StreamWriter(sink, None, arrow)
             _refuse_if_stopping(sink)
-            return StreamWriter(sink, PlannedRun(sink).plan(arrow), arrow)
+            return StreamWriter(sink, sink.driver.plan(arrow), arrow)
 
         def writer(self, schema: Any, overwrite: bool) -> BatchWriter:
             sink = self._sink()
@@ -294,7 +294,7 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
                     "the DataSource form appends (mode 'append'); overwrite rewrites the "
                     "target, which this sink does not", sink_id=sink.sink_id)
             arrow = _check_schema(sink, schema)
-            return BatchWriter(sink, PlannedRun(sink).plan(arrow), arrow, run_id)
+            return BatchWriter(sink, sink.driver.plan(arrow), arrow, run_id)
 
     SinkSource.__name__ = SinkSource.__qualname__ = f"{sink_class.__name__}Source"
     return SinkSource

@@ -74,10 +74,11 @@ class SinkHarness(ABC):
 
 class DataSourceFormHarness(SinkHarness):
     """The sinks of ``harness`` in their DataSource form (``docs/datasource.md``): each
-    batch is planned, its tasks run and it is committed by
-    :class:`~connectors.core.planned.PlannedRun`, as Spark's planning worker, tasks and
-    commit worker do, the planning and the commit each with a fresh sink from
-    ``harness`` (they are other processes: they share only the target). A task that
+    batch is planned, its tasks run and it is committed by the sink's driver
+    (:class:`~connectors.core.sink_driver.SinkDriver`: ``plan``, ``commit``, ``abort``),
+    as Spark's planning worker, tasks and commit worker do, the planning and the commit
+    each with a fresh sink from ``harness`` (they are other processes: they share only
+    the target). A task that
     fails for good makes Spark call ``abort``, which rolls the batch back. Wrap your
     harness in it::
 
@@ -112,19 +113,18 @@ class _SplitSink:
     def write_batch(self, batch: BatchInput, batch_id: int, *, query_id: str | None = None
                     ) -> Any:
         from connectors.core.ledger import BATCH_JOB_QUERY_ID
-        from connectors.core.planned import PlannedRun
         from connectors.core.tasks import prepare_task
 
-        planning = PlannedRun(cast("Any", self._make()))
-        ticket = planning.plan(batch.schema)
-        task = functools.partial(prepare_task, planning.sink, ticket.run_id, batch_id,
+        planner = self._make()
+        ticket = planner.driver.plan(batch.schema)
+        task = functools.partial(prepare_task, cast("Any", planner), ticket.run_id, batch_id,
                                  batch.schema)
         try:
             outcomes = batch.run_tasks(task)
         except BaseException:
-            PlannedRun(cast("Any", self._make())).abort(ticket, batch_id)
+            self._make().driver.abort(ticket, batch_id)
             raise
-        return PlannedRun(cast("Any", self._make())).commit(
+        return self._make().driver.commit(
             ticket, batch_id, query_id or BATCH_JOB_QUERY_ID, batch.schema, outcomes)
 
 

@@ -15,6 +15,7 @@ ALL_ERRORS = [
     E.DependencyError,
     E.TransientError,
     E.RetriesExhaustedError,
+    E.DecisionUnknown,
     E.FatalError,
     E.FencedError,
     E.DataLossError,

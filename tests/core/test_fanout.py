@@ -29,7 +29,7 @@ from connectors.core.errors import (
     QueryBindingError,
     TransientError,
 )
-from connectors.core.fanout_batch import parts_of
+from connectors.core.fanout_program import parts_of
 from connectors.core.protocol import BatchState, CrashPoint
 from connectors.core.retry import FixedDelay
 from connectors.testing import (
@@ -278,7 +278,7 @@ class FlakyLake(InMemoryDriverCommitSink):
 
 def test_a_transient_failure_after_the_decision_runs_the_batch_again_and_lands(
         t: Targets, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("connectors.core.fanout.time.sleep", lambda _s: None)
+    monkeypatch.setattr("connectors.core.restarts.time.sleep", lambda _s: None)
     FlakyLake.failures = 4  # more than the step's retries (FAST: 3 attempts)
     fan = t.fan(lake=FlakyLake)
     metrics = write(fan, 0)
@@ -325,7 +325,8 @@ def test_a_decision_that_lists_another_sinks_transaction_is_not_adopted(t: Targe
     part = parts_of(decision, "db")
     assert part is not None
     from connectors.core.coordinator import Coordinator
-    from connectors.core.executor import DriverState, Executor
+    from connectors.core.driver_state import DriverState
+    from connectors.core.executor import Executor
     from connectors.core.protocol import Family
 
     sink = InMemoryPreparedSink(t.lake, sink_id="other")
@@ -376,9 +377,9 @@ def test_a_pickled_fan_out_carries_its_configuration_not_its_driver_state(t: Tar
                  sink_id=FAN, query_name="orders")
     batch = LocalBatch(batch_rows(0), partitions=2)
     fan.write_batches({"db": batch, "lake": batch}, 0, query_id=QUERY)
-    assert fan._state is not None and fan.last_metrics
+    assert fan._driver is not None and fan.last_metrics
     copy = pickle.loads(pickle.dumps(fan))
-    assert copy._state is None and copy.last_metrics == {}
+    assert copy._driver is None and copy.last_metrics == {}
     assert (copy.sink_id, copy.query_name, [s.sink_id for s in copy.sinks]) == (
         FAN, "orders", ["db", "lake"])
     write_again = LocalBatch(batch_rows(1), partitions=2)

@@ -37,7 +37,7 @@ from typing import Any
 
 import pytest
 
-from connectors.core import crash, template
+from connectors.core import crash, sink_driver
 from connectors.core.commands import Abort, Commit, Crash, Decide, MarkCommitted, RunTasks
 from connectors.core.coordinator import Coordinator, Steps
 from connectors.core.crash import SimulatedCrash
@@ -426,15 +426,15 @@ def _unguarded(mutant: type[Coordinator]) -> type[Coordinator]:
 def test_each_seeded_mutant_fails_the_exploration(
     mutant: type[Coordinator], guarded: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(template, "Coordinator", mutant if guarded else _unguarded(mutant))
+    monkeypatch.setattr(sink_driver, "Coordinator", mutant if guarded else _unguarded(mutant))
     with pytest.raises(AssertionError) as caught:
         explore(MUTANTS[mutant])
     print(f"{mutant.__name__} ({'guard on' if guarded else 'guard off'}): {caught.value}")
 
 
-def test_the_real_coordinator_is_what_the_template_runs() -> None:
+def test_the_real_coordinator_is_what_the_driver_runs() -> None:
     # The mutants are swapped in through this name; the exploration must use it.
-    assert getattr(template, "Coordinator") is Coordinator  # noqa: B009
+    assert getattr(sink_driver, "Coordinator") is Coordinator  # noqa: B009
 
 
 def test_the_architecture_diagram_names_the_crash_points_of_the_code() -> None:

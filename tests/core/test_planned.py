@@ -1,6 +1,7 @@
 """A split batch (the DataSource form's steps, ``connectors.core.planned``), in process: the
 planning step, the tasks (``prepare_task`` called as Spark's tasks would), the commit
-step in another ``PlannedRun`` and a fresh ledger handle, as Spark's commit worker does."""
+step by another sink's driver (``SinkDriver``) and a fresh ledger handle, as Spark's
+commit worker does."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from connectors.core.errors import (
     QueryBindingError,
 )
 from connectors.core.options import Options
-from connectors.core.planned import PlannedRun, RunTicket, SplitInput
+from connectors.core.planned import RunTicket, SplitInput
 from connectors.core.protocol import CrashPoint
 from connectors.core.tasks import prepare_task
 from connectors.testing import InMemoryPreparedSink, InMemoryTarget
@@ -55,9 +56,9 @@ def _tasks(sink: InMemoryPreparedSink, ticket: RunTicket, batch_id: int,
 def _batch(target: InMemoryTarget, batch_id: int, parts: list[list[int]],
            query: str = QUERY) -> str:
     """Plan, run the tasks, commit (each step with its own sink object); the outcome."""
-    ticket = PlannedRun(_sink(target)).plan(SCHEMA)
+    ticket = _sink(target).driver.plan(SCHEMA)
     outcomes = _tasks(_sink(target), ticket, batch_id, parts)
-    metrics = PlannedRun(_sink(target)).commit(ticket, batch_id, query, SCHEMA, outcomes)
+    metrics = _sink(target).driver.commit(ticket, batch_id, query, SCHEMA, outcomes)
     return metrics.outcome
 
 
@@ -85,7 +86,7 @@ def test_a_replay_with_other_rows_is_refused() -> None:
     _batch(target, 0, [[1, 2]])
     with pytest.raises(Exception, match="replay"):
         _batch(target, 0, [[1, 2, 9]])
-    PlannedRun(_sink(target)).plan(SCHEMA)  # the next planning rolls the tasks' work back
+    _sink(target).driver.plan(SCHEMA)  # the next planning rolls the tasks' work back
     assert _ids(target) == [1, 2] and target.lingering() == 0
 
 
@@ -108,36 +109,36 @@ def test_another_query_is_refused_at_the_commit_and_its_tasks_rolled_back() -> N
     _batch(target, 0, [[1]])
     with pytest.raises(QueryBindingError):
         _batch(target, 0, [[7]], query="a-new-checkpoint")
-    PlannedRun(_sink(target)).plan(SCHEMA)
+    _sink(target).driver.plan(SCHEMA)
     assert _ids(target) == [1] and target.lingering() == 0
 
 
 def test_tasks_of_a_run_a_newer_planning_swept_never_commit() -> None:
     target = InMemoryTarget()
-    old = PlannedRun(_sink(target)).plan(SCHEMA)
+    old = _sink(target).driver.plan(SCHEMA)
     stale = _tasks(_sink(target), old, 0, [[1], [2]])
-    PlannedRun(_sink(target)).plan(SCHEMA)  # another start: rolls back and forbids them
+    _sink(target).driver.plan(SCHEMA)  # another start: rolls back and forbids them
     with pytest.raises(FencedError):
-        PlannedRun(_sink(target)).commit(old, 0, QUERY, SCHEMA, stale)
+        _sink(target).driver.commit(old, 0, QUERY, SCHEMA, stale)
     assert _ids(target) == [] and target.lingering() == 0
 
 
 def test_a_task_error_fails_the_batch_and_rolls_back_the_other_tasks() -> None:
     target = InMemoryTarget()
-    ticket = PlannedRun(_sink(target, Refusing)).plan(SCHEMA)
+    ticket = _sink(target, Refusing).driver.plan(SCHEMA)
     outcomes = _tasks(_sink(target, Refusing), ticket, 0, [[1], [-1]])
     assert outcomes[1].error is not None and target.lingering() == 1
     with pytest.raises(BadInputError, match="negative id"):
-        PlannedRun(_sink(target, Refusing)).commit(ticket, 0, QUERY, SCHEMA, outcomes)
+        _sink(target, Refusing).driver.commit(ticket, 0, QUERY, SCHEMA, outcomes)
     assert _ids(target) == [] and target.lingering() == 0
 
 
 def test_spark_abort_rolls_back_the_batch() -> None:
     target = InMemoryTarget()
-    ticket = PlannedRun(_sink(target)).plan(SCHEMA)
+    ticket = _sink(target).driver.plan(SCHEMA)
     _tasks(_sink(target), ticket, 0, [[1], [2]])
     assert target.lingering() == 2
-    PlannedRun(_sink(target)).abort(ticket, 0)
+    _sink(target).driver.abort(ticket, 0)
     assert target.lingering() == 0 and _ids(target) == []
     assert _batch(target, 0, [[1, 2]]) == "committed"
 
@@ -151,7 +152,7 @@ def test_only_prepared_transaction_sinks_have_the_form() -> None:
     from connectors.testing.memory import InMemoryTaskCommitSink
 
     with pytest.raises(ConfigurationError, match="no DataSource form"):
-        PlannedRun(InMemoryTaskCommitSink(InMemoryTarget(), sink_id="slots"))  # type: ignore[arg-type]
+        InMemoryTaskCommitSink(InMemoryTarget(), sink_id="slots").driver.plan(SCHEMA)
 
 
 # ---- options ----
