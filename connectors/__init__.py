@@ -40,7 +40,6 @@ Metrics: every batch logs one ``key=value`` line on the ``connectors.metrics`` l
 import logging
 from typing import TYPE_CHECKING, Any
 
-from connectors.core.deprecation import moved_name
 from connectors.core.engine import register_front_end as _register_front_end
 from connectors.core.errors import (
     BadInputError,
@@ -123,25 +122,14 @@ _LAZY = {
 }
 
 
-#: Names for connector authors that ``connectors`` exported until this release and
-#: :mod:`connectors.sdk` exports now: still found here for one release, with a
-#: DeprecationWarning naming their new home.
-_MOVED = dict.fromkeys((
-    "BatchContext", "BatchInput", "BatchState", "CrashPoint", "DriverCommitSink", "EngineCall",
-    "Family", "FileLedger", "Fingerprint", "Ledger", "LedgerEntry", "PreparedTransactionSink",
-    "SlotMarker", "SlotTransaction", "TaskCommit", "TaskCommitSink", "TaskInfo",
-    "TaskTransaction", "TransactionId", "TwoPhaseCommitSink", "fingerprint_batch",
-    "register_front_end", "validate_sink_id",
-), "connectors.sdk")
-
-
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        return moved_name(__name__, name, _MOVED)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
     return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "DEFAULT_COMMIT_RETRY",

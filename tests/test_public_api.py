@@ -9,7 +9,6 @@ import pkgutil
 import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -58,8 +57,8 @@ CONNECTORS_ALL = [
 ]
 
 # For connector authors: templates, ledgers, transactions, fingerprints, the batch, the
-# protocol's states and crash points, front ends (they were in CONNECTORS_ALL until this
-# release and are still found there, deprecated).
+# protocol's states and crash points, front ends (connectors.sdk only, never in
+# connectors: nothing was released before they moved, so no old name is kept).
 AUTHOR_NAMES = [
     "BatchContext",
     "BatchInput",
@@ -163,17 +162,10 @@ def test_the_two_audiences_share_only_the_errors_and_metrics() -> None:
 
 
 @pytest.mark.parametrize("name", AUTHOR_NAMES)
-def test_an_author_name_left_in_connectors_warns_and_is_the_same_object(name: str) -> None:
-    with pytest.warns(DeprecationWarning, match=rf"connectors\.{name} is deprecated.*"
-                      rf"connectors\.sdk\.{name}"):
-        old = getattr(connectors, name)
-    assert old is getattr(connectors.sdk, name)
-
-
-def test_from_connectors_import_an_author_name_warns() -> None:
-    with pytest.warns(DeprecationWarning, match="connectors.sdk.FileLedger"):
-        from connectors import FileLedger
-    assert FileLedger is connectors.sdk.FileLedger
+def test_an_author_name_is_not_found_in_connectors(name: str) -> None:
+    assert not hasattr(connectors, name)
+    with pytest.raises(ImportError):
+        exec(f"from connectors import {name}", {})
 
 
 def test_an_unknown_name_is_still_an_attribute_error() -> None:
@@ -207,9 +199,7 @@ def test_every_public_name_resolves_and_is_documented(qualified: str) -> None:
                                               ("connectors.sdk", SDK_ALL)])
 def test_star_import_gives_exactly_the_public_names(module: str, names: list[str]) -> None:
     namespace: dict[str, object] = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DeprecationWarning)  # no deprecated name among them
-        exec(f"from {module} import *", namespace)
+    exec(f"from {module} import *", namespace)
     namespace.pop("__builtins__")
     assert sorted(namespace) == sorted(names)
 

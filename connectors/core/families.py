@@ -16,7 +16,6 @@ from typing import Any, ClassVar, Generic, TypeVar
 import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.deprecation import call_renamed
 from connectors.core.errors import ConfigurationError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledger import TaskCommit
@@ -80,15 +79,9 @@ class PreparedTransactionSink(TwoPhaseCommitSink, Generic[H]):
         """Driver: ids of this sink's transactions that are prepared right now.
 
         The template keeps only ids whose sink id is exactly this sink's, so a loose
-        filter here (e.g. by prefix) cannot touch another sink. (Formerly ``recover``: it
-        lists; the template decides what to commit or roll back.)
+        filter here (e.g. by prefix) cannot touch another sink. It only lists: the
+        template decides what to commit or roll back.
         """
-
-    def recover(self) -> Iterable[str]:
-        """Deprecated alias of :meth:`list_prepared` (removed in the next release)."""
-        ids: Iterable[str] = call_renamed(self, "PreparedTransactionSink", "recover",
-                                          "list_prepared")
-        return ids
 
 
 class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):

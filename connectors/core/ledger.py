@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from connectors.core.deprecation import adopt_renamed_hooks, call_renamed
 from connectors.core.errors import ProtocolStateError, QueryBindingError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.protocol import BatchState
@@ -148,12 +147,6 @@ class Ledger(ABC):
 
     sink_id: str
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # ``abort`` was renamed ``forbid_decision`` (it forbids a decision; it rolls
-        # nothing back): a ledger that still overrides ``abort`` works, with a warning.
-        adopt_renamed_hooks(cls, {"abort": "forbid_decision"}, base="Ledger")
-
     def open_run(self, run_id: str) -> None:  # noqa: B027 - optional hook
         """Called when a driver run starts, before it reconciles (optional).
 
@@ -214,14 +207,8 @@ class Ledger(ABC):
         Atomic with :meth:`decide`: if that run already decided the batch, record
         nothing and return its decision (which must then be committed, never rolled
         back); otherwise return ``None``, and the caller may roll the run's
-        transactions back. (Formerly ``abort``: it aborts no transaction.)
+        transactions back. It rolls no transaction back itself.
         """
-
-    def abort(self, batch_id: int, run_id: str) -> LedgerEntry | None:
-        """Deprecated alias of :meth:`forbid_decision` (removed in the next release)."""
-        entry: LedgerEntry | None = call_renamed(self, "Ledger", "abort", "forbid_decision",
-                                                 batch_id, run_id)
-        return entry
 
     @abstractmethod
     def mark_committed(self, batch_id: int) -> None:

@@ -37,7 +37,6 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.deprecation import adopt_renamed_hooks, call_renamed
 from connectors.core.engine import EngineCall, batch_input_for
 from connectors.core.errors import ConfigurationError
 from connectors.core.fingerprint import Fingerprint
@@ -105,12 +104,6 @@ class TwoPhaseCommitSink(ABC):
     #: The name of the sink's DataSource form (``format(...)``; see :meth:`from_options`
     #: and ``connectors.register``), if it has one.
     data_source_name: ClassVar[str | None] = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        # Renamed hooks: a sink that still overrides the old name works, with a warning.
-        adopt_renamed_hooks(cls, {"prepare_input": "plan_input"}, base="TwoPhaseCommitSink")
-        adopt_renamed_hooks(cls, {"recover": "list_prepared"}, base="PreparedTransactionSink")
 
     def __init__(
         self,
@@ -231,8 +224,7 @@ class TwoPhaseCommitSink(ABC):
         The default calls :meth:`validate_input`, then the family's split
         (:meth:`partition_input`; a task-commit sink's slots). A sink that needs more
         (its target's metadata, a check of every record before any slot runs) overrides
-        it and calls ``super()``, or returns a batch of the same rows. (Formerly
-        ``prepare_input``: it has nothing to do with the two-phase commit's prepare.)
+        it and calls ``super()``, or returns a batch of the same rows.
         """
         self.validate_input(batch.schema)
         return self.partition_input(batch)
@@ -245,12 +237,6 @@ class TwoPhaseCommitSink(ABC):
         record checks left to its slots' job; a table's constraints on values): in a
         fan-out that commit comes after the other targets committed. ``batch`` is what
         :meth:`plan_input` returned. Default: nothing."""
-
-    def prepare_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
-        """Deprecated alias of :meth:`plan_input` (removed in the next release)."""
-        planned: BatchInput = call_renamed(self, "TwoPhaseCommitSink", "prepare_input",
-                                           "plan_input", batch, ctx)
-        return planned
 
     def fingerprint_input(self, batch: BatchInput) -> Fingerprint | None:
         """Driver: the batch's fingerprint for the replay check (``None`` skips the check).
