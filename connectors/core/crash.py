@@ -48,9 +48,9 @@ __all__ = [
     "armed",
     "crash_point",
     "disarm_all",
-    "kill_the_group",
     "parse_spec",
     "reached",
+    "set_kill_scope_to_group",
 ]
 
 ENV_CRASH_AT = "CONNECTORS_CRASH_AT"
@@ -97,11 +97,11 @@ _lock = threading.Lock()
 _warned: set[str] = set()
 _armed: list[ArmedCrash] = []
 _fired: set[ArmedCrash] = set()
-#: Whether a ``kill`` takes this process's whole group (see :func:`kill_the_group`).
+#: Whether a ``kill`` takes this process's whole group (see :func:`set_kill_scope_to_group`).
 _scope = {"group": False}
 
 
-def kill_the_group() -> None:
+def set_kill_scope_to_group() -> None:
     """From now on a ``kill`` in this process SIGKILLs the driver too: this process does a
     driver's work for it (the DataSource form's commit worker, which the driver's JVM
     starts), so a crash here is the driver's crash, JVM and Python together. The driver is

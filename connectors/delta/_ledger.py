@@ -6,7 +6,7 @@ cannot hold: the binding sink -> streaming query (and its generation), the last 
 recorded, and a MERGE batch's fingerprint, which is known only once the MERGE ran (it is
 observed during its job, see :mod:`connectors.delta._fingerprint`) and so cannot be in
 that commit's own ``userMetadata``. An append records none: its replay is compared with the
-files its commit added (:mod:`connectors.delta._replay`).
+files its commit added (:mod:`connectors.delta._replay_fingerprint`).
 
 Default location ``<table location>/_connectors/<sink_id>/``: Delta ignores ``_``-prefixed
 directories when it reads, and VACUUM leaves them alone (tested). ``ledger_path=`` puts it
@@ -126,8 +126,8 @@ class DeltaLedger(FileLedger):
     has the batch: the replay is checked against it, an append's content or a MERGE's source
     row count, and the decision recorded again). The death of the process alone loses
     nothing (the page cache holds the file). The binding and abort records stay durable.
-    Saves 2-6 ms per batch while Spark writes (an fsync on ext4 waits for the journal
-    holding the Parquet files).
+    Saves an fsync per batch, which on ext4 waits for the journal holding the Parquet files
+    Spark wrote (what it costs: benchmarks/README.md).
     """
 
     durable_decisions = False

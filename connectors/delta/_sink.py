@@ -5,7 +5,7 @@ Family COMMIT_ON_DRIVER: the driver commits the whole batch as one Delta commit 
 on one of two paths (**tag**, the default; **txn**, Delta's txn id:
 :mod:`connectors.delta._table_commits`). The hooks delegate by role: options, the table's
 place, its commits (``_table_commits``, ``_history``), what the table holds
-(``_replay_hooks``, ``_replay``), the write (``_writer``, ``_changes``), the checks a
+(``_table_replay``, ``_replay_fingerprint``), the write (``_writer``, ``_changes``), the checks a
 fan-out runs before its decision (``_constraints``), the ledger.
 """
 
@@ -28,10 +28,10 @@ from connectors.delta._fingerprint import fingerprint_now, observe
 from connectors.delta._meta import CommitTag
 from connectors.delta._object_ledger import open_ledger
 from connectors.delta._options import Mode, check_batch, check_changes, check_options
-from connectors.delta._replay_hooks import TableReplay
 from connectors.delta._store import spark_conf
 from connectors.delta._table import local_path, read_schema, resolve_table, snapshot_schema
 from connectors.delta._table_commits import DeltaPath, TableCommits
+from connectors.delta._table_replay import TableReplay
 from connectors.delta._txn_seed import seed_txn_lookup
 from connectors.delta._writer import DeltaWriter
 from connectors.spark.inputs import spark_frame

@@ -74,7 +74,7 @@ _delta_log_classes: dict[int, tuple[Any, Any]] = {}
 class _SeedTools:
     """Reflection handles for one driver JVM whose Delta classes are the verified ones.
 
-    Every handle is looked up once: each py4j round trip costs ~0.15 ms, and the seed runs
+    Every handle is looked up once: each lookup is a py4j round trip, and the seed runs
     after every commit. The constructor raises ``LookupError`` naming the first class that
     is not the verified one.
     """

@@ -20,7 +20,7 @@ from connectors.kafka._config import KafkaConfig, KafkaOptions
 from connectors.kafka._errors import translate
 from connectors.kafka._io import Admin, read_committed
 from connectors.kafka._pool import config_key
-from connectors.kafka._slot import DENSE_MAX_BROKERS, MARKER_TAIL, marker_key
+from connectors.kafka._task_slot import DENSE_MAX_BROKERS, MARKER_TAIL, marker_key
 
 __all__ = ["KafkaClients"]
 

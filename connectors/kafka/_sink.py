@@ -28,10 +28,10 @@ The sink is the template's hooks delegating to collaborators, each given what it
 
 - :class:`~connectors.kafka._clients.KafkaClients`: config, options, clients, errors;
 - :class:`~connectors.kafka._checks.RecordChecks`: every record check, driver and task;
-- :class:`~connectors.kafka._slots.DriverSlots`: driver: slots, placement, markers, fencing;
+- :class:`~connectors.kafka._driver_slots.DriverSlots`: driver: slots, placement, markers, fencing;
 - :class:`~connectors.kafka._writer.SlotWriter` (open, read marker, write) and
   :class:`~connectors.kafka._committer.SlotCommitter` (commit, abort): a slot's task,
-  aligned in barrier mode by :class:`~connectors.kafka._slot.Alignment`; records are
+  aligned in barrier mode by :class:`~connectors.kafka._task_slot.Alignment`; records are
   produced by :mod:`connectors.kafka._produce`.
 """
 
@@ -57,13 +57,13 @@ from connectors.kafka._config import (
     KafkaConfig,
     KafkaOptions,
 )
+from connectors.kafka._driver_slots import PLACEMENT_KEY, PLACEMENT_ROW, DriverSlots, check_barrier
 from connectors.kafka._figures import slot_figures
 from connectors.kafka._ledger import KafkaLedger
 from connectors.kafka._records import RecordLimits
 from connectors.kafka._scan import FrameChecks, bad_input_message
-from connectors.kafka._slot import Alignment, Slot, marker_key
-from connectors.kafka._slots import PLACEMENT_KEY, PLACEMENT_ROW, DriverSlots, check_barrier
 from connectors.kafka._spark import ErrorMappingBatch
+from connectors.kafka._task_slot import Alignment, Slot, marker_key
 from connectors.kafka._writer import SlotWriter
 from connectors.spark.inputs import batch_handover
 
@@ -106,8 +106,9 @@ class KafkaSink(TaskCommitSink[Slot]):
             run as one Spark barrier stage and none commits before every slot has written,
             flushed and validated its records, so a slot that fails on the broker's side
             (not only on bad input) aborts every slot of that attempt. It needs ``slots`` free
-            task slots, no dynamic allocation, and costs about 1 s per batch: Spark's
-            ``BarrierTaskContext`` polls its coordinator once a second (see docs/kafka.md).
+            task slots, no dynamic allocation, and adds a barrier round to every batch:
+            Spark's ``BarrierTaskContext`` polls its coordinator once a second (see
+            docs/kafka.md).
         slot_columns: the columns hashed to place rows into slots. Default: a record with
             a ``key`` by its key alone, so the records of one key from one input partition
             keep their order (as with Spark's writer); a keyless one by all its columns.
@@ -119,11 +120,11 @@ class KafkaSink(TaskCommitSink[Slot]):
         operation_timeout: seconds for one client operation (metadata, init, commit).
         reuse_producers: a Python worker keeps the producer (and the marker reader) of the
             slot it ran for the slot's next task (default ``True``): no
-            ``init_transactions`` (~31 ms) and no marker read (~15-25 ms) per slot and
-            batch. A flushed probe record into the slot's marker partition proves a kept
-            producer still owns the slot before each batch (and so that the newest marker
-            is still the one it committed); one fenced later is found out by its commit,
-            and the slot starts over.
+            ``init_transactions`` and no marker read per slot and batch (what they cost:
+            benchmarks/README.md). A flushed probe record into the slot's marker partition
+            proves a kept producer still owns the slot before each batch (and so that the
+            newest marker is still the one it committed); one fenced later is found out by
+            its commit, and the slot starts over.
         batch_produce: how a slot enqueues its records. ``True`` (default): in batches of
             up to 16,384 records, one partition per call, through a ctypes accelerator
             (``rd_kafka_produce_batch`` straight from the Arrow buffers) where this
@@ -308,7 +309,7 @@ class KafkaSink(TaskCommitSink[Slot]):
 
     def fence_all(self) -> int:
         """Driver: ``init_transactions`` on every slot id the sink ever used (see
-        :meth:`~connectors.kafka._slots.DriverSlots.fence_all`); the topics are checked
+        :meth:`~connectors.kafka._driver_slots.DriverSlots.fence_all`); the topics are checked
         again at the next batch."""
         self._checks.forget_topics()
         return self._slot_book.fence_all(self._ledger.slots if self._ledger is not None

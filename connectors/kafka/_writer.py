@@ -21,7 +21,14 @@ from connectors.kafka._clients import KafkaClients
 from connectors.kafka._io import auth_failure, init_transactions
 from connectors.kafka._pool import SLOT_OWNERS, PooledProducer, SlotProducers
 from connectors.kafka._produce import fast_producer, produce_batch
-from connectors.kafka._slot import REPLAYED, Alignment, Slot, client_errors, probe_key, retrying
+from connectors.kafka._task_slot import (
+    REPLAYED,
+    Alignment,
+    Slot,
+    client_errors,
+    probe_key,
+    retrying,
+)
 
 __all__ = ["SlotWriter"]
 

@@ -2,8 +2,9 @@
 
 A task-commit sink places rows into slots with a shuffle (``repartition(slots, <hash>)``)
 and runs one Spark task per slot: for a batch of a few hundred rows that is a two-stage
-job with a Python stage, ~100-140 ms against Spark's own Kafka writer's ~30-40 ms. When the
-sink allows it (``local_rows``) and expects a small batch, :class:`DriverSlots` instead
+job with a Python stage, several times what Spark's own Kafka writer takes (the figures:
+benchmarks/README.md). When the
+sink allows it (``local_rows``) and expects a small batch, :class:`SmallBatchInDriver` instead
 
 1. collects the batch to the driver, each row with the slot the shuffle would have put it
    in (``pmod(hash(<placement>), slots)``: the expression of Spark's ``HashPartitioning``),
@@ -13,7 +14,7 @@ sink allows it (``local_rows``) and expects a small batch, :class:`DriverSlots` 
    the driver a bounded collect, not the burst; where the sink gave its record check as a
    function of rows too (``rows_check`` of
    :meth:`~connectors.core.batch.BatchInput.with_frame`), without that check in the plan
-   (its expression cost the collect ~10 ms of Spark's analysis, optimizer and codegen);
+   (its expression costs the collect Spark's analysis, optimizer and codegen);
 2. if that gives more than ``local_rows`` rows, gives up (the caller runs the shuffle as
    usual); otherwise runs the sink's check function on the rows, so a bad record fails
    the batch before any slot starts, as the check in the shuffle's map stage does;
@@ -46,7 +47,7 @@ from connectors.spark._rows import per_spark
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["ROW_NUMBER_MASK", "SLOT_COLUMN", "DriverSlots", "placement_matches"]
+__all__ = ["ROW_NUMBER_MASK", "SLOT_COLUMN", "SmallBatchInDriver", "placement_matches"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def _check_placement(spark: SparkSession) -> bool:
     return ok
 
 
-class DriverSlots:
+class SmallBatchInDriver:
     """Runs a slotted batch of at most ``limit`` rows in the driver (see the module
     docstring). ``frame`` builds the batch's rows before the shuffle, the row hash last if
     the tasks expect it; ``placement`` is the expression the shuffle partitions by."""
@@ -121,7 +122,7 @@ class DriverSlots:
         small ones ran a 3 GB driver out of memory before this bound). The tasks still
         read their whole partition. A ``limit`` instead would add a second stage (Spark's
         ``CollectLimitExec`` gathers through a single-partition exchange for an Arrow
-        collect): +70 ms on a 100-row batch, where the filter costs ~3 ms.
+        collect), which costs far more than the filter (benchmarks/README.md).
         """
         from pyspark.sql import functions as F  # noqa: N812
 

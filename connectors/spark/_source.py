@@ -34,7 +34,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from connectors.core.batch import TaskOutcome
-from connectors.core.crash import kill_the_group
+from connectors.core.crash import set_kill_scope_to_group
 from connectors.core.errors import ConfigurationError, GracefulStop, ProtocolStateError
 from connectors.core.ledger import BATCH_JOB_QUERY_ID
 from connectors.core.metrics import MetricsExporter, adopt_exporters, registered_exporters
@@ -207,7 +207,7 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
         def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's
             _worker_logging(log_level)
             adopt_exporters(exporters)
-            kill_the_group()
+            set_kill_scope_to_group()
             ticket, query, outcomes = _outcomes(self.sink.sink_id, messages, batchId)
             if ticket is None or query is None:
                 logger.info("sink %s batch %d: no task wrote (no partition): nothing to "
@@ -217,7 +217,7 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
 
         def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's
             _worker_logging(log_level)
-            kill_the_group()
+            set_kill_scope_to_group()
             ticket, _, _ = _outcomes(self.sink.sink_id, messages, batchId)
             self.sink.driver.abort(ticket, batchId)
 
@@ -234,14 +234,14 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
         def commit(self, messages: list[Any]) -> None:
             _worker_logging(log_level)
             adopt_exporters(exporters)
-            kill_the_group()
+            set_kill_scope_to_group()
             ticket, query, outcomes = _outcomes(self.sink.sink_id, messages, self.run_id)
             self.sink.driver.commit(ticket or self.ticket, self.run_id,
                                          query or BATCH_JOB_QUERY_ID, self.schema, outcomes)
 
         def abort(self, messages: list[Any]) -> None:
             _worker_logging(log_level)
-            kill_the_group()
+            set_kill_scope_to_group()
             self.sink.driver.abort(self.ticket, self.run_id)
 
     source = name  # (``name`` is a method in the class body below)

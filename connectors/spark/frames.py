@@ -51,7 +51,7 @@ from connectors.spark._handover import (
     arrow_settings,
     session_settings,
 )
-from connectors.spark._local import DriverSlots
+from connectors.spark._local import SmallBatchInDriver
 from connectors.spark._plan import ADAPTIVE, narrow_plan
 from connectors.spark._rows import (
     arrow_schema,
@@ -106,14 +106,14 @@ class SparkBatch(SparkInput):
     ``hashed`` (internal, :meth:`slotted`): ``df`` ends with :data:`ROW_HASH_COLUMN`.
     ``schema``: :attr:`schema`, when the caller knows it already (a filter of a batch whose
     schema it read: reading it again costs a py4j round trip, Spark's analysis and the
-    conversion, ~4 ms).
+    conversion).
     """
 
     def __init__(self, df: DataFrame | Callable[[], DataFrame], *,
                  hash_in_tasks: bool = False, handover: Handover | None = None,
                  hashed: bool = False, schema: pa.Schema | None = None,
                  static_plan: bool | Callable[[], bool] = False,
-                 driver_slots: DriverSlots | None = None, base: DataFrame | None = None,
+                 in_driver: SmallBatchInDriver | None = None, base: DataFrame | None = None,
                  local_check: tuple[DataFrame, Callable[[pa.Table], None]] | None = None
                  ) -> None:
         if callable(df):  # built on first use (a slotted batch whose slots may run here)
@@ -126,7 +126,7 @@ class SparkBatch(SparkInput):
         self._base: DataFrame = base if base is not None else cast("DataFrame", df)
         #: Small batches in the driver (:mod:`connectors.spark._local`), when offered; the
         #: rows they may collect instead, with the check ``df`` adds (:meth:`with_frame`).
-        self._driver_slots, self._local_check = driver_slots, local_check
+        self._in_driver, self._local_check = in_driver, local_check
         self._static_plan = static_plan
         self._schema: pa.Schema | None = schema
         self._hash_in_tasks = hash_in_tasks
@@ -261,7 +261,7 @@ class SparkBatch(SparkInput):
     def run_figures(self) -> dict[str, float]:
         """``driver_slots`` (1: the last :meth:`run_tasks` ran the slots in the driver),
         ``driver_rows`` (collected), ``driver_collect_ms``, ``driver_tasks_ms``; or {}."""
-        return dict(self._driver_slots.figures) if self._driver_slots is not None else {}
+        return dict(self._in_driver.figures) if self._in_driver is not None else {}
 
     def run_tasks(self, fn: TaskFunction, *, barrier: bool = False) -> list[TaskOutcome]:
         try:
@@ -273,8 +273,8 @@ class SparkBatch(SparkInput):
             raise transient from exc
 
     def _run_tasks(self, fn: TaskFunction, *, barrier: bool) -> list[TaskOutcome]:
-        if self._driver_slots is not None and not barrier:
-            outcomes = self._driver_slots.run(fn)
+        if self._in_driver is not None and not barrier:
+            outcomes = self._in_driver.run(fn)
             if outcomes is not None:
                 return outcomes
 
@@ -373,14 +373,14 @@ class SparkBatch(SparkInput):
                 return found if hashed or (self._hashed and local is None) \
                     else with_row_hash(found)
 
-            driver = DriverSlots(collected, exprs, slots, local_rows,
-                                 placement_id(content(rows), key if by_key else None),
-                                 None if local is None else local[1])
+            driver = SmallBatchInDriver(collected, exprs, slots, local_rows,
+                                        placement_id(content(rows), key if by_key else None),
+                                        None if local is None else local[1])
         source = self._df
         return SparkBatch(lambda: rows.repartition(slots, *exprs),
                           hash_in_tasks=self._hash_in_tasks, handover=handover,
                           hashed=hashed or self._hashed, schema=self.schema,
-                          static_plan=lambda: narrow_plan(source), driver_slots=driver,
+                          static_plan=lambda: narrow_plan(source), in_driver=driver,
                           base=source)
 
     def fingerprint(self) -> Fingerprint:

@@ -1,5 +1,5 @@
 """What the Delta table holds, asked by DeltaSink's driver hooks: does it have a batch, and
-is a replay the batch its commit wrote (:mod:`connectors.delta._replay`)?
+is a replay the batch its commit wrote (:mod:`connectors.delta._replay_fingerprint`)?
 
 :class:`TableReplay` is a collaborator of :class:`~connectors.delta._sink.DeltaSink`, built
 from the sink's settings; the sink's ``is_committed`` and ``committed_fingerprint`` hand it
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from connectors.core.batch import BatchContext
 from connectors.core.fingerprint import Fingerprint
 from connectors.delta._history import Commit
-from connectors.delta._replay import ReplayCheck
+from connectors.delta._replay_fingerprint import ReplayCheck
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,7 +58,7 @@ class TableReplay:
     def committed_fingerprint(self, ctx: BatchContext) -> Fingerprint | None:
         """On the replay of an append/overwrite batch the ledger recorded: the fingerprint
         of the rows its Delta commit added, read back from that commit's files
-        (:mod:`connectors.delta._replay`). Where they cannot be read, the replay's row
+        (:mod:`connectors.delta._replay_fingerprint`). Where they cannot be read, the replay's row
         count is compared with the commit's instead, and ``None`` is returned."""
         if self.changes.merges or not self.verify_replay or self.df is None:
             return None
