@@ -18,12 +18,13 @@ from connectors.core.errors import (
     NonDeterministicReplayError,
     TransientError,
 )
+from connectors.core.replay import check_replay
 from connectors.core.tasks import DETERMINISTIC_ERRORS, SlotMarker
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._config import TIMEOUT_WARN_RATIO, KafkaOptions
 from connectors.kafka._errors import FENCED_CODES, kafka_error
 from connectors.kafka._produce import path_name, produce_batch
-from connectors.kafka._slot import (
+from connectors.kafka._task_slot import (
     FAILED,
     OK,
     REPLAYED,
@@ -244,17 +245,10 @@ class SlotCommitter:
         handle.open = False  # the old producer's transaction dies with its epoch
         self._replace_producer(handle)
         found = self.writer.committed_marker(handle, slots)
-        if found is not None:
-            if found.fingerprint != marker.fingerprint:
-                err = NonDeterministicReplayError(
-                    f"slot {ctx.slot} was committed by another attempt with "
-                    f"{found.fingerprint}, this attempt has {marker.fingerprint}. The query "
-                    "is not deterministic (rand(), uuid(), a changed source?). Make it "
-                    'deterministic, or pass on_replay_mismatch="warn" to keep the committed '
-                    "rows", sink_id=self.sink_id, batch_id=ctx.batch_id, transaction_id=ctx.name)
-                if self.on_replay_mismatch == "fail":
-                    raise err
-                logger.warning("%s", err)
+        if found is not None:  # the replay rule (warns and goes on under "warn")
+            check_replay(self.sink_id, self.on_replay_mismatch, ctx.batch_id,
+                         found.fingerprint, marker.fingerprint,
+                         what=f"slot {ctx.slot} by another attempt", transaction_id=ctx.name)
             handle.committed_by_other = True
             return
         self._write_again(handle)

@@ -21,7 +21,7 @@ from connectors.core.tasks import SlotMarker, SlotTransaction
 from connectors.kafka import KafkaSink
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._figures import slot_figures
-from connectors.kafka._slot import Slot, marker_key
+from connectors.kafka._task_slot import Slot, marker_key
 
 
 class FakeProducer:
@@ -303,8 +303,29 @@ def test_another_attempt_s_different_content_is_a_non_deterministic_replay(pool:
     handle = sink.open_slot(_ctx(6))
     sink.write(handle, pa.record_batch({"value": pa.array([b"b"], pa.binary())}))
     markers[0] = _slot_marker(6, Fingerprint(1, 12345))
-    with pytest.raises(NonDeterministicReplayError, match="another attempt"):
+    with pytest.raises(NonDeterministicReplayError, match=(
+            r"differs from what was committed in slot 0 by another attempt: committed 1 rows, "
+            r"digest 0+3039, replay has 1 rows, digest 0+9\.")) as caught:
         sink.commit_slot(handle, _slot_marker(6, Fingerprint(1, 9)))
+    assert (caught.value.sink_id, caught.value.batch_id) == ("unit", 6)
+    assert caught.value.transaction_id == handle.ctx.name
+
+
+def test_another_attempt_s_different_content_is_kept_with_a_warning_under_warn(
+        pool: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The same rule as the driver's (:func:`connectors.core.replay.check_replay`): under
+    ``on_replay_mismatch="warn"`` the slot keeps what the other attempt committed."""
+    made, markers = pool
+    sink = _kept_after_batch_5(made, on_replay_mismatch="warn")
+    _fence(made[0])
+    handle = sink.open_slot(_ctx(6))
+    sink.write(handle, pa.record_batch({"value": pa.array([b"b"], pa.binary())}))
+    markers[0] = _slot_marker(6, Fingerprint(1, 12345))
+    with caplog.at_level(logging.WARNING, logger="connectors.core.replay"):
+        payload = json.loads(sink.commit_slot(handle, _slot_marker(6, Fingerprint(1, 9)))
+                             or b"{}")
+    assert payload["by_other"] is True
+    assert "slot 0 by another attempt" in caplog.text
 
 
 def test_a_kept_producer_failing_while_producing_starts_over_at_the_commit(pool: Any) -> None:
@@ -333,7 +354,7 @@ def test_a_fresh_producer_fenced_at_commit_still_fails_the_attempt(pool: Any) ->
 def test_a_fatal_error_met_by_flush_surfaces_as_the_kafka_exception() -> None:
     """confluent-kafka raises SystemError (cause: the KafkaException) from flush() of a
     fenced producer that has an error_cb; the sink sees the KafkaException."""
-    from connectors.kafka._slot import client_errors
+    from connectors.kafka._task_slot import client_errors
 
     fenced = KafkaException(KafkaError(KafkaError._FENCED, fatal=True))
     with pytest.raises(KafkaException) as caught, client_errors():
