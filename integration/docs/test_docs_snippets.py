@@ -142,14 +142,20 @@ def check_readme_cli(page: Page, run: sn.Run) -> None:
     assert "no-gaps" in run.stdout and "ERROR" not in run.stdout, "doctor found a problem"
 
 
-def check_pytest_passed(page: Page, run: sn.Run) -> None:
+def check_pytest_passed(page: Page, run: sn.Run, sinks: int = 1) -> None:
+    """Exactly the conformance kit's tests passed, once for each of ``sinks`` sinks."""
     from connectors.testing import SinkConformanceTests
 
-    tests = sum(1 for n in dir(SinkConformanceTests) if n.startswith("test_"))
+    tests = sinks * sum(1 for n in dir(SinkConformanceTests) if n.startswith("test_"))
     summary = [ln for ln in run.stdout.splitlines() if ln.strip()][-1:]
     assert summary and re.fullmatch(
         rf"=*\s*{tests} passed(, \d+ warnings?)? in [\d.]+s( \([\d:]+\))?\s*=*", summary[0]), (
         f"expected exactly the {tests} conformance tests to pass:\n{run.stdout[-3000:]}")
+
+
+def check_each_family_passed(page: Page, run: sn.Run) -> None:
+    """docs/connector-guide.md: the kit passes on its sink of each of the three families."""
+    check_pytest_passed(page, run, sinks=3)
 
 
 def check_postgres_users(page: Page, run: sn.Run) -> None:
@@ -311,7 +317,9 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/fan-out.md", "fan_out.py"):
         Expect(check_fan_out, "after_decision:batch=1", "events-fan"),
     ("docs/connector-guide.md", "staged_files_sink.py"): Expect(no_target),
-    ("docs/connector-guide.md", "test_staged_files_sink.py"): Expect(check_pytest_passed),
+    ("docs/connector-guide.md", "slot_files_sink.py"): Expect(no_target),
+    ("docs/connector-guide.md", "batch_file_sink.py"): Expect(no_target),
+    ("docs/connector-guide.md", "test_guide_sinks.py"): Expect(check_each_family_passed),
     ("docs/metrics.md", "metrics_postgres.py"): Expect(check_metrics_postgres),
     ("docs/security.md", "secure_postgres.py"): Expect(check_secure_payments),
     ("docs/security.md", "bash#0"): Expect(check_secure_status),
