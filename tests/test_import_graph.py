@@ -73,13 +73,14 @@ def test_the_walker_sees_modules_and_edges() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-#: The only imports allowed to close a loop: the executor, the tasks and the sink driver
-#: name the templates whose hooks they call, for type checking only (the hooks are
-#: declared once, on the templates, and the template imports the driver to run a batch).
+#: The only imports allowed to close a loop: the executor, its performers, the tasks and the
+#: sink driver name the templates whose hooks they call, for type checking only (the hooks
+#: are declared once, on the templates, and the template imports the driver to run a batch).
 #: Each must stay an ``if TYPE_CHECKING:`` import, and nothing else may close a loop.
 TYPE_REFERENCES = {
-    ("connectors.core.executor", "connectors.core.families"),
+    ("connectors.core.execution", "connectors.core.template"),
     ("connectors.core.executor", "connectors.core.template"),
+    ("connectors.core.performers", "connectors.core.families"),
     ("connectors.core.sink_driver", "connectors.core.template"),
     ("connectors.core.tasks", "connectors.core.families"),
 }

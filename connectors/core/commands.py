@@ -43,7 +43,9 @@ __all__ = [
     "ReadUnfinished",
     "RecordIntent",
     "RecordSlots",
+    "ResumeRun",
     "RunTasks",
+    "RunToken",
     "TargetFinished",
     "TargetHasBatch",
     "TasksEnded",
@@ -109,6 +111,21 @@ class OpenRun(Command):
 
     run_id: str
     batch_id: int
+
+
+@dataclass(frozen=True)
+class RunToken(Command):
+    """What the run's start established that another process of the run needs (the
+    ledger's ``run_token``, e.g. its fencing epoch) -> ``str | None``."""
+
+
+@dataclass(frozen=True)
+class ResumeRun(Command):
+    """Take up run ``run_id``, opened in another process with ``token``, instead of
+    opening a new one (the DataSource form's commit worker) -> ``None``."""
+
+    run_id: str
+    token: str | None
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import pyarrow as pa
 
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
-from connectors.core.commands import BindQuery, OpenRun, PlanInput, Prune
+from connectors.core.commands import BindQuery, OpenRun, PlanInput, Prune, ResumeRun, RunToken
 from connectors.core.coordinator import Coordinator, RunFacts, Steps
 from connectors.core.errors import ConfigurationError, ProtocolStateError
 from connectors.core.fingerprint import Fingerprint
 
-__all__ = ["PLANNING", "RunTicket", "SplitInput", "planning", "split_commit"]
+__all__ = ["PLANNING", "RunTicket", "SplitInput", "planning", "split_abort", "split_commit"]
 
 #: The batch id of the planning step's hooks (``begin_run``, ``plan_input``): Spark plans
 #: the write before it names the batch to the sink.
@@ -100,18 +101,23 @@ class SplitInput(BatchInput):
         return False  # a commit worker cannot ask Spark: the next planning sweeps again
 
 
-def planning(coordinator: Coordinator) -> Steps[None]:
+def planning(coordinator: Coordinator) -> Steps[RunTicket]:
     """The planning worker's steps, before the tasks: open a run (a fencing epoch in the
-    ledger), RECONCILING, then plan the input (the sink's checks of the schema)."""
+    ledger), RECONCILING, then plan the input (the sink's checks of the schema). Returns
+    the run's ticket."""
     yield from coordinator.step(OpenRun(coordinator.run_id, PLANNING))
     yield from coordinator.reconcile()
     yield from coordinator.step(PlanInput(PLANNING))
+    token = yield from coordinator.step(RunToken())
+    return RunTicket(coordinator.run_id, cast("str | None", token))
 
 
-def split_commit(coordinator: Coordinator, batch_id: int) -> Steps[None]:
+def split_commit(coordinator: Coordinator, ticket: RunTicket, batch_id: int) -> Steps[None]:
     """The commit worker's steps, after the tasks (their outcomes are the batch input's):
-    bind, then the batch; a replay the ledger has rolls back what the tasks wrote again."""
+    take the ticket's run up, bind, then the batch; a replay the ledger has rolls back
+    what the tasks wrote again."""
     query_id = coordinator.query_id
+    yield from coordinator.step(ResumeRun(ticket.run_id, ticket.token))
     yield from coordinator.step(BindQuery(query_id, coordinator.reset_binding))
     yield from coordinator.open(batch_id, RunFacts(started=True, query_id=query_id,
                                                    swept=True))
@@ -121,3 +127,11 @@ def split_commit(coordinator: Coordinator, batch_id: int) -> Steps[None]:
     else:
         yield from coordinator.complete(part)
     yield from coordinator.step(Prune(coordinator.keep_batches))
+
+
+def split_abort(coordinator: Coordinator, ticket: RunTicket | None) -> Steps[None]:
+    """Spark gave the batch up: take the ticket's run up (if the planning opened one),
+    then the sweep (roll back the sink's undecided transactions)."""
+    if ticket is not None:
+        yield from coordinator.step(ResumeRun(ticket.run_id, ticket.token))
+    yield from coordinator.recovery.sweep()

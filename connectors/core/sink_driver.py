@@ -45,7 +45,14 @@ from connectors.core.executor import Executor
 from connectors.core.fanout_program import FanOutProgram, FanOutTarget
 from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger, LedgerEntry
 from connectors.core.metrics import BatchMetrics, adopt_exporters
-from connectors.core.planned import PLANNING, RunTicket, SplitInput, planning, split_commit
+from connectors.core.planned import (
+    PLANNING,
+    RunTicket,
+    SplitInput,
+    planning,
+    split_abort,
+    split_commit,
+)
 from connectors.core.protocol import Family
 from connectors.core.recovery import Settled
 from connectors.core.restarts import BatchRestarts, Outage
@@ -252,12 +259,12 @@ class SinkDriver:
         state = DriverState(self._open_ledger)
         metrics = BatchMetrics(self.sink_id, PLANNING, Family.PREPARE_IN_TASK.value)
         coordinator = _coordinator(sink, state.run_id, "", metrics)
-        Executor(sink, state, metrics, SplitInput(schema, sink_id=self.sink_id)).run(
+        ticket = Executor(sink, state, metrics, SplitInput(schema, sink_id=self.sink_id)).run(
             planning(coordinator))
         if metrics.reconciled or metrics.aborted:
             logger.info("sink %s: RECONCILING before a batch: %d finished, %d rolled back",
                         self.sink_id, metrics.reconciled, metrics.aborted)
-        return RunTicket(state.run_id, state.ledger.run_token())
+        return cast("RunTicket", ticket)
 
     def _prepared_sink(self) -> TwoPhaseCommitSink:
         sink = self._one
@@ -266,11 +273,6 @@ class SinkDriver:
                 f"{type(sink).__name__} has no DataSource form (only prepared-transaction "
                 "sinks have one): use df.writeStream.foreachBatch(sink)", sink_id=self.sink_id)
         return sink
-
-    def _resumed(self, ticket: RunTicket) -> DriverState:
-        state = DriverState(self._open_ledger, run_id=ticket.run_id)
-        state.ledger.resume_run(ticket.run_id, ticket.token)
-        return state
 
     def commit(self, ticket: RunTicket, batch_id: int, query_id: str, schema: pa.Schema,
                outcomes: Sequence[TaskOutcome]) -> BatchMetrics:
@@ -282,14 +284,14 @@ class SinkDriver:
         sink = self._prepared_sink()
         metrics = BatchMetrics(self.sink_id, batch_id, Family.PREPARE_IN_TASK.value)
         started = time.monotonic()
-        state = self._resumed(ticket)
+        state = DriverState(self._open_ledger, run_id=ticket.run_id)
         batch = SplitInput(schema, outcomes, sink_id=self.sink_id)
         restarts = BatchRestarts(sink.outage, self.sink_id, batch_id,
                                  target=sink.describe_target)
 
         def attempt() -> None:
             coordinator = _coordinator(sink, ticket.run_id, query_id, metrics)
-            Executor(sink, state, metrics, batch).run(split_commit(coordinator, batch_id))
+            Executor(sink, state, metrics, batch).run(split_commit(coordinator, ticket, batch_id))
 
         try:
             restarts.run(attempt, stopping=lambda: False,
@@ -317,10 +319,11 @@ class SinkDriver:
         undecided transactions now (a task still running may prepare later: the next
         planning, or ``connectors recover``, rolls that one back)."""
         sink = self._prepared_sink()
-        state = self._resumed(ticket) if ticket is not None else DriverState(self._open_ledger)
+        state = (DriverState(self._open_ledger) if ticket is None
+                 else DriverState(self._open_ledger, run_id=ticket.run_id))
         metrics = BatchMetrics(self.sink_id, batch_id, Family.PREPARE_IN_TASK.value)
         coordinator = _coordinator(sink, state.run_id, "", metrics)
-        Executor(sink, state, metrics).run(coordinator.recovery.sweep())
+        Executor(sink, state, metrics).run(split_abort(coordinator, ticket))
         metrics.outcome = "aborted"
         logger.info("sink %s batch %d: aborted by Spark; %d transaction(s) rolled back",
                     self.sink_id, batch_id, metrics.aborted)

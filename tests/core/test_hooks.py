@@ -2,9 +2,10 @@
 (:class:`~connectors.core.template.TwoPhaseCommitSink` and the three families of
 :mod:`connectors.core.families`), and the driver and executor sides call nothing else.
 
-The executor (``core/executor.py``) and the tasks (``core/tasks.py``) refer to the templates
-for type checking only (the template imports the executor to run a batch): this test reads
-what they call on a sink, and every such name must be a documented hook or attribute of a
+The executor and its performers (``core/executor.py``, ``core/performers.py``), the sink
+driver (``core/sink_driver.py``) and the tasks (``core/tasks.py``) refer to the templates for
+type checking only (the template imports the driver to run a batch): this test reads what
+they call on a sink, and every such name must be a documented hook or attribute of a
 template; every abstract hook must be one they call.
 """
 
@@ -21,16 +22,23 @@ from connectors.core.template import TwoPhaseCommitSink
 CORE = Path(families.__file__).resolve().parent
 TEMPLATES = (TwoPhaseCommitSink, families.PreparedTransactionSink, families.TaskCommitSink,
              families.DriverCommitSink)
-#: The names the executor and the tasks hold a sink under.
+#: The names the executor, its performers, the driver and the tasks hold a sink under.
 SINK_NAMES = {"sink", "sink_p", "sink_s", "sink_d", "sink_i"}
+#: ... and the attributes (of ``self``, ``run`` or ``self.run``).
+SINK_ATTRIBUTES = {"sink", "_prepared", "_slots", "_driver_commit", "_one"}
 
 
 def _is_sink(node: ast.expr) -> bool:
-    """``sink`` (or ``sink_p``, ...) or ``self.sink``."""
+    """``sink`` (or ``sink_p``, ...), ``self.sink``, ``run.sink``, ``self.run.sink``,
+    ``self._prepared`` (a performer's typed view)."""
     if isinstance(node, ast.Name):
         return node.id in SINK_NAMES
-    return (isinstance(node, ast.Attribute) and node.attr == "sink"
-            and isinstance(node.value, ast.Name) and node.value.id == "self")
+    if not isinstance(node, ast.Attribute) or node.attr not in SINK_ATTRIBUTES:
+        return False
+    holder = node.value
+    return ((isinstance(holder, ast.Name) and holder.id in {"self", "run"})
+            or (isinstance(holder, ast.Attribute) and holder.attr == "run"
+                and isinstance(holder.value, ast.Name) and holder.value.id == "self"))
 
 
 def called_on_sinks(source: str) -> set[str]:
@@ -46,8 +54,8 @@ def called_on_sinks(source: str) -> set[str]:
     return found
 
 
-CALLED = (called_on_sinks((CORE / "executor.py").read_text())
-          | called_on_sinks((CORE / "tasks.py").read_text()))
+CALLED = set().union(*(called_on_sinks((CORE / name).read_text()) for name in (
+    "executor.py", "execution.py", "performers.py", "sink_driver.py", "tasks.py")))
 
 
 def declared(name: str) -> object | None:
