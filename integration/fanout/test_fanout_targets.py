@@ -19,11 +19,13 @@ from confluent_kafka.admin import AdminClient
 from connectors import FanOut
 from connectors.core import crash
 from connectors.core.crash import SimulatedCrash
-from connectors.core.errors import BadInputError
+from connectors.core.errors import BadInputError, DecisionUnknown
 from connectors.core.protocol import BatchState, CrashPoint
+from connectors.core.retry import FixedDelay
 from connectors.testing import LocalBatch, batch_rows
 from integration.kafka.test_kafka_conformance import KafkaHarness, to_records
 from integration.postgres.test_postgres_conformance import PostgresHarness
+from tests._faults import LostReply
 
 pytestmark = [pytest.mark.integration]
 
@@ -108,6 +110,31 @@ def test_a_crash_at_each_fan_out_point_then_the_replay_is_exact_in_both(
         assert seen == {"postgres": True, "kafka": False}  # the documented window
     else:
         assert seen == {"postgres": True, "kafka": True}
+    both.run_again(1, 2)  # the restart: Spark replays batch 1
+    both.assert_exact(0, 1, 2)
+    assert both.decision(1).state is BatchState.COMMITTED
+
+
+def test_a_decision_whose_reply_is_lost_rolls_nothing_back_and_the_restart_lands_it_in_both(
+        both: Both) -> None:
+    """The fan-out's decision reaches PostgreSQL's ledger table, its reply is lost and the
+    ledger stays unreachable past the retries: no rule may roll PostgreSQL's prepared part
+    back (the decision is durable); the batch fails with DecisionUnknown and the restart
+    commits it in both targets (issue 50: the fan-out used to roll that part back)."""
+    fan = both.fan()
+    both.write(fan, 0)
+    ledger = fan.create_ledger()
+    fan.close()
+    lost = LostReply(ledger, unreachable=8)
+    fan = FanOut(both.kafka.new_sink(), both.pg.new_sink(), sink_id=both.fan_id,
+                 ledger=lost, retry=FixedDelay(max_attempts=3, delay=0.0), outage_timeout=0)
+    with pytest.raises(DecisionUnknown):
+        both.write(fan, 1)
+    fan.close()
+    assert lost.failed_calls == 3
+    assert both.decision(1).state is BatchState.DECIDED
+    assert both.pg.lingering_transactions() > 0  # prepared, not rolled back
+    assert both.holds(0, 1) == {"postgres": False, "kafka": False}
     both.run_again(1, 2)  # the restart: Spark replays batch 1
     both.assert_exact(0, 1, 2)
     assert both.decision(1).state is BatchState.COMMITTED

@@ -67,8 +67,9 @@ class TestPostgresSinkConformance(SinkConformanceTests):
 
 
 class TestPostgresSinkConformanceInItsDataSourceForm(SinkConformanceTests):
-    """The same suite through the DataSource form's split batch (``PlannedRun``): planned,
-    tasks run, committed, each step with its own sink and ledger connection."""
+    """The same suite through the DataSource form's split batch (the sink driver's
+    ``plan``, ``commit``): planned, tasks run, committed, each step with its own sink and
+    ledger connection."""
 
     @pytest.fixture(autouse=True)
     def _conninfo(self, postgres_conninfo: str) -> None:
