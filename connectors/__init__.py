@@ -75,10 +75,10 @@ if TYPE_CHECKING:
     from connectors.delta import DeltaSink, DeltaSinks
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
-    from connectors.spark._source import register
-    from connectors.spark._stop import (
+    from connectors.spark import (
         StopReport,
         await_termination,
+        register,
         stop_gracefully,
         stop_on_sigterm,
     )
@@ -114,11 +114,11 @@ _LAZY = {
     "FanOut": "connectors.core.fanout",
     "KafkaSink": "connectors.kafka",
     "PostgresSink": "connectors.postgres",
-    "StopReport": "connectors.spark._stop",
-    "register": "connectors.spark._source",
-    "await_termination": "connectors.spark._stop",
-    "stop_gracefully": "connectors.spark._stop",
-    "stop_on_sigterm": "connectors.spark._stop",
+    "StopReport": "connectors.spark",
+    "register": "connectors.spark",
+    "await_termination": "connectors.spark",
+    "stop_gracefully": "connectors.spark",
+    "stop_on_sigterm": "connectors.spark",
 }
 
 

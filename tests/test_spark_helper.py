@@ -60,8 +60,9 @@ def options(builder: Any) -> dict[str, str]:
 
 # ------------------------------------------------------------------ public names
 
-SPARK_ALL = sorted(["JarChoice", "check_components", "get_session", "jar_report", "last_metrics",
-                    "resolve_jars", "session_builder"])
+SPARK_ALL = sorted(["JarChoice", "StopReport", "await_termination", "check_components",
+                    "get_session", "jar_report", "last_metrics", "register", "resolve_jars",
+                    "session_builder", "stop_gracefully", "stop_on_sigterm"])
 
 
 def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
@@ -73,7 +74,9 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
     homes = {"JarChoice": "jars._resolve", "jar_report": "jars._resolve",
              "resolve_jars": "jars._resolve", "check_components": "jars._session",
              "get_session": "jars._session", "session_builder": "jars._session",
-             "last_metrics": "_binding"}
+             "last_metrics": "_binding", "register": "_source", "StopReport": "_stop",
+             "await_termination": "_stop", "stop_gracefully": "_stop",
+             "stop_on_sigterm": "_stop"}
     for name, home in homes.items():
         assert getattr(cs, name).__module__ == f"connectors.spark.{home}"
     # not in __all__; connectors doctor uses them

@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _confs(items: list[str]) -> list[str]:
     """``--conf`` items, checked: ``KEY=VALUE`` and no secret (they are on a command line)."""
-    from connectors.spark.jars._session import is_secret_conf
+    from connectors.spark.jars import is_secret_conf
 
     for item in items:
         key, sep, _ = item.partition("=")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from connectors.spark._binding import is_connect
+from connectors.spark.toolkit import is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -27,9 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.errors import BadInputError, ConfigurationError
-from connectors.spark._binding import is_connect
-from connectors.spark._names import quoted
-from connectors.spark._rows import has_map
+from connectors.spark.toolkit import has_map, is_connect, quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -10,7 +10,7 @@ below 2**31 rows per batch). The digest is ``(hi << 32) + lo`` modulo 2**64, i.e
 of the row hashes. On a replay, :func:`fingerprint_now` runs the same aggregation as one
 job and the results compare exactly.
 
-The hash and the aggregation are those of :mod:`connectors.spark._rows`, so the
+The hash and the aggregation are the adapter's (:mod:`connectors.spark.toolkit`), so the
 digest equals what :meth:`~connectors.spark.frames.SparkBatch.fingerprint` and the
 tasks of the other sinks compute for the same rows.
 """
@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.fingerprint import Fingerprint
-from connectors.spark._rows import (
+from connectors.spark.toolkit import (
     combine_fingerprint,
     fingerprint_aggregates,
     spark_fingerprint,

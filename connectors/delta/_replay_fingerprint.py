@@ -33,7 +33,7 @@ from connectors.delta._changes import ChangeSpec
 from connectors.delta._fingerprint import fingerprint_now
 from connectors.delta._history import Commit
 from connectors.delta._table import local_path
-from connectors.spark._names import quoted
+from connectors.spark.toolkit import quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

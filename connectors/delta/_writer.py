@@ -125,7 +125,7 @@ class DeltaWriter:
 
     def _merge(self, df: DataFrame, ctx: BatchContext, tag: CommitTag) -> None:
         import connectors.delta._api as delta_api
-        from connectors.spark._binding import is_connect
+        from connectors.spark.toolkit import is_connect
 
         session = df.sparkSession
         source = self.changes.source(df)
@@ -164,7 +164,7 @@ class DeltaWriter:
         its own on the server's host, all on the client's one session: MERGEs of one
         session are serialized across processes by a file lock named after the session.
         """
-        from connectors.spark._binding import is_connect
+        from connectors.spark.toolkit import is_connect
 
         streaming = ctx.query_id not in (None, BATCH_JOB_QUERY_ID)
         if is_connect(session):

@@ -38,8 +38,8 @@ from connectors.kafka._records import (
     quote,
     scan_batch,
 )
-from connectors.spark._handover import ROW_BOUND_MARK, Handover, handover_budget, handover_rows
 from connectors.spark.inputs import spark_frame, with_frame
+from connectors.spark.toolkit import ROW_BOUND_MARK, Handover, handover_budget, handover_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -173,9 +173,9 @@ def check_condition(
     before any slot task starts: a bad record fails the job before anything is written,
     without a job of its own. :func:`bad_input_message` finds the message in the failure.
 
-    ``row_bound``: also the guard of a :class:`~connectors.spark._handover.Handover`
+    ``row_bound``: also the guard of a :class:`~connectors.spark.toolkit.Handover`
     assumed for rows of at most that many bytes (:func:`row_bytes`): a larger row (that
-    passes every other check) raises :data:`~connectors.spark._handover.ROW_BOUND_MARK`.
+    passes every other check) raises :data:`~connectors.spark.toolkit.ROW_BOUND_MARK`.
 
     The messages name sizes, partitions and the topic; a record's key and value (their
     first bytes) only with ``values_in_errors``.
@@ -313,7 +313,7 @@ class FrameChecks:
 
     def raise_row_bound(self) -> None:
         """A row of a batch exceeded the assumed bound: assume 8x larger rows from now on
-        (:func:`~connectors.spark._handover.handover_rows` turns the bound off once it would
+        (:func:`~connectors.spark.toolkit.handover_rows` turns the bound off once it would
         leave fewer than 1,024 rows per Arrow batch)."""
         if self.row_bound:
             self.row_bound *= 8
@@ -332,7 +332,7 @@ class FrameChecks:
         column, one JVM aggregation first finds the topics and partitions to check.
 
         Either way the slot tasks then receive their Arrow batches without Spark's per-row
-        size check (:class:`~connectors.spark._handover.Handover`): with a ``topic`` column,
+        size check (:class:`~connectors.spark.toolkit.Handover`): with a ``topic`` column,
         sized from the largest row the aggregation found; with a given topic, from an
         assumed bound that the record check also guards.
         """

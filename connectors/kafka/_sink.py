@@ -68,7 +68,7 @@ from connectors.kafka._writer import SlotWriter
 from connectors.spark.inputs import batch_handover
 
 if TYPE_CHECKING:
-    from connectors.spark._handover import Handover
+    from connectors.spark.toolkit import Handover
 
 __all__ = ["SMALL_BATCH_ROWS", "KafkaSink", "marker_key"]
 

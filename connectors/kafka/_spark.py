@@ -11,8 +11,8 @@ import pyarrow as pa
 
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
 from connectors.core.fingerprint import Fingerprint
-from connectors.spark._handover import Handover
 from connectors.spark.inputs import SparkInput, batch_handover, spark_frame, with_frame
+from connectors.spark.toolkit import Handover
 
 __all__ = ["ErrorMappingBatch", "WrappedBatch"]
 

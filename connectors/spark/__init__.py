@@ -11,7 +11,9 @@ Two parts:
   fingerprints), ``_handover`` (Arrow batches sized by the sink's row bound), ``_plan``
   (adaptive execution off for narrow plans), ``_local`` (small batches' slots in the
   driver), ``_binding`` (which query called a sink; Spark Connect), ``_stop`` (graceful
-  stops) and ``_names`` (quoted column names);
+  stops), ``_source`` (the DataSource form) and ``_names`` (quoted column names); no other
+  package imports them: :mod:`connectors.spark.toolkit` is the sinks' door to the helpers
+  they use, and this package's names below are the rest;
 - the jar resolver, :mod:`connectors.spark.jars`: the jars for Delta Lake, Kafka and S3
   fetched once with Maven into a local cache, and a small-machine session that uses them::
 
@@ -23,8 +25,12 @@ Two parts:
 The public names below load on first use (``import connectors.spark`` imports neither
 pyspark nor the resolver): the resolver's (:func:`resolve_jars`, :func:`jar_report`,
 :class:`JarChoice`, :func:`session_builder`, :func:`get_session`,
-:func:`check_components`; documented in :mod:`connectors.spark.jars`) and
-:func:`last_metrics` (under Spark Connect, a sink's last metrics read on the client).
+:func:`check_components`; documented in :mod:`connectors.spark.jars`),
+:func:`last_metrics` (under Spark Connect, a sink's last metrics read on the client), and
+the Spark side of the API that :mod:`connectors` exports (the same objects):
+:func:`register` (the DataSource form) and the graceful stop (:func:`stop_gracefully`,
+:func:`stop_on_sigterm`, :func:`await_termination`, :class:`StopReport`). What the sinks
+that work on a DataFrame themselves use from the adapter is :mod:`connectors.spark.toolkit`.
 """
 
 from __future__ import annotations
@@ -35,6 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from connectors.spark._binding import last_metrics
+    from connectors.spark._source import register
+    from connectors.spark._stop import (
+        StopReport,
+        await_termination,
+        stop_gracefully,
+        stop_on_sigterm,
+    )
     from connectors.spark.jars import COMPONENTS as COMPONENTS
     from connectors.spark.jars import DEFAULT_COMPONENTS as DEFAULT_COMPONENTS
     from connectors.spark.jars import (
@@ -46,8 +59,9 @@ if TYPE_CHECKING:
         session_builder,
     )
 
-__all__ = ["JarChoice", "check_components", "get_session", "jar_report", "last_metrics",
-           "resolve_jars", "session_builder"]
+__all__ = ["JarChoice", "StopReport", "await_termination", "check_components", "get_session",
+           "jar_report", "last_metrics", "register", "resolve_jars", "session_builder",
+           "stop_gracefully", "stop_on_sigterm"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +77,11 @@ _HOMES = {
     "get_session": "jars._session",
     "session_builder": "jars._session",
     "last_metrics": "_binding",
+    "register": "_source",
+    "StopReport": "_stop",
+    "await_termination": "_stop",
+    "stop_gracefully": "_stop",
+    "stop_on_sigterm": "_stop",
 }
 
 

@@ -50,7 +50,9 @@ the refusals), ``_maven`` (the POM and the ``mvn`` run), ``_cache`` (stamps, loc
 publishing), ``_resolve`` (:func:`resolve_jars`, :func:`jar_report`) and ``_session`` (the
 builder, :func:`get_session`, :func:`check_components`: a thin helper that only builds a
 SparkSession with the resolved jars, so it lives with them; the engine adapter in
-:mod:`connectors.spark` never builds a session). :mod:`connectors.spark` re-exports them.
+:mod:`connectors.spark` never builds a session). :mod:`connectors.spark` re-exports them
+(but :func:`is_secret_conf`: whether a Spark conf key names a secret, which the session
+builder masks in what it prints and ``connectors demo --conf`` refuses).
 """
 
 from __future__ import annotations
@@ -62,10 +64,15 @@ if TYPE_CHECKING:
     from connectors.spark.jars._components import COMPONENTS as COMPONENTS
     from connectors.spark.jars._components import DEFAULT_COMPONENTS as DEFAULT_COMPONENTS
     from connectors.spark.jars._resolve import JarChoice, jar_report, resolve_jars
-    from connectors.spark.jars._session import check_components, get_session, session_builder
+    from connectors.spark.jars._session import (
+        check_components,
+        get_session,
+        is_secret_conf,
+        session_builder,
+    )
 
-__all__ = ["JarChoice", "check_components", "get_session", "jar_report", "resolve_jars",
-           "session_builder"]
+__all__ = ["JarChoice", "check_components", "get_session", "is_secret_conf", "jar_report",
+           "resolve_jars", "session_builder"]
 
 #: Public name -> the private module that holds it. Imported on first use, so that
 #: ``import connectors.spark.jars`` neither imports pyspark nor runs anything.
@@ -78,6 +85,7 @@ HOMES = {
     "check_components": "_session",
     "get_session": "_session",
     "session_builder": "_session",
+    "is_secret_conf": "_session",
 }
 
 

@@ -1,0 +1,51 @@
+"""What the sinks that work on a Spark DataFrame themselves use from the engine adapter.
+
+Most sinks never touch Spark: the adapter (:class:`~connectors.spark.frames.SparkBatch`)
+runs their tasks. Some work on the batch's DataFrame on the driver too: Delta Lake's
+writer (its appends, overwrites and MERGEs are Spark jobs, its replay check reads the
+table with Spark) and Kafka's record checks and Arrow hand-over. They use the adapter's
+helpers through this module, the one public door to them (the helpers live in the
+adapter's private modules, which no other package imports):
+
+- :func:`is_connect`: whether a DataFrame, session or query comes from Spark Connect;
+- :func:`quoted`: a column name quoted so that it means only itself;
+- :func:`has_map`: whether a Spark type is or holds a map;
+- the rows' fingerprints as Spark computes them: :func:`spark_fingerprint` (one
+  aggregation job), or :func:`fingerprint_aggregates` and :func:`combine_fingerprint`
+  to compute them inside another aggregation;
+- the Arrow hand-over of rows whose size the sink bounds: :class:`Handover`,
+  :data:`ROW_BOUND_MARK` (the mark of a row over the bound), :func:`handover_budget` and
+  :func:`handover_rows`.
+
+Importing it imports no pyspark (each helper imports what it needs when called).
+
+Example::
+
+    >>> quoted("a.b")
+    '`a.b`'
+"""
+
+from __future__ import annotations
+
+from connectors.spark._binding import is_connect
+from connectors.spark._handover import ROW_BOUND_MARK, Handover, handover_budget, handover_rows
+from connectors.spark._names import quoted
+from connectors.spark._rows import (
+    combine_fingerprint,
+    fingerprint_aggregates,
+    has_map,
+    spark_fingerprint,
+)
+
+__all__ = [
+    "ROW_BOUND_MARK",
+    "Handover",
+    "combine_fingerprint",
+    "fingerprint_aggregates",
+    "handover_budget",
+    "handover_rows",
+    "has_map",
+    "is_connect",
+    "quoted",
+    "spark_fingerprint",
+]
