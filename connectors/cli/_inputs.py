@@ -11,7 +11,7 @@ Every process's command line is visible to every user of the machine (``ps``), s
   a JSON object (text starting with ``{``) or properties lines (``KEY=VALUE``; blank
   lines and lines starting with ``#`` or ``!`` ignored), e.g. ``client.properties``
   holding ``sasl.password=...``. ``--kafka-config KEY=VALUE`` refuses a secret key
-  (:func:`~connectors.kafka._redact.is_secret_key`) and names these flags instead. Later
+  (:func:`connectors.kafka.admin.is_secret_key`) and names these flags instead. Later
   sources win: the file, then the variable, then ``--kafka-config``; ``--kafka BOOTSTRAP``
   is optional when the settings have ``bootstrap.servers``.
 - ``--storage-option KEY=VALUE`` (Delta) refuses a secret: it belongs in the environment.
@@ -67,7 +67,7 @@ def postgres_conninfo(arg: str | None, *, env: str | None, file: str | None,
                       environ: Mapping[str, str] | None = None) -> str | None:
     """The connection string of ``--postgres``, ``--postgres-env`` or ``--postgres-file``
     (``None``: no PostgreSQL target); warns on stderr when ``--postgres`` holds a secret."""
-    from connectors.postgres._config import Conninfo
+    from connectors.postgres.admin import conninfo_has_secret
 
     text = _read("postgres", env or "", file or "", os.environ if environ is None else environ)
     if text is not None and arg:
@@ -77,7 +77,7 @@ def postgres_conninfo(arg: str | None, *, env: str | None, file: str | None,
         if not text:
             raise ConfigurationError(f"--postgres-file {file}: the file is empty")
         return text
-    if arg and Conninfo(arg).secrets:
+    if arg and conninfo_has_secret(arg):
         print("connectors: warning: --postgres carries a secret (a password) on the command "
               "line, where `ps` shows it to every user of the machine: use --postgres-env "
               "VAR or --postgres-file FILE (or PGPASSWORD, ~/.pgpass)", file=sys.stderr)
@@ -120,7 +120,7 @@ def kafka_settings(pairs: Sequence[str], *, env: str | None, file: str | None,
                    environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The librdkafka settings of ``--kafka-config-file``, ``--kafka-config-env`` and
     ``--kafka-config`` (see the module docstring)."""
-    from connectors.kafka._redact import is_secret_key
+    from connectors.kafka.admin import is_secret_key
 
     environ = os.environ if environ is None else environ
     settings: dict[str, Any] = {}
@@ -145,7 +145,7 @@ def kafka_settings(pairs: Sequence[str], *, env: str | None, file: str | None,
 def storage_options(pairs: Sequence[str]) -> dict[str, str]:
     """``--storage-option KEY=VALUE`` pairs; a secret is refused (``ps`` shows every
     process's arguments to every user): it belongs in the environment."""
-    from connectors.delta._store import is_secret_option
+    from connectors.delta.admin import is_secret_option
 
     options: dict[str, str] = {}
     for pair in pairs:

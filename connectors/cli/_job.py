@@ -120,15 +120,9 @@ def run(args: argparse.Namespace) -> int:
 def target_ids(args: argparse.Namespace) -> list[int]:
     """The ids the target holds, duplicates included."""
     if args.sink == "postgres":
-        import psycopg
-        from psycopg import sql
+        from connectors.postgres.admin import column_values
 
-        from connectors.postgres._config import TableName
-
-        table = TableName.parse(args.target)
-        with psycopg.connect(args.conninfo) as conn:
-            rows = conn.execute(sql.SQL("SELECT id FROM {}").format(table.sql())).fetchall()
-        return [int(r[0]) for r in rows]
+        return [int(v) for v in column_values(args.conninfo, args.target, "id")]
     if args.sink == "kafka":
         return _kafka_ids(args.bootstrap, args.target)
     spark = _session(args)

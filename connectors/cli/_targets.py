@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
 
 from connectors.cli._model import Lingering, RecoverReport, SinkStatus
 from connectors.core.fanout_program import TARGET_PREFIX, parts_of
@@ -111,71 +110,27 @@ def fan_out_targets(entries: Sequence[LedgerEntry], sink_id: str) -> list[str]:
 
 
 class PostgresTarget(Target):
-    """A PostgreSQL database: the ledger tables and ``pg_prepared_xacts``."""
+    """A PostgreSQL database: the ledger tables and the prepared transactions
+    (:class:`connectors.postgres.admin.PostgresAdmin`)."""
 
     kind = "postgres"
 
     def __init__(self, conninfo: str, ledger_table: str = "public.eos_ledger") -> None:
-        from connectors.postgres._config import Conninfo, TableName
-        from connectors.postgres._ledger import DriverConnection
-        from connectors.postgres._ledger_sql import LEDGER_NAME_RESERVE
+        from connectors.postgres.admin import PostgresAdmin
 
-        self.conninfo = Conninfo(conninfo)
-        self.table = TableName.parse(ledger_table, what="--ledger-table",
-                                     reserve=LEDGER_NAME_RESERVE)
-        self._db = DriverConnection(self.conninfo, 10, "operator")
+        self.admin = PostgresAdmin(conninfo, ledger_table, what="--ledger-table")
 
     def describe(self) -> str:
-        return f"postgres {self.conninfo.redacted()} ledger {self.table}"
-
-    def _rows(self, query: Any, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        import psycopg
-
-        with self._db.lock:
-            try:
-                return list(self._db.get().execute(query, params).fetchall())
-            except psycopg.Error as exc:
-                raise self._db.error(exc, "reading the sinks' state") from None
-
-    def _prepared(self) -> list[tuple[TransactionId, float]]:
-        from connectors.postgres._gid import XID_FORMAT_ID, decode_gid
-
-        found = []
-        for gid, age in self._rows(
-            "SELECT gid, extract(epoch FROM now() - prepared) FROM pg_prepared_xacts "
-            "WHERE database = current_database()"
-        ):
-            xid = decode_gid(gid)  # None for another application's gid
-            if xid is None or xid[0] != XID_FORMAT_ID:
-                continue
-            tid = TransactionId.from_xid_parts(xid[1], xid[2])
-            if tid is not None:
-                found.append((tid, float(age)))
-        return found
+        return self.admin.describe()
 
     def sink_ids(self) -> list[str]:
-        from psycopg import sql
-
-        names = {tid.sink_id for tid, _ in self._prepared()}
-        exists = self._rows(
-            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = %s AND c.relname = %s",
-            (self.table.schema, self.table.name + "_bindings"),
-        )
-        if exists:
-            names |= {r[0] for r in self._rows(
-                sql.SQL("SELECT sink_id FROM {}").format(self.table.sql("_bindings")))}
-        return sorted(names)
+        return self.admin.sink_ids()
 
     def ledger(self, sink_id: str) -> Ledger:
-        from connectors.postgres._ledger import DriverConnection, PostgresLedger
-
-        return PostgresLedger(DriverConnection(self.conninfo, 10, sink_id), self.table,
-                              sink_id=sink_id)
+        return self.admin.ledger(sink_id)
 
     def lingering(self, sink_id: str) -> list[Lingering]:
-        mine = sorted(((tid, age) for tid, age in self._prepared() if tid.sink_id == sink_id),
-                      key=lambda p: str(p[0]))
+        mine = sorted(self.admin.prepared(sink_id), key=lambda p: str(p.transaction_id))
         if not mine:
             return []
         ledger = self.ledger(sink_id)
@@ -185,41 +140,30 @@ class PostgresTarget(Target):
             ledger.close()
         decided |= {c.transaction_id for part in self.fan_out_parts(sink_id)
                     for c in part.commits}
-        return [Lingering(str(tid), tid.batch_id, round(age, 1), str(tid) in decided,
-                          "prepared") for tid, age in mine]
+        return [Lingering(str(p.transaction_id), p.transaction_id.batch_id, round(p.age_s, 1),
+                          str(p.transaction_id) in decided, "prepared") for p in mine]
 
     def recover(
         self, sink_id: str, *, commit_decided: bool, abort_undecided: bool, min_age_s: float
     ) -> RecoverReport:
-        from connectors.postgres._sink import PostgresSink
-
         report = RecoverReport(sink_id, self.describe())
-        sink = PostgresSink.operator(self.conninfo.secret, sink_id=sink_id,
-                                     ledger_table=(self.table.schema, self.table.name))
-        ledger = sink.create_ledger()
-        try:
-            lingering = self.lingering(sink_id)
-            young = [item for item in lingering if not item.decided and item.age_s is not None
-                     and item.age_s < min_age_s]
-            done, _ = sink.driver.settle(
-                [item.transaction for item in lingering], commit_decided=commit_decided,
-                abort_undecided=abort_undecided,
-                keep=frozenset(item.transaction for item in young),
-                adopt=self.fan_out_parts(sink_id) if lingering else (),  # never rolled back
-                ledger=ledger)
-            report.committed += done.committed
-            report.aborted += done.aborted
-            left = set(done.left)
-            report.left += [item for item in lingering if item.transaction in left]
-            if abort_undecided:
-                report.notes += [
-                    f"{item.transaction} is {item.age_s:.0f} s old (< --min-age "
-                    f"{min_age_s:.0f} s): a live driver may be about to decide it"
-                    for item in young if item.age_s is not None]
-        finally:
-            ledger.close()
-            sink.close()
+        lingering = self.lingering(sink_id)
+        young = [item for item in lingering if not item.decided and item.age_s is not None
+                 and item.age_s < min_age_s]
+        done = self.admin.settle(
+            sink_id, [item.transaction for item in lingering], commit_decided=commit_decided,
+            abort_undecided=abort_undecided, keep=frozenset(item.transaction for item in young),
+            adopt=self.fan_out_parts(sink_id) if lingering else ())  # never rolled back
+        report.committed += done.committed
+        report.aborted += done.aborted
+        left = set(done.left)
+        report.left += [item for item in lingering if item.transaction in left]
+        if abort_undecided:
+            report.notes += [
+                f"{item.transaction} is {item.age_s:.0f} s old (< --min-age "
+                f"{min_age_s:.0f} s): a live driver may be about to decide it"
+                for item in young if item.age_s is not None]
         return report
 
     def close(self) -> None:
-        self._db.close()
+        self.admin.close()

@@ -110,8 +110,8 @@ class TestEveryOutput:
         seen: list[KafkaConfig] = []
 
         def refuse(target: KafkaTarget) -> list[str]:
-            seen.append(target.config)
-            raise _client_error(target.config, key)
+            seen.append(target.admin.config)
+            raise _client_error(target.admin.config, key)
 
         monkeypatch.setattr(KafkaTarget, "sink_ids", refuse)
         code = main(["-v", "status", *flags, *(["--json"] if as_json else [])])
