@@ -176,3 +176,57 @@ def test_every_module_fits_in_400_lines() -> None:
     sizes = {m: len(p.read_text().splitlines()) for m, p in modules().items()}
     assert not {m: n for m, n in sizes.items() if n > 400}, sorted(sizes.items(),
                                                                     key=lambda kv: -kv[1])[:5]
+
+
+def private_owner(target: str) -> str | None:
+    """The package a private name belongs to: for the first part of ``target`` that starts
+    with ``_`` (not a dunder), the package (or module) it stands in; ``None``: public."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not (part.startswith("__") and part.endswith("__")):
+            return ".".join(parts[:i])
+    return None
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: itself for a package (``__init__.py``), else the
+    package that holds it (``connectors`` for a top-level module such as ``connectors.sdk``)."""
+    path = modules()[module]
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def private_imports_across_packages() -> list[str]:
+    """Every import of a private module (or a private name) by a module outside the
+    package that owns it: ``importer:line (kind) -> target``."""
+    found = []
+    for name, path in modules().items():
+        inside = package_of(name)
+        for imp in architecture.raw_imports(name, path):
+            if imp.target != "connectors" and not imp.target.startswith("connectors."):
+                continue
+            owner = private_owner(imp.target)
+            if owner is None or inside == owner or inside.startswith(owner + "."):
+                continue
+            found.append(f"{name}:{imp.line} ({imp.kind}) -> {imp.target}")
+    return found
+
+
+def test_the_private_import_rule_sees_what_it_must() -> None:
+    assert private_owner("connectors.postgres._gid.decode_gid") == "connectors.postgres"
+    assert private_owner("connectors.spark.jars._session") == "connectors.spark.jars"
+    assert private_owner("connectors.postgres.admin.PostgresAdmin") is None
+    assert private_owner("connectors._deps.require") == "connectors"  # every package's own
+    assert package_of("connectors") == "connectors"
+    assert package_of("connectors.cli._targets") == "connectors.cli"
+    assert package_of("connectors.sdk") == "connectors"
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    # A private module (or name) is private to the package that holds it and to that
+    # package's subpackages: connectors.postgres._gid to connectors.postgres, and
+    # connectors/_deps.py to every module of connectors. Every import counts: at module
+    # level, inside a function and under TYPE_CHECKING. Another package uses a package's
+    # public modules (connectors.postgres.admin, connectors.spark.toolkit, ...).
+    found = private_imports_across_packages()
+    assert not found, ("imports of another package's private module or name:\n  "
+                       + "\n  ".join(found))
