@@ -17,12 +17,32 @@ from connectors.kafka._redact import MASK, is_secret_key, redact_text
 
 __all__ = [
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
+    "INTERNAL_TOPIC_PREFIX",
+    "LEDGER_TOPIC_SUFFIX",
+    "MARKER_TOPIC_SUFFIX",
     "OWNED_KEYS",
     "KafkaConfig",
     "KafkaOptions",
+    "default_ledger_topic",
+    "default_marker_topic",
     "is_secret_key",
     "redact_text",
 ]
+
+#: A sink's internal topics, by default ``_connectors.<sink_id>.ledger`` and
+#: ``_connectors.<sink_id>.markers`` (the operator tools find sinks by these names).
+INTERNAL_TOPIC_PREFIX, LEDGER_TOPIC_SUFFIX, MARKER_TOPIC_SUFFIX = (
+    "_connectors.", ".ledger", ".markers")
+
+
+def default_ledger_topic(sink_id: str) -> str:
+    """The default ledger topic of ``sink_id``."""
+    return f"{INTERNAL_TOPIC_PREFIX}{sink_id}{LEDGER_TOPIC_SUFFIX}"
+
+
+def default_marker_topic(sink_id: str) -> str:
+    """The default marker topic of ``sink_id``."""
+    return f"{INTERNAL_TOPIC_PREFIX}{sink_id}{MARKER_TOPIC_SUFFIX}"
 
 #: Keys the sink sets on every producer it creates; refused in the user's config.
 OWNED_KEYS = ("transactional.id", "enable.idempotence", "acks", "request.required.acks")

@@ -56,6 +56,8 @@ from connectors.kafka._config import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     KafkaConfig,
     KafkaOptions,
+    default_ledger_topic,
+    default_marker_topic,
 )
 from connectors.kafka._driver_slots import PLACEMENT_KEY, PLACEMENT_ROW, DriverSlots, check_barrier
 from connectors.kafka._figures import slot_figures
@@ -199,9 +201,9 @@ class KafkaSink(TaskCommitSink[Slot]):
             kafka_options = KafkaOptions(
                 topic=topic,
                 marker_topic=(marker_topic if marker_topic is not None
-                              else f"_connectors.{self.sink_id}.markers"),
+                              else default_marker_topic(self.sink_id)),
                 ledger_topic=(ledger_topic if ledger_topic is not None
-                              else f"_connectors.{self.sink_id}.ledger"),
+                              else default_ledger_topic(self.sink_id)),
                 create_topic=bool(create_topic),
                 topic_partitions=topic_partitions,
                 replication_factor=replication_factor,
@@ -302,7 +304,7 @@ class KafkaSink(TaskCommitSink[Slot]):
         """Driver: a fan-out's decisions in a ledger topic of its own
         (``_connectors.<sink_id>.ledger``) on this sink's cluster."""
         return KafkaLedger(
-            self.config, f"_connectors.{sink_id}.ledger", sink_id=sink_id,
+            self.config, default_ledger_topic(sink_id), sink_id=sink_id,
             admin=self._clients.admin(), replication_factor=self.options.replication_factor,
             transaction_timeout_ms=self.options.transaction_timeout_ms,
             timeout=self._clients.timeout, preflight=self._clients.check_broker)

@@ -44,7 +44,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from connectors.core.ledger import Ledger
-from connectors.kafka._config import KafkaConfig, validate_topic
+from connectors.kafka._config import (
+    INTERNAL_TOPIC_PREFIX,
+    LEDGER_TOPIC_SUFFIX,
+    KafkaConfig,
+    default_ledger_topic,
+    default_marker_topic,
+    validate_topic,
+)
 from connectors.kafka._io import Admin
 from connectors.kafka._ledger import KafkaLedger
 from connectors.kafka._redact import is_secret_key
@@ -52,8 +59,6 @@ from connectors.kafka._sink import KafkaSink
 
 __all__ = ["KafkaAdmin", "OpenTransaction", "check_topic", "is_secret_key"]
 
-# The sinks' internal topics' default names: _connectors.<sink_id>.ledger / .markers.
-_PREFIX, _LEDGER_SUFFIX, _MARKER_SUFFIX = "_connectors.", ".ledger", ".markers"
 
 
 @dataclass(frozen=True)
@@ -104,19 +109,19 @@ class KafkaAdmin:
             names = self._client().client.list_topics(timeout=self.timeout).topics
         except Exception as exc:
             raise self._client().error(exc, "listing topics") from None
-        return sorted(n[len(_PREFIX):-len(_LEDGER_SUFFIX)] for n in names
-                      if n.startswith(_PREFIX) and n.endswith(_LEDGER_SUFFIX))
+        return sorted(n[len(INTERNAL_TOPIC_PREFIX):-len(LEDGER_TOPIC_SUFFIX)] for n in names
+                      if n.startswith(INTERNAL_TOPIC_PREFIX) and n.endswith(LEDGER_TOPIC_SUFFIX))
 
     def ledger(self, sink_id: str) -> Ledger:
         """The sink's ledger, read only (no lease taken); the caller closes it."""
-        return KafkaLedger(self.config, f"{_PREFIX}{sink_id}{_LEDGER_SUFFIX}", sink_id=sink_id,
+        return KafkaLedger(self.config, default_ledger_topic(sink_id), sink_id=sink_id,
                            admin=self._client(), timeout=self.timeout, read_only=True)
 
     def _open_partitions(self, sink_id: str) -> list[OpenTransaction]:
         """Every checked partition with LSO < HWM, looked at once."""
         from confluent_kafka import Consumer, TopicPartition
 
-        topics = [f"{_PREFIX}{sink_id}{_MARKER_SUFFIX}", f"{_PREFIX}{sink_id}{_LEDGER_SUFFIX}",
+        topics = [default_marker_topic(sink_id), default_ledger_topic(sink_id),
                   *self.topics]
         committed = Consumer({**self.config.consumer(), "isolation.level": "read_committed"})
         uncommitted = Consumer({**self.config.consumer(),
