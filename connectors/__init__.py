@@ -58,7 +58,7 @@ from connectors.core.errors import (
     TransientError,
 )
 from connectors.core.metrics import BatchMetrics
-from connectors.core.retry import (
+from connectors.core.policies.retry import (
     DEFAULT_COMMIT_RETRY,
     ExponentialBackoff,
     FailureRate,
@@ -71,7 +71,7 @@ from connectors.observe import OpenTelemetryMetrics, PrometheusMetrics, export_m
 if TYPE_CHECKING:
     from connectors.core.batch import BatchInput
     from connectors.core.engine import EngineCall
-    from connectors.core.fanout import FanOut
+    from connectors.core.templates.fanout import FanOut
     from connectors.delta import DeltaSink, DeltaSinks
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
@@ -111,7 +111,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 _LAZY = {
     "DeltaSink": "connectors.delta",
     "DeltaSinks": "connectors.delta",
-    "FanOut": "connectors.core.fanout",
+    "FanOut": "connectors.core.templates.fanout",
     "KafkaSink": "connectors.kafka",
     "PostgresSink": "connectors.postgres",
     "StopReport": "connectors.spark",

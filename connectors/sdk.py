@@ -57,16 +57,25 @@ from connectors.core.errors import (
     RetriesExhaustedError,
     TransientError,
 )
-from connectors.core.families import DriverCommitSink, PreparedTransactionSink, TaskCommitSink
-from connectors.core.file_ledger import FileLedger
 from connectors.core.fingerprint import Fingerprint, fingerprint_batch
-from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit
+from connectors.core.ledgers.file_ledger import FileLedger
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, TaskCommit
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import TransactionId, validate_sink_id
-from connectors.core.options import Options
-from connectors.core.protocol import BatchState, CrashPoint, Family
-from connectors.core.template import TwoPhaseCommitSink
-from connectors.core.transactions import SlotMarker, SlotPlan, SlotTransaction, TaskTransaction
+from connectors.core.protocol.transactions import (
+    SlotMarker,
+    SlotPlan,
+    SlotTransaction,
+    TaskTransaction,
+)
+from connectors.core.states import BatchState, CrashPoint, Family
+from connectors.core.templates.families import (
+    DriverCommitSink,
+    PreparedTransactionSink,
+    TaskCommitSink,
+)
+from connectors.core.templates.options import Options
+from connectors.core.templates.template import TwoPhaseCommitSink
 
 __all__ = [
     "BadInputError",

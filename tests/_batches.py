@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.templates.template import TwoPhaseCommitSink
 from connectors.testing import InMemoryTarget, LocalBatch, batch_rows
 
 __all__ = ["QUERY", "Row", "assert_exact", "expected", "write"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from connectors.core.errors import TransientError
-from connectors.core.ledger import Ledger, LedgerEntry
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry
 
 __all__ = ["LostReply"]
 

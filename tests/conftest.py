@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors.core import crash
+from connectors.core.protocol import crash
 
 
 @pytest.fixture(autouse=True)

@@ -27,6 +27,24 @@ def test_the_package_picture_in_the_doc_is_current() -> None:
         "and commit docs/architecture.md")
 
 
+def test_the_picture_of_the_cores_inside_is_current_and_layered() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert architecture.render_core() in doc, (
+        f"docs/architecture.md's picture of connectors/core/ is stale: run "
+        f"`{architecture.COMMAND}` and commit docs/architecture.md")
+    edges = architecture.core_graph()
+    # the protocol is sans I/O and knows no driver, no template; the ledgers know no protocol
+    # step; the ground (states, errors, naming, fingerprint) imports nothing above it
+    assert not [e for e in edges if e[0] == "protocol" and e[1] in ("driver", "templates")]
+    assert not [e for e in edges if e[0] == "ledgers" and e[1] in (
+        "driver", "templates", "protocol", "policies")], edges
+    ground = {"states", "errors", "naming", "fingerprint"}
+    assert not [e for e in edges if e[0] in ground and e[1] not in ground], edges
+    # the one pair that points both ways: a sink runs through its driver, which calls it
+    both = {(a, b) for a, b in edges if (b, a) in edges}
+    assert both == {("driver", "templates"), ("templates", "driver")}, both
+
+
 def test_the_picture_shows_the_layering_the_import_test_enforces() -> None:
     edges = architecture.package_graph()
     # the core imports no other package of connectors/ and no pyspark

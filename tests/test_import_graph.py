@@ -68,7 +68,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_the_walker_sees_modules_and_edges() -> None:
     edges = graph()
     assert len(edges) > 40
-    assert "connectors.core.ledger" in edges["connectors.core.template"]
+    assert "connectors.core.ledgers.ledger" in edges["connectors.core.templates.template"]
     # a cycle is found when there is one
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -78,11 +78,11 @@ def test_the_walker_sees_modules_and_edges() -> None:
 #: are declared once, on the templates, and the template imports the driver to run a batch).
 #: Each must stay an ``if TYPE_CHECKING:`` import, and nothing else may close a loop.
 TYPE_REFERENCES = {
-    ("connectors.core.execution", "connectors.core.template"),
-    ("connectors.core.executor", "connectors.core.template"),
-    ("connectors.core.performers", "connectors.core.families"),
-    ("connectors.core.sink_driver", "connectors.core.template"),
-    ("connectors.core.tasks", "connectors.core.families"),
+    ("connectors.core.driver.execution", "connectors.core.templates.template"),
+    ("connectors.core.driver.executor", "connectors.core.templates.template"),
+    ("connectors.core.driver.performers", "connectors.core.templates.families"),
+    ("connectors.core.driver.sink_driver", "connectors.core.templates.template"),
+    ("connectors.core.templates.tasks", "connectors.core.templates.families"),
 }
 
 

@@ -10,8 +10,8 @@ without writing it again. ``status`` shows that gap, read from the log through d
 
 The table is a local path or a URI on an object store (``s3a://``, ``s3://``, ``gs://``,
 ``abfss://``). Beside a local table the ledgers are directories
-(:class:`~connectors.core.file_ledger.FileLedger`), beside one on an object store they are
-objects (:class:`~connectors.core.object_ledger.ObjectLedger`), read only: the tools never
+(:class:`~connectors.core.ledgers.file_ledger.FileLedger`), beside one on an object store they are
+objects (:class:`~connectors.core.ledgers.object_ledger.ObjectLedger`), read only: the tools never
 take a sink's lease, so they can never fence a live driver. The store's settings come
 from the environment (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``) or ``storage_options`` (no
 secrets: the command line refuses those). All of it is :mod:`connectors.delta.admin`'s;
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from connectors.cli._model import Lingering, RecoverReport, SinkStatus
 from connectors.cli._targets import Target
-from connectors.core.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger
 
 __all__ = ["DeltaTarget"]
 

@@ -28,7 +28,7 @@ from connectors.core.errors import ConfigurationError
 
 __all__ = ["add_arguments", "run"]
 
-#: The crash point of the first run, per sink (see connectors.core.protocol.CRASH_POINTS).
+#: The crash point of the first run, per sink (see connectors.core.states.CRASH_POINTS).
 CRASH_POINT = {"delta": "after_decision", "postgres": "after_decision",
                "kafka": "before_decision"}
 

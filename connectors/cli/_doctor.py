@@ -26,8 +26,8 @@ from pathlib import Path
 
 from connectors.cli._model import Finding
 from connectors.core.errors import ConfigurationError
-from connectors.core.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
-from connectors.core.protocol import BatchState
+from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
+from connectors.core.states import BatchState
 
 __all__ = ["Checkpoint", "check", "jar_findings", "read_checkpoint"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from connectors.cli._model import Lingering, RecoverReport
 from connectors.cli._targets import Target
-from connectors.core.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger
 
 __all__ = ["KafkaTarget"]
 

@@ -15,10 +15,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from connectors.cli._model import Lingering, RecoverReport, SinkStatus
-from connectors.core.fanout_program import TARGET_PREFIX, parts_of
-from connectors.core.ledger import Ledger, LedgerEntry
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry
 from connectors.core.naming import TransactionId
-from connectors.core.protocol import BatchState
+from connectors.core.protocol.fanout_program import TARGET_PREFIX, parts_of
+from connectors.core.states import BatchState
 
 __all__ = ["PostgresTarget", "Target"]
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from connectors.core.errors import ConnectorError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import TaskCommit
+from connectors.core.ledgers.ledger import TaskCommit
 
 __all__ = ["BatchContext", "BatchInput", "TaskFunction", "TaskInfo", "TaskOutcome"]
 
@@ -181,9 +181,9 @@ class BatchInput(ABC):
     def stop_requested(self, query_id: str | None) -> bool:
         """Whether a graceful stop of query ``query_id`` was requested (asked at the start
         of every streaming batch, before any side effect). Default: a request made in this
-        process (:mod:`connectors.core.stopping`); an engine whose sink runs away from the
+        process (:mod:`connectors.core.policies.stopping`); an engine whose sink runs away from the
         program that asks for the stop (Spark Connect) also reads its own channel."""
-        from connectors.core.stopping import stop_requested
+        from connectors.core.policies.stopping import stop_requested
 
         return stop_requested(query_id)
 

@@ -2,7 +2,7 @@
 
 A DeltaSink on its own lets Delta's writer refuse a NULL in a NOT NULL column or a row
 that fails a CHECK constraint: the commit fails and nothing is written. In a fan-out
-(:class:`~connectors.core.fanout.FanOut`) that commit comes after the decision, when the
+(:class:`~connectors.core.templates.fanout.FanOut`) that commit comes after the decision, when the
 targets before it have the batch, so :meth:`DeltaSink.check_input
 <connectors.delta.DeltaSink.check_input>` runs these checks before the decision: one
 Spark job, and only for a table with NOT NULL columns the batch may leave NULL or with

@@ -1,5 +1,5 @@
 """``DeltaSinks``: several Delta sinks fed by one ``foreachBatch`` under one decision per
-batch: a :class:`~connectors.core.fanout.FanOut` of Delta sinks (docs/fan-out.md)."""
+batch: a :class:`~connectors.core.templates.fanout.FanOut` of Delta sinks (docs/fan-out.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from connectors.core.errors import ConfigurationError
-from connectors.core.fanout import FanOut
+from connectors.core.templates.fanout import FanOut
 from connectors.delta._sink import DeltaSink
 
 __all__ = ["DeltaSinks"]
@@ -23,7 +23,7 @@ def fan_out_id(sinks: list[DeltaSink]) -> str:
 
 class DeltaSinks(FanOut):
     """Several Delta sinks fed by one ``foreachBatch``: a batch in all their tables or in
-    none (a :class:`~connectors.core.fanout.FanOut`; its decisions beside the first
+    none (a :class:`~connectors.core.templates.fanout.FanOut`; its decisions beside the first
     table's ledger, under ``sink_id``, by default ``delta-sinks-<digest of the ids>``).
 
     Each sink commits with its own sink id (Delta's txn app id), so two of them may write

@@ -1,4 +1,5 @@
-"""The DeltaSink's ledger: a :class:`~connectors.core.file_ledger.FileLedger` next to the table.
+"""The DeltaSink's ledger: a :class:`~connectors.core.ledgers.file_ledger.FileLedger` next
+to the table.
 
 The Delta log is the source of truth for "batch N is committed" (the ``txn`` action of the
 commit, which Delta itself uses to skip a repeated write). The ledger adds what the log
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.core.errors import ConfigurationError, FencedError
-from connectors.core.file_ledger import FileLedger, write_atomic
+from connectors.core.ledgers.file_ledger import FileLedger, write_atomic
 from connectors.delta._table import local_path
 
 __all__ = [

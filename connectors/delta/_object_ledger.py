@@ -2,17 +2,17 @@
 
 The same records as :class:`~connectors.delta._ledger.DeltaLedger` under
 ``<table>/_connectors/<sink_id>/``, written with the store's own atomic primitives
-(:class:`~connectors.core.object_ledger.ObjectLedger`), and the same two records of the tag
+(:class:`~connectors.core.ledgers.object_ledger.ObjectLedger`), and the same two records of the tag
 path:
 
 - ``intents/<batch>.json``: created before the batch's Delta commit is attempted (one PUT;
   an object store acknowledges a write only once it is durable);
-- ``lease``: :class:`~connectors.core.object_lease.ObjectLease`, a lease object renewed by
+- ``lease``: :class:`~connectors.core.ledgers.object_lease.ObjectLease`, a lease object renewed by
   compare-and-swap from the start of a driver run until :meth:`close`. A second driver of
   the sink is kept out (it sees the lease renewed and fails after
-  :data:`~connectors.core.object_lease.WAIT_S`); a driver restarted on the machine where
+  :data:`~connectors.core.ledgers.object_lease.WAIT_S`); a driver restarted on the machine where
   the last one died takes it at once; one restarted elsewhere waits
-  :data:`~connectors.core.object_lease.EXPIRY_S`. Before each Delta commit the sink checks
+  :data:`~connectors.core.ledgers.object_lease.EXPIRY_S`. Before each Delta commit the sink checks
   that it still holds the lease (:meth:`check_lease`).
 
 What a batch costs the store once the run started (measured, ``ledger_requests``): the
@@ -27,8 +27,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from connectors.core.object_lease import ObjectLease
-from connectors.core.object_ledger import ObjectLedger, ObjectStore
+from connectors.core.ledgers.object_lease import ObjectLease
+from connectors.core.ledgers.object_ledger import ObjectLedger, ObjectStore
 from connectors.delta._ledger import (
     DeltaLedger,
     intent_record,
@@ -98,7 +98,7 @@ class DeltaObjectLedger(ObjectLedger):
 
     def check_lease(self) -> None:
         """Before a commit: this driver still holds the sink's lease
-        (:meth:`ObjectLease.check <connectors.core.object_lease.ObjectLease.check>`)."""
+        (:meth:`ObjectLease.check <connectors.core.ledgers.object_lease.ObjectLease.check>`)."""
         if self._lease_key is None:
             return  # an operator tool's ledger: it never commits
         with _LEASES_LOCK:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.replay import check_replay
+from connectors.core.protocol.replay import check_replay
 from connectors.delta._changes import ChangeSpec
 from connectors.delta._fingerprint import fingerprint_now
 from connectors.delta._history import Commit
@@ -38,7 +38,7 @@ from connectors.spark.toolkit import quoted
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from connectors.core.template import ReplayPolicy
+    from connectors.core.templates.template import ReplayPolicy
 
 __all__ = ["ReplayCheck", "Unreadable", "commit_actions", "committed_fingerprint"]
 

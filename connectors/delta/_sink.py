@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.errors import ConfigurationError
-from connectors.core.families import DriverCommitSink
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
+from connectors.core.templates.families import DriverCommitSink
 from connectors.delta._changes import MergeFunction
 from connectors.delta._constraints import ValueChecks
 from connectors.delta._fingerprint import fingerprint_now, observe

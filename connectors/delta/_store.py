@@ -1,5 +1,5 @@
 """Where a table on an object store keeps the sink's ledger: an
-:class:`~connectors.core.object_ledger.ObjectStore` over obstore (Rust's ``object_store``).
+:class:`~connectors.core.ledgers.object_ledger.ObjectStore` over obstore (Rust's ``object_store``).
 
 One API over the three stores, each through its own atomic primitive: ``create`` is
 obstore's ``mode="create"`` (S3 and Azure ``If-None-Match: *``, GCS
@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from connectors.core.errors import ConfigurationError, DependencyError, TransientError
-from connectors.core.object_ledger import ObjectStore, Versioned
+from connectors.core.ledgers.object_ledger import ObjectStore, Versioned
 
 __all__ = [
     "OBJECT_SCHEMES",

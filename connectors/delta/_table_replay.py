@@ -19,7 +19,7 @@ from connectors.delta._replay_fingerprint import ReplayCheck
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from connectors.core.template import ReplayPolicy
+    from connectors.core.templates.template import ReplayPolicy
     from connectors.delta._changes import ChangeSpec
     from connectors.delta._table_commits import TableCommits
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from connectors.core.batch import BatchContext
 from connectors.core.errors import ConfigurationError
-from connectors.core.ledger import BATCH_JOB_QUERY_ID
+from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID
 from connectors.delta._changes import CONNECT_MERGE_FUNCTION, ChangeSpec, dedupe_by_key
 from connectors.delta._errors import translate
 from connectors.delta._meta import CommitTag

@@ -44,8 +44,8 @@ from urllib.parse import urlparse
 
 from connectors.core.batch import BatchContext
 from connectors.core.errors import ConfigurationError
-from connectors.core.file_ledger import FileLedger
-from connectors.core.object_ledger import ObjectLedger
+from connectors.core.ledgers.file_ledger import FileLedger
+from connectors.core.ledgers.object_ledger import ObjectLedger
 from connectors.delta._meta import parse_user_metadata
 from connectors.delta._rs_log import DeltaRsLog, redact_uri
 from connectors.delta._store import (

@@ -22,7 +22,7 @@ from confluent_kafka import KafkaException
 from connectors.core.batch import BatchInput, TaskInfo, TaskOutcome
 from connectors.core.errors import BadInputError, TransientError
 from connectors.core.fingerprint import Fingerprint, without_row_hash
-from connectors.core.ledger import TaskCommit
+from connectors.core.ledgers.ledger import TaskCommit
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._records import (
     CLIENT_MAX_MESSAGE_BYTES,

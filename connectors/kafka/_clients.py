@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from connectors.core.errors import ConfigurationError, ConnectorError
-from connectors.core.tasks import SlotMarker
+from connectors.core.templates.tasks import SlotMarker
 from connectors.kafka._config import KafkaConfig, KafkaOptions
 from connectors.kafka._errors import translate
 from connectors.kafka._io import Admin, read_committed

@@ -18,8 +18,8 @@ from connectors.core.errors import (
     NonDeterministicReplayError,
     TransientError,
 )
-from connectors.core.replay import check_replay
-from connectors.core.tasks import DETERMINISTIC_ERRORS, SlotMarker
+from connectors.core.protocol.replay import check_replay
+from connectors.core.templates.tasks import DETERMINISTIC_ERRORS, SlotMarker
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._config import TIMEOUT_WARN_RATIO, KafkaOptions
 from connectors.kafka._errors import FENCED_CODES, kafka_error

@@ -20,8 +20,8 @@ from confluent_kafka import KafkaException
 from connectors.core.batch import BatchInput
 from connectors.core.errors import ConfigurationError
 from connectors.core.naming import slot_name
-from connectors.core.tasks import SlotMarker
-from connectors.core.transactions import SlotPlan
+from connectors.core.protocol.transactions import SlotPlan
+from connectors.core.templates.tasks import SlotMarker
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._io import init_transactions
 from connectors.kafka._ledger import PLACEMENT_KEY, PLACEMENT_ROW, KafkaLedger

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 
-from connectors.core.ledger import LedgerEntry
+from connectors.core.ledgers.ledger import LedgerEntry
 from connectors.core.metrics import BatchMetrics
 from connectors.kafka._config import TIMEOUT_WARN_RATIO
 from connectors.kafka._produce import PRODUCE_PATHS

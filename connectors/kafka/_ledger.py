@@ -33,8 +33,8 @@ from connectors.core.errors import (
     ProtocolStateError,
     TransientError,
 )
-from connectors.core.ledger import Ledger, LedgerEntry, check_binding
-from connectors.core.protocol import BatchState
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, check_binding
+from connectors.core.states import BatchState
 from connectors.kafka._config import KafkaConfig
 from connectors.kafka._errors import FENCED_CODES, kafka_error, translate
 from connectors.kafka._io import Admin, init_transactions, read_committed

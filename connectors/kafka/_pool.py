@@ -37,9 +37,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer
 
-from connectors.core.file_ledger import write_atomic
+from connectors.core.ledgers.file_ledger import write_atomic
 from connectors.core.pool import IdlePool
-from connectors.core.tasks import SlotMarker
+from connectors.core.templates.tasks import SlotMarker
 from connectors.kafka._produce import FastProducer
 
 __all__ = ["IDLE_SECONDS", "MarkerReaders", "PooledProducer", "SlotOwners", "SlotProducers",

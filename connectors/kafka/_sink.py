@@ -7,7 +7,7 @@ slot's transaction also writes ``(sink, generation, batch, slot, fingerprint)`` 
 slot's own partition of a compacted marker topic; a retried task or a replayed batch reads
 that partition after fencing and writes nothing for a slot already committed.
 
-Executor side, once per slot (see :func:`connectors.core.tasks.slot_task`):
+Executor side, once per slot (see :func:`connectors.core.templates.tasks.slot_task`):
   1. ``open_slot``: a producer with ``transactional.id = eos1|<sink_id>|slot|<n>``;
      ``init_transactions`` fences any earlier owner and aborts its open transaction (or
      the producer this Python worker kept from the slot's previous batch, once a flushed
@@ -44,11 +44,11 @@ import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.errors import BadInputError, ConfigurationError, ConnectorError
-from connectors.core.families import TaskCommitSink
-from connectors.core.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
-from connectors.core.tasks import SlotMarker, SlotTransaction
-from connectors.core.transactions import SlotPlan
+from connectors.core.protocol.transactions import SlotPlan
+from connectors.core.templates.families import TaskCommitSink
+from connectors.core.templates.tasks import SlotMarker, SlotTransaction
 from connectors.kafka._checks import RecordChecks
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._committer import SlotCommitter

@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from connectors.core.batch import TaskBarrier
 from connectors.core.errors import ConnectorError
-from connectors.core.tasks import SlotTransaction
+from connectors.core.templates.tasks import SlotTransaction
 from connectors.kafka._errors import kafka_error
 from connectors.kafka._pool import PooledProducer
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from connectors.core.errors import ConnectorError, FatalError
-from connectors.core.tasks import DETERMINISTIC_ERRORS, SlotMarker, SlotTransaction
+from connectors.core.templates.tasks import DETERMINISTIC_ERRORS, SlotMarker, SlotTransaction
 from connectors.kafka._checks import RecordChecks
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._io import auth_failure, init_transactions

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from connectors.core.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger
 from connectors.kafka._config import (
     INTERNAL_TOPIC_PREFIX,
     LEDGER_TOPIC_SUFFIX,
@@ -161,7 +161,7 @@ class KafkaAdmin:
         fails and Spark retries it. Nothing is done without ``abort_undecided`` (a
         KafkaSink has no decided, uncommitted transaction: ``commit_decided`` changes
         nothing). Returns how many transactional ids were fenced. The sink's
-        :class:`~connectors.core.sink_driver.SinkDriver` does it, as a run of its own."""
+        :class:`~connectors.core.driver.sink_driver.SinkDriver` does it, as a run of its own."""
         if not abort_undecided:
             return 0
         sink = KafkaSink(None, dict(self.config), sink_id=sink_id)

@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from connectors.core.errors import DataLossError
-from connectors.core.ledger import TaskCommit
+from connectors.core.ledgers.ledger import TaskCommit
 from connectors.core.naming import TransactionId
 from connectors.postgres._config import TableName
 from connectors.postgres._errors import raise_translated

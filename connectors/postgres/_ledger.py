@@ -29,8 +29,8 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from connectors.core.errors import ConnectorError, FencedError, ProtocolStateError
-from connectors.core.ledger import Ledger, LedgerEntry, check_binding
-from connectors.core.protocol import BatchState
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, check_binding
+from connectors.core.states import BatchState
 from connectors.postgres._config import Conninfo, TableName
 from connectors.postgres._errors import raise_translated, translate
 from connectors.postgres._ledger_sql import (

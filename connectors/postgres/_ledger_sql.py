@@ -2,7 +2,7 @@
 
 - :func:`ledger_ddl`: the CREATE statements of the four ledger tables, by table suffix;
 - :data:`ENTRY_COLUMNS` and :func:`entry_of`: a decision's row and its
-  :class:`~connectors.core.ledger.LedgerEntry`;
+  :class:`~connectors.core.ledgers.ledger.LedgerEntry`;
 - :func:`decide_statement` and :func:`prune_statement`: the single statements that record a
   decision (epoch check, abort check, first insert wins) and prune old batches.
 
@@ -17,8 +17,8 @@ from typing import Any
 from psycopg import sql
 
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import LedgerEntry, TaskCommit
-from connectors.core.protocol import BatchState
+from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
+from connectors.core.states import BatchState
 from connectors.postgres._config import TableName
 
 __all__ = ["ENTRY_COLUMNS", "LEDGER_NAME_RESERVE", "decide_statement", "entry_of", "ledger_ddl",

@@ -1,7 +1,8 @@
 """``PostgresSink``: exactly-once into PostgreSQL with prepared transactions (XA style).
 
-The sink is the template's hooks (:class:`~connectors.core.families.PreparedTransactionSink`)
-delegating to one module per role:
+The sink is the template's hooks
+(:class:`~connectors.core.templates.families.PreparedTransactionSink`) delegating to one
+module per role:
 
 - driver, before a batch (:mod:`~connectors.postgres._validation`): the table is read,
   created or refused, and the write planned; ``max_prepared_transactions`` is checked;
@@ -26,11 +27,11 @@ import pyarrow as pa
 
 from connectors.core.batch import BatchInput
 from connectors.core.errors import ConfigurationError
-from connectors.core.families import PreparedTransactionSink
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import Ledger, TaskCommit
-from connectors.core.options import Options
-from connectors.core.tasks import TaskTransaction
+from connectors.core.ledgers.ledger import Ledger, TaskCommit
+from connectors.core.templates.families import PreparedTransactionSink
+from connectors.core.templates.options import Options
+from connectors.core.templates.tasks import TaskTransaction
 from connectors.postgres._committer import Committer
 from connectors.postgres._config import Conninfo, Mode, PostgresOptions, TableName
 from connectors.postgres._ledger import DriverConnection, PostgresLedger

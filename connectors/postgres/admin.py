@@ -42,9 +42,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from connectors.core.ledger import Ledger, LedgerEntry
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry
 from connectors.core.naming import TransactionId
-from connectors.core.recovery import Settled
+from connectors.core.protocol.recovery import Settled
 from connectors.postgres._config import Conninfo, TableName
 from connectors.postgres._gid import transaction_id_of
 from connectors.postgres._ledger import DriverConnection, PostgresLedger
@@ -137,7 +137,7 @@ class PostgresAdmin:
         decided parts for this sink: never rolled back), commit every decided batch
         (``commit_decided``), roll back each undecided transaction (``abort_undecided``)
         but those in ``keep``. Returns the ids committed, rolled back and left. The sink's
-        :class:`~connectors.core.sink_driver.SinkDriver` does it, as a run of its own."""
+        :class:`~connectors.core.driver.sink_driver.SinkDriver` does it, as a run of its own."""
         sink = PostgresSink.operator(self.conninfo.secret, sink_id=sink_id,
                                      ledger_table=(self.table.schema, self.table.name))
         ledger = sink.create_ledger()

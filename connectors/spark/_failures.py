@@ -5,7 +5,7 @@ around a ``SparkException``) holding only the Python worker's traceback text. Wh
 final exception is the library's :class:`~connectors.core.errors.TransientError` (or a
 subclass: a target that did not answer, a connection lost mid-transaction), the driver
 raises a ``TransientError`` for it, so a batch whose tasks met a restarting target runs
-again (:mod:`connectors.core.restarts`) instead of ending the query.
+again (:mod:`connectors.core.policies.restarts`) instead of ending the query.
 """
 
 from __future__ import annotations

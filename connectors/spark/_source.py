@@ -3,7 +3,7 @@
 ``df.writeStream.format("connectors.postgres").option(...).start()`` and
 ``df.write.format("connectors.postgres").option("run_id", ...).save()`` write through the
 same sink, participants, ledger and transaction ids as ``foreachBatch(sink)``; the batch's
-steps are :mod:`connectors.core.planned`'s, in the three processes Spark gives a data
+steps are :mod:`connectors.core.driver.planned`'s, in the three processes Spark gives a data
 source (design and measurements: ``docs/datasource.md``):
 
 - the planning worker (the driver's, before the batch's tasks) constructs the data source
@@ -34,18 +34,18 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 
 from connectors.core.batch import TaskOutcome
-from connectors.core.crash import set_kill_scope_to_group
+from connectors.core.driver.planned import RunTicket
 from connectors.core.errors import ConfigurationError, GracefulStop, ProtocolStateError
-from connectors.core.ledger import BATCH_JOB_QUERY_ID
+from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID
 from connectors.core.metrics import MetricsExporter, adopt_exporters, registered_exporters
-from connectors.core.options import Options
-from connectors.core.planned import RunTicket
-from connectors.core.tasks import prepare_task
+from connectors.core.protocol.crash import set_kill_scope_to_group
+from connectors.core.templates.options import Options
+from connectors.core.templates.tasks import prepare_task
 from connectors.spark._rows import arrow_schema, flat_schema
 from connectors.spark._tasks import run_in_task
 
 if TYPE_CHECKING:
-    from connectors.core.families import PreparedTransactionSink
+    from connectors.core.templates.families import PreparedTransactionSink
 
 __all__ = ["BATCH_ID_PROPERTY", "QUERY_ID_PROPERTY", "Prepared", "data_source_for", "register"]
 
@@ -174,7 +174,7 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
                     log_level: int | None = None,
                     exporters: tuple[MetricsExporter, ...] = ()) -> type:
     """A Spark data source class named ``name`` for ``sink_class`` (a
-    :class:`~connectors.core.families.PreparedTransactionSink` subclass with
+    :class:`~connectors.core.templates.families.PreparedTransactionSink` subclass with
     ``from_options``); its workers log at ``log_level`` (``None``: not at all) and its
     commit worker hands each batch's metrics to ``exporters`` (those of the registering
     process that travel, e.g. a Prometheus text file)."""
@@ -326,7 +326,7 @@ def register(spark: Any, sink_class: type | None = None, *, name: str | None = N
         classes: list[type] = [PostgresSink]
     else:
         classes = [sink_class]
-    from connectors.core.families import PreparedTransactionSink
+    from connectors.core.templates.families import PreparedTransactionSink
 
     names = []
     for cls in classes:

@@ -15,7 +15,7 @@ batch in flight finish (in the target and in Spark's commit log), and then:
   decided; under Spark Connect the foreachBatch worker ends with the query, which leaves
   what a hard kill leaves, settled by the next start.
 
-The request reaches the sinks through process memory (:mod:`connectors.core.stopping`) in
+The request reaches the sinks through process memory (:mod:`connectors.core.policies.stopping`) in
 classic PySpark, and through the session's configuration under Spark Connect, whose
 foreachBatch worker shares the client's session (:func:`connectors.spark._binding.stop_flag`).
 The DataSource form's planning worker, a process of its own on the driver's host, reads
@@ -37,7 +37,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
 from connectors.core.errors import GRACEFUL_STOP_TAG
-from connectors.core.stopping import busy, request_stop, withdraw_stop
+from connectors.core.policies.stopping import busy, request_stop, withdraw_stop
 from connectors.spark._binding import is_connect, set_stop_flag
 
 if TYPE_CHECKING:

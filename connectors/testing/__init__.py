@@ -8,10 +8,10 @@
   reject: :class:`CommitBeforeDecisionSink`, :class:`IgnoresMarkerSink`,
   :class:`ForgetsCommitSink`. :class:`InMemoryObjectStore`: an object store with S3's
   conditional writes, for ledgers kept as objects
-  (:class:`~connectors.core.object_ledger.ObjectLedger`).
+  (:class:`~connectors.core.ledgers.object_ledger.ObjectLedger`).
 - The conformance suite (:class:`SinkConformanceTests`, :func:`run_conformance`) over a
   :class:`SinkHarness` you write for your target.
-- Crash points: :func:`connectors.core.crash.arm` in-process, ``CONNECTORS_CRASH_AT`` for
+- Crash points: :func:`connectors.core.protocol.crash.arm` in-process, ``CONNECTORS_CRASH_AT`` for
   real processes; the pytest plugin (:mod:`connectors.testing.plugin`) adds fixtures.
 - The real-kill harness (:mod:`connectors.testing.kill`): your driver run as a child
   process, SIGKILLed at each crash point of a plan and restarted, every kill proved.
@@ -19,7 +19,7 @@
 Depends on :mod:`connectors.core` only.
 """
 
-from connectors.core.crash import SimulatedCrash, arm, armed, disarm_all
+from connectors.core.protocol.crash import SimulatedCrash, arm, armed, disarm_all
 from connectors.testing.conformance import (
     SCENARIOS,
     DataSourceFormHarness,

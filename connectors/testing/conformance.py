@@ -28,12 +28,12 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from connectors.core import crash
 from connectors.core.batch import BatchInput
-from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import NonDeterministicReplayError, QueryBindingError
-from connectors.core.protocol import CRASH_POINTS, CrashPoint, Family
-from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.protocol import crash
+from connectors.core.protocol.crash import SimulatedCrash
+from connectors.core.states import CRASH_POINTS, CrashPoint, Family
+from connectors.core.templates.template import TwoPhaseCommitSink
 from connectors.testing.local import LocalBatch
 
 __all__ = [
@@ -75,7 +75,7 @@ class SinkHarness(ABC):
 class DataSourceFormHarness(SinkHarness):
     """The sinks of ``harness`` in their DataSource form (``docs/datasource.md``): each
     batch is planned, its tasks run and it is committed by the sink's driver
-    (:class:`~connectors.core.sink_driver.SinkDriver`: ``plan``, ``commit``, ``abort``),
+    (:class:`~connectors.core.driver.sink_driver.SinkDriver`: ``plan``, ``commit``, ``abort``),
     as Spark's planning worker, tasks and commit worker do, the planning and the commit
     each with a fresh sink from ``harness`` (they are other processes: they share only
     the target). A task that
@@ -112,8 +112,8 @@ class _SplitSink:
 
     def write_batch(self, batch: BatchInput, batch_id: int, *, query_id: str | None = None
                     ) -> Any:
-        from connectors.core.ledger import BATCH_JOB_QUERY_ID
-        from connectors.core.tasks import prepare_task
+        from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID
+        from connectors.core.templates.tasks import prepare_task
 
         planner = self._make()
         ticket = planner.driver.plan(batch.schema)

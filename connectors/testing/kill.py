@@ -60,8 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from connectors.core.crash import ENV_CRASH_AT, ENV_CRASH_LOG, ENV_TEST_MODE
-from connectors.core.protocol import CrashPoint
+from connectors.core.protocol.crash import ENV_CRASH_AT, ENV_CRASH_LOG, ENV_TEST_MODE
+from connectors.core.states import CrashPoint
 
 __all__ = ["DriverRun", "KillJob", "kill_at_each", "kill_at_random", "point_reached",
            "reached", "run_driver", "spark_batches"]

@@ -21,11 +21,15 @@ import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.errors import DataLossError, FencedError
-from connectors.core.families import DriverCommitSink, PreparedTransactionSink, TaskCommitSink
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit, check_binding
-from connectors.core.protocol import BatchState
-from connectors.core.tasks import SlotMarker, SlotTransaction, TaskTransaction
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, TaskCommit, check_binding
+from connectors.core.states import BatchState
+from connectors.core.templates.families import (
+    DriverCommitSink,
+    PreparedTransactionSink,
+    TaskCommitSink,
+)
+from connectors.core.templates.tasks import SlotMarker, SlotTransaction, TaskTransaction
 
 __all__ = [
     "CommitBeforeDecisionSink",
@@ -83,7 +87,7 @@ class InMemoryTarget:
 
 
 class InMemoryLedger(Ledger):
-    """A :class:`~connectors.core.ledger.Ledger` kept in an :class:`InMemoryTarget`."""
+    """A :class:`~connectors.core.ledgers.ledger.Ledger` kept in an :class:`InMemoryTarget`."""
 
     def __init__(self, sink_id: str, store: _LedgerStore, lock: threading.RLock) -> None:
         self.sink_id = sink_id

@@ -1,4 +1,4 @@
-"""An in-memory :class:`~connectors.core.object_ledger.ObjectStore` with a real store's
+"""An in-memory :class:`~connectors.core.ledgers.object_ledger.ObjectStore` with a real store's
 conditional semantics, for testing ledgers kept as objects without a store."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 from collections import Counter
 
 from connectors.core.errors import TransientError
-from connectors.core.object_ledger import ObjectStore, Versioned
+from connectors.core.ledgers.object_ledger import ObjectStore, Versioned
 
 __all__ = ["InMemoryObjectStore"]
 
@@ -22,7 +22,7 @@ class InMemoryObjectStore(ObjectStore):
 
     Example::
 
-        from connectors.core.object_ledger import ObjectLedger
+        from connectors.core.ledgers.object_ledger import ObjectLedger
 
         store = InMemoryObjectStore()
         ledger = ObjectLedger(store, sink_id="events")

@@ -3,7 +3,7 @@
 
 Fixtures:
 
-- ``crash_points``: the :mod:`connectors.core.crash` module, disarmed before and after
+- ``crash_points``: the :mod:`connectors.core.protocol.crash` module, disarmed before and after
   the test (arm in-process crashes with ``crash_points.arm(...)``).
 - ``crash_log``: a file path exported as ``CONNECTORS_CRASH_LOG`` for child processes;
   read it to prove a crash point was reached.
@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from connectors.core import crash
+from connectors.core.protocol import crash
 
 
 @pytest.fixture

@@ -25,9 +25,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.core.ledger import LedgerEntry
-from connectors.core.object_ledger import ObjectLedger
-from connectors.core.protocol import BatchState
+from connectors.core.ledgers.ledger import LedgerEntry
+from connectors.core.ledgers.object_ledger import ObjectLedger
+from connectors.core.states import BatchState
 from connectors.delta import CommitTag
 from connectors.delta._object_ledger import DeltaObjectLedger
 from connectors.delta._store import ObstoreStore, options_for, store_url

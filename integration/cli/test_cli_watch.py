@@ -243,9 +243,9 @@ def delta_sink(root: Path, sink_id: str, batches: int) -> Path:
     deltalake = pytest.importorskip("deltalake")
     import pyarrow as pa
 
-    from connectors.core.file_ledger import FileLedger
-    from connectors.core.ledger import LedgerEntry
-    from connectors.core.protocol import BatchState
+    from connectors.core.ledgers.file_ledger import FileLedger
+    from connectors.core.ledgers.ledger import LedgerEntry
+    from connectors.core.states import BatchState
     from connectors.delta import CommitTag
 
     table = root / "events"

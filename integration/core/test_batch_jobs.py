@@ -42,7 +42,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
-from connectors.core.protocol import CRASH_POINTS, Family, Side
+from connectors.core.states import CRASH_POINTS, Family, Side
 from connectors.sdk import CrashPoint
 from integration.postgres.test_postgres_kill import pg  # noqa: F401 - the pg fixture
 from integration.support import _kafka

@@ -13,10 +13,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from connectors import FanOut
-from connectors.core import crash
-from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import BadInputError
-from connectors.core.protocol import CrashPoint
+from connectors.core.protocol import crash
+from connectors.core.protocol.crash import SimulatedCrash
+from connectors.core.states import CrashPoint
 from connectors.delta import DeltaSink
 from integration.delta.test_delta_errors import events, expected
 from integration.support._delta import table_rows

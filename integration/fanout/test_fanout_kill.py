@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from connectors.core.protocol import CrashPoint
+from connectors.core.states import CrashPoint
 from examples.stream_to_files import make_input_files
 from integration.support._driver import REPO, SEED, DriverRun, KillJob, reached, spark_batches
 from integration.support._kafka import KafkaTarget

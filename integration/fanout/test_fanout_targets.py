@@ -17,11 +17,11 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from connectors import FanOut
-from connectors.core import crash
-from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import BadInputError, DecisionUnknown
-from connectors.core.protocol import BatchState, CrashPoint
-from connectors.core.retry import FixedDelay
+from connectors.core.policies.retry import FixedDelay
+from connectors.core.protocol import crash
+from connectors.core.protocol.crash import SimulatedCrash
+from connectors.core.states import BatchState, CrashPoint
 from connectors.testing import LocalBatch, batch_rows
 from integration.kafka.test_kafka_conformance import KafkaHarness, to_records
 from integration.postgres.test_postgres_conformance import PostgresHarness

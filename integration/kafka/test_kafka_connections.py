@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connectors.core.fingerprint import fingerprint_batch
-from connectors.core.tasks import SlotMarker, SlotTransaction
+from connectors.core.templates.tasks import SlotMarker, SlotTransaction
 from connectors.kafka import KafkaSink
 from connectors.kafka._config import KafkaConfig
 from connectors.kafka._io import Admin, TopicInfo, read_committed

@@ -25,8 +25,8 @@ from connectors import (
     NonDeterministicReplayError,
     TransientError,
 )
-from connectors.core.crash import SimulatedCrash, armed
-from connectors.core.protocol import CrashPoint
+from connectors.core.protocol.crash import SimulatedCrash, armed
+from connectors.core.states import CrashPoint
 from connectors.kafka import KafkaSink
 from integration.support._kafka import (
     KafkaTarget,

@@ -19,7 +19,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from connectors.core.fingerprint import fingerprint_batch
-from connectors.core.tasks import SlotMarker, SlotTransaction
+from connectors.core.templates.tasks import SlotMarker, SlotTransaction
 from connectors.kafka import KafkaSink
 from connectors.kafka._pool import SlotProducers
 from integration.support._kafka import KafkaTarget, markers, target_fixture

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from connectors.core.protocol import CRASH_POINTS, Family
+from connectors.core.states import CRASH_POINTS, Family
 from connectors.kafka._native import ACCELERATORS_ENV, accelerators_off
 from connectors.sdk import CrashPoint
 from examples.stream_to_files import make_input_files

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from connectors.core.crash import SimulatedCrash, armed
-from connectors.core.protocol import CrashPoint
+from connectors.core.protocol.crash import SimulatedCrash, armed
+from connectors.core.states import CrashPoint
 from connectors.kafka import KafkaSink
 from integration.support._kafka import KafkaTarget, ledger_batches, markers, target_fixture
 

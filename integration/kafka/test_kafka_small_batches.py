@@ -23,12 +23,12 @@ import pyarrow as pa
 import pytest
 
 from connectors.core.batch import TaskInfo, TaskOutcome
-from connectors.core.crash import SimulatedCrash, armed
 from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import split_row_hash
-from connectors.core.ledger import TaskCommit
+from connectors.core.ledgers.ledger import TaskCommit
 from connectors.core.metrics import BatchMetrics
-from connectors.core.protocol import CrashPoint
+from connectors.core.protocol.crash import SimulatedCrash, armed
+from connectors.core.states import CrashPoint
 from connectors.kafka import KafkaSink
 from connectors.spark.frames import SparkBatch
 from integration.kafka.test_kafka_kill import SLOTS, KafkaJob

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from connectors.core.protocol import CrashPoint
+from connectors.core.states import CrashPoint
 from integration.postgres.test_postgres_kill import PgJob, pg  # noqa: F401 - the fixture
 from integration.support._pg import PgTarget
 

@@ -34,7 +34,7 @@ from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors.core.errors import BadInputError, ConfigurationError, NonDeterministicReplayError
-from connectors.core.protocol import CRASH_POINTS, Family, Side
+from connectors.core.states import CRASH_POINTS, Family, Side
 from connectors.postgres import PostgresSink
 from connectors.sdk import CrashPoint
 from connectors.testing import LocalBatch

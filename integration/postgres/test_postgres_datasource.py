@@ -5,7 +5,7 @@ checkpoint reset, settings the form cannot keep, and Spark's own progress.
 
 The killed drivers are ``examples/stream_to_postgres.py --form datasource``: the same job,
 table checks and crash points as ``test_postgres_kill.py``. In this form the driver-side
-steps run in the commit worker Spark starts (``connectors.core.planned``): a crash point
+steps run in the commit worker Spark starts (``connectors.core.driver.planned``): a crash point
 there SIGKILLs the whole driver (JVM, Python, workers), as a crashed driver host would.
 Every run ends checked row by row (every id once) with nothing of the sink left prepared.
 """

@@ -25,9 +25,9 @@ from psycopg import sql
 
 from connectors.core.errors import ConfigurationError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import BATCH_JOB_QUERY_ID, LedgerEntry, TaskCommit
+from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, LedgerEntry, TaskCommit
 from connectors.core.naming import TransactionId
-from connectors.core.protocol import BatchState
+from connectors.core.states import BatchState
 from connectors.postgres import XID_FORMAT_ID, PostgresSink
 from connectors.postgres._config import Conninfo, TableName
 from connectors.postgres._gid import encode_gid

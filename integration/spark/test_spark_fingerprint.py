@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from connectors.core.batch import TaskInfo, TaskOutcome
 from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import ROW_HASH_COLUMN, Fingerprint, split_row_hash
-from connectors.core.ledger import TaskCommit
+from connectors.core.ledgers.ledger import TaskCommit
 from connectors.delta._fingerprint import observe
 from connectors.spark.frames import SparkBatch
 

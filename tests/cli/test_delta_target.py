@@ -14,8 +14,8 @@ import pytest
 from connectors.cli import build_parser, main, storage_options
 from connectors.cli._delta_target import DeltaTarget
 from connectors.core.errors import ConfigurationError
-from connectors.core.ledger import LedgerEntry
-from connectors.core.protocol import BatchState
+from connectors.core.ledgers.ledger import LedgerEntry
+from connectors.core.states import BatchState
 from connectors.delta import CommitTag, DeltaLedger
 
 deltalake = pytest.importorskip("deltalake")

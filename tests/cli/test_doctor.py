@@ -12,8 +12,8 @@ import pytest
 from connectors.cli import main
 from connectors.cli._doctor import Checkpoint, check, read_checkpoint
 from connectors.cli._model import EXIT_ATTENTION, EXIT_OK
-from connectors.core.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
-from connectors.core.protocol import BatchState
+from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
+from connectors.core.states import BatchState
 
 C, D = BatchState.COMMITTED, BatchState.DECIDED
 Q = "3f2a-query"

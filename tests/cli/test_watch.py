@@ -18,7 +18,7 @@ from connectors.cli._targets import Target
 from connectors.cli._watch import Observer, WatchRow, json_line, lag_of, render_screen
 from connectors.cli._watch_loop import CLEAR_HOME, HIDE_CURSOR, SHOW_CURSOR, run_watch
 from connectors.core.errors import DependencyError, TransientError
-from connectors.core.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger
 
 
 class FakeTarget(Target):

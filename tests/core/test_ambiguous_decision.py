@@ -20,9 +20,9 @@ import pytest
 
 from connectors import FanOut
 from connectors.core.errors import DecisionUnknown
-from connectors.core.ledger import Ledger
-from connectors.core.protocol import BatchState
-from connectors.core.retry import FixedDelay
+from connectors.core.ledgers.ledger import Ledger
+from connectors.core.policies.retry import FixedDelay
+from connectors.core.states import BatchState
 from connectors.testing import (
     InMemoryDriverCommitSink,
     InMemoryPreparedSink,
@@ -110,7 +110,7 @@ def test_a_fan_out_whose_decision_reply_is_lost_commits_it_everywhere_at_the_res
 
 def test_a_fan_out_rides_out_the_lost_reply_within_its_outage_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("connectors.core.restarts.time.sleep", lambda _s: None)
+    monkeypatch.setattr("connectors.core.policies.restarts.time.sleep", lambda _s: None)
     db, lake, log = InMemoryTarget(), InMemoryTarget(), InMemoryTarget()
     lost = LostReply(db.ledger("fan"), unreachable=5)
     fan = _fan(db, lake, log, lost)

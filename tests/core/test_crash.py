@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.core import crash
-from connectors.core.crash import (
+from connectors.core.protocol import crash
+from connectors.core.protocol.crash import (
     ENV_CRASH_AT,
     ENV_CRASH_LOG,
     ENV_TEST_MODE,
@@ -23,7 +23,7 @@ from connectors.core.crash import (
     crash_point,
     parse_spec,
 )
-from connectors.core.protocol import CrashPoint
+from connectors.core.states import CrashPoint
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 P = CrashPoint
@@ -271,8 +271,8 @@ def test_invalid_environment_spec_raises_at_the_crash_point(
 
 _CHILD = textwrap.dedent(
     """
-    from connectors.core.crash import crash_point
-    from connectors.core.protocol import CrashPoint
+    from connectors.core.protocol.crash import crash_point
+    from connectors.core.states import CrashPoint
     crash_point(CrashPoint.AFTER_DECISION, sink_id="events", batch_id=3)
     print("survived", flush=True)
     """

@@ -18,9 +18,7 @@ import pyarrow as pa
 import pytest
 
 from connectors import FanOut
-from connectors.core import crash
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
@@ -29,9 +27,11 @@ from connectors.core.errors import (
     QueryBindingError,
     TransientError,
 )
-from connectors.core.fanout_program import parts_of
-from connectors.core.protocol import BatchState, CrashPoint
-from connectors.core.retry import FixedDelay
+from connectors.core.policies.retry import FixedDelay
+from connectors.core.protocol import crash
+from connectors.core.protocol.crash import SimulatedCrash
+from connectors.core.protocol.fanout_program import parts_of
+from connectors.core.states import BatchState, CrashPoint
 from connectors.testing import (
     InMemoryDriverCommitSink,
     InMemoryPreparedSink,
@@ -278,7 +278,7 @@ class FlakyLake(InMemoryDriverCommitSink):
 
 def test_a_transient_failure_after_the_decision_runs_the_batch_again_and_lands(
         t: Targets, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("connectors.core.restarts.time.sleep", lambda _s: None)
+    monkeypatch.setattr("connectors.core.policies.restarts.time.sleep", lambda _s: None)
     FlakyLake.failures = 4  # more than the step's retries (FAST: 3 attempts)
     fan = t.fan(lake=FlakyLake)
     metrics = write(fan, 0)
@@ -324,10 +324,10 @@ def test_a_decision_that_lists_another_sinks_transaction_is_not_adopted(t: Targe
     assert parts_of(decision, "nobody") is None
     part = parts_of(decision, "db")
     assert part is not None
-    from connectors.core.coordinator import Coordinator
-    from connectors.core.driver_state import DriverState
-    from connectors.core.executor import Executor
-    from connectors.core.protocol import Family
+    from connectors.core.driver.driver_state import DriverState
+    from connectors.core.driver.executor import Executor
+    from connectors.core.protocol.coordinator import Coordinator
+    from connectors.core.states import Family
 
     sink = InMemoryPreparedSink(t.lake, sink_id="other")
     state = DriverState(sink.create_ledger)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from connectors.core.errors import ConfigurationError, FencedError, QueryBindingError
-from connectors.core.file_ledger import FileLedger
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import LedgerEntry, TaskCommit
-from connectors.core.protocol import BatchState
+from connectors.core.ledgers.file_ledger import FileLedger
+from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
+from connectors.core.states import BatchState
 
 SINK = "events"
 RUN_A, RUN_B, RUN_C = "aaaaaaaa", "bbbbbbbb", "cccccccc"

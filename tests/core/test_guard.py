@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from connectors.core.batch import TaskOutcome
-from connectors.core.commands import (
+from connectors.core.errors import ProtocolStateError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
+from connectors.core.naming import TransactionId
+from connectors.core.protocol.commands import (
     Abort,
     Commit,
     CommitBatch,
@@ -17,12 +21,8 @@ from connectors.core.commands import (
     RunTasks,
     TargetHasBatch,
 )
-from connectors.core.errors import ProtocolStateError
-from connectors.core.fingerprint import Fingerprint
-from connectors.core.guard import Guard
-from connectors.core.ledger import LedgerEntry, TaskCommit
-from connectors.core.naming import TransactionId
-from connectors.core.protocol import BatchState, Family
+from connectors.core.protocol.guard import Guard
+from connectors.core.states import BatchState, Family
 
 RUN = "0000000a"
 OLD, OTHER = "0000000b", "0000000c"
@@ -132,8 +132,8 @@ def test_driver_commit_needs_the_batch_absent_and_the_record_needs_it_held() -> 
 
 
 def test_a_slot_record_needs_its_plan_and_comes_before_the_tasks() -> None:
-    from connectors.core.commands import PlanSlots, RecordSlots
-    from connectors.core.transactions import SlotPlan
+    from connectors.core.protocol.commands import PlanSlots, RecordSlots
+    from connectors.core.protocol.transactions import SlotPlan
 
     g = Guard(Family.COMMIT_IN_TASK, "s", RUN)
     plan = SlotPlan(4, "key", record=True)
@@ -146,9 +146,9 @@ def test_a_slot_record_needs_its_plan_and_comes_before_the_tasks() -> None:
 
 
 def test_the_coordinator_plans_and_records_slots_before_a_slot_batch_runs() -> None:
-    from connectors.core.commands import LastBatchId, PlanInput, PlanSlots, RecordSlots
-    from connectors.core.coordinator import Coordinator, RunFacts
-    from connectors.core.transactions import SlotPlan
+    from connectors.core.protocol.commands import LastBatchId, PlanInput, PlanSlots, RecordSlots
+    from connectors.core.protocol.coordinator import Coordinator, RunFacts
+    from connectors.core.protocol.transactions import SlotPlan
 
     c = Coordinator(Family.COMMIT_IN_TASK, "s", run_id=RUN, query_id="q")
     steps = c.write(0, RunFacts(started=True, query_id="q"))

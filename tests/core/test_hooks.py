@@ -1,12 +1,12 @@
 """The hooks are declared once, on the templates authors subclass
-(:class:`~connectors.core.template.TwoPhaseCommitSink` and the three families of
-:mod:`connectors.core.families`), and the driver and executor sides call nothing else.
+(:class:`~connectors.core.templates.template.TwoPhaseCommitSink` and the three families of
+:mod:`connectors.core.templates.families`), and the driver and executor sides call nothing else.
 
-The executor and its performers (``core/executor.py``, ``core/performers.py``), the sink
-driver (``core/sink_driver.py``) and the tasks (``core/tasks.py``) refer to the templates for
-type checking only (the template imports the driver to run a batch): this test reads what
-they call on a sink, and every such name must be a documented hook or attribute of a
-template; every abstract hook must be one they call.
+The executor and its performers (``core/driver/executor.py``, ``performers.py``), the
+sink driver (``core/driver/sink_driver.py``) and the tasks (``core/templates/tasks.py``)
+refer to the templates for type checking only (the template imports the driver to run a
+batch): this test reads what they call on a sink, and every such name must be a documented
+hook or attribute of a template; every abstract hook must be one they call.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import inspect
 import re
 from pathlib import Path
 
-from connectors.core import families
-from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.templates import families
+from connectors.core.templates.template import TwoPhaseCommitSink
 
-CORE = Path(families.__file__).resolve().parent
+CORE = Path(families.__file__).resolve().parents[1]
 TEMPLATES = (TwoPhaseCommitSink, families.PreparedTransactionSink, families.TaskCommitSink,
              families.DriverCommitSink)
 #: The names the executor, its performers, the driver and the tasks hold a sink under.
@@ -55,7 +55,8 @@ def called_on_sinks(source: str) -> set[str]:
 
 
 CALLED = set().union(*(called_on_sinks((CORE / name).read_text()) for name in (
-    "executor.py", "execution.py", "performers.py", "sink_driver.py", "tasks.py")))
+    "driver/executor.py", "driver/execution.py", "driver/performers.py",
+    "driver/sink_driver.py", "templates/tasks.py")))
 
 
 def declared(name: str) -> object | None:
@@ -96,7 +97,7 @@ def test_every_abstract_hook_is_one_the_executor_calls() -> None:
 def test_no_typing_protocol_of_the_core_declares_a_hook_again() -> None:
     hooks = CALLED | {name for t in TEMPLATES for name in t.__abstractmethods__}
     again = []
-    for path in sorted(CORE.glob("*.py")):
+    for path in sorted(CORE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(
                     isinstance(b, ast.Name) and b.id == "Protocol" for b in node.bases):

@@ -37,16 +37,17 @@ from typing import Any
 
 import pytest
 
-from connectors.core import crash, sink_driver
-from connectors.core.commands import Abort, Commit, Crash, Decide, MarkCommitted, RunTasks
-from connectors.core.coordinator import Coordinator, Steps
-from connectors.core.crash import SimulatedCrash
+from connectors.core.driver import sink_driver
 from connectors.core.errors import ProtocolStateError, TransientError
-from connectors.core.ledger import LedgerEntry, TaskCommit
-from connectors.core.protocol import CRASH_POINTS, BatchState, CrashPoint, Family
-from connectors.core.recovery import Recovery, Settled
-from connectors.core.retry import FixedDelay
-from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
+from connectors.core.policies.retry import FixedDelay
+from connectors.core.protocol import crash
+from connectors.core.protocol.commands import Abort, Commit, Crash, Decide, MarkCommitted, RunTasks
+from connectors.core.protocol.coordinator import Coordinator, Steps
+from connectors.core.protocol.crash import SimulatedCrash
+from connectors.core.protocol.recovery import Recovery, Settled
+from connectors.core.states import CRASH_POINTS, BatchState, CrashPoint, Family
+from connectors.core.templates.template import TwoPhaseCommitSink
 from connectors.testing import (
     InMemoryDriverCommitSink,
     InMemoryPreparedSink,
@@ -448,7 +449,7 @@ def test_the_architecture_diagram_names_the_crash_points_of_the_code() -> None:
     diagram = section[section.index("```text"):section.index("```\n", section.index("```text") + 7)]
     in_doc = set(re.findall(r"crash point (\w+)", diagram))
     in_code: set[str] = set()
-    for module in ("coordinator.py", "recovery.py", "tasks.py"):
+    for module in ("protocol/coordinator.py", "protocol/recovery.py", "templates/tasks.py"):
         tree = ast.parse((root / "connectors" / "core" / module).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \

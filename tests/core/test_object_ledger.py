@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from connectors.core import object_lease
 from connectors.core.errors import FencedError, QueryBindingError, TransientError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import LedgerEntry
-from connectors.core.object_lease import ObjectLease, process_identity
-from connectors.core.object_ledger import ObjectLedger
-from connectors.core.protocol import BatchState
+from connectors.core.ledgers import object_lease
+from connectors.core.ledgers.ledger import LedgerEntry
+from connectors.core.ledgers.object_lease import ObjectLease, process_identity
+from connectors.core.ledgers.object_ledger import ObjectLedger
+from connectors.core.states import BatchState
 from connectors.testing import InMemoryObjectStore
 
 SINK = "events"

@@ -1,4 +1,4 @@
-"""A split batch (the DataSource form's steps, ``connectors.core.planned``), in process: the
+"""A split batch (the DataSource form's steps, ``connectors.core.driver.planned``), in process: the
 planning step, the tasks (``prepare_task`` called as Spark's tasks would), the commit
 step by another sink's driver (``SinkDriver``) and a fresh ledger handle, as Spark's
 commit worker does."""
@@ -10,18 +10,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.core import crash
 from connectors.core.batch import TaskInfo, TaskOutcome
+from connectors.core.driver.planned import RunTicket, SplitInput
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
     FencedError,
     QueryBindingError,
 )
-from connectors.core.options import Options
-from connectors.core.planned import RunTicket, SplitInput
-from connectors.core.protocol import CrashPoint
-from connectors.core.tasks import prepare_task
+from connectors.core.protocol import crash
+from connectors.core.states import CrashPoint
+from connectors.core.templates.options import Options
+from connectors.core.templates.tasks import prepare_task
 from connectors.testing import InMemoryPreparedSink, InMemoryTarget
 
 SCHEMA = pa.schema([("id", pa.int64())])

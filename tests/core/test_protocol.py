@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from connectors.core.errors import ConnectorError, ProtocolStateError
-from connectors.core.protocol import (
+from connectors.core.states import (
     CRASH_POINTS,
     BatchProtocol,
     BatchState,

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from connectors.core import restarts
 from connectors.core.batch import BatchContext
 from connectors.core.errors import (
     BadInputError,
@@ -24,10 +23,11 @@ from connectors.core.errors import (
     TransientError,
 )
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import TaskCommit
-from connectors.core.protocol import Family
-from connectors.core.restarts import BatchRestarts, Outage
-from connectors.core.retry import ExponentialBackoff, NoRetry
+from connectors.core.ledgers.ledger import TaskCommit
+from connectors.core.policies import restarts
+from connectors.core.policies.restarts import BatchRestarts, Outage
+from connectors.core.policies.retry import ExponentialBackoff, NoRetry
+from connectors.core.states import Family
 from connectors.testing import (
     InMemoryDriverCommitSink,
     InMemoryPreparedSink,

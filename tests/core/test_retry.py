@@ -16,7 +16,7 @@ from connectors.core.errors import (
     RetriesExhaustedError,
     TransientError,
 )
-from connectors.core.retry import (
+from connectors.core.policies.retry import (
     DEFAULT_COMMIT_RETRY,
     ExponentialBackoff,
     FailureRate,
@@ -271,7 +271,7 @@ def test_warning_logs_attempt_delay_and_error_type_and_message_only(
 
     t = FakeTime()
     fn = Flaky([SecretCarrier()])
-    with caplog.at_level(logging.WARNING, logger="connectors.core.retry"):
+    with caplog.at_level(logging.WARNING, logger="connectors.core.policies.retry"):
         assert run(fn, FixedDelay(max_attempts=5, delay=1.5), t) == "ok"
     [record] = caplog.records
     assert record.levelno == logging.WARNING

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from connectors.core import stopping
 from connectors.core.batch import TaskFunction, TaskOutcome
 from connectors.core.errors import GRACEFUL_STOP_TAG, GracefulStop
-from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.policies import stopping
+from connectors.core.templates.template import TwoPhaseCommitSink
 from connectors.testing import (
     InMemoryDriverCommitSink,
     InMemoryPreparedSink,

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from connectors.core.commands import ListPrepared
-from connectors.core.executor import Executor
+from connectors.core.driver.executor import Executor
+from connectors.core.protocol.commands import ListPrepared
 from connectors.testing import InMemoryPreparedSink, InMemoryTarget, LocalBatch, batch_rows
 
 QUERY = "query-1"

@@ -14,9 +14,7 @@ import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
 
-from connectors.core import crash
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.crash import SimulatedCrash
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
@@ -27,10 +25,12 @@ from connectors.core.errors import (
     RetriesExhaustedError,
     TransientError,
 )
-from connectors.core.ledger import Ledger, LedgerEntry, TaskCommit
-from connectors.core.protocol import BatchState, CrashPoint, Family
-from connectors.core.retry import FixedDelay, NoRetry
-from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, TaskCommit
+from connectors.core.policies.retry import FixedDelay, NoRetry
+from connectors.core.protocol import crash
+from connectors.core.protocol.crash import SimulatedCrash
+from connectors.core.states import BatchState, CrashPoint, Family
+from connectors.core.templates.template import TwoPhaseCommitSink
 from connectors.testing import (
     InMemoryDriverCommitSink,
     InMemoryPreparedSink,

@@ -250,8 +250,8 @@ def test_an_empty_ledger_is_refused_when_the_table_knows_the_sink(tmp_path: Path
 
 
 def test_intents_are_per_app_id_and_pruned_once_recorded(tmp_path: Path) -> None:
-    from connectors.core.ledger import LedgerEntry
-    from connectors.core.protocol import BatchState
+    from connectors.core.ledgers.ledger import LedgerEntry
+    from connectors.core.states import BatchState
 
     ledger = DeltaLedger(tmp_path / "l", sink_id="s")
     assert ledger.intent(0, "s") is None

@@ -14,10 +14,10 @@ from confluent_kafka import KafkaError, KafkaException
 
 from connectors.core.errors import BadInputError, TransientError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import LedgerEntry, TaskCommit
+from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
 from connectors.core.metrics import BatchMetrics
-from connectors.core.protocol import BatchState
-from connectors.core.tasks import SlotMarker, SlotTransaction
+from connectors.core.states import BatchState
+from connectors.core.templates.tasks import SlotMarker, SlotTransaction
 from connectors.kafka import KafkaSink
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._figures import slot_figures
@@ -313,7 +313,7 @@ def test_another_attempt_s_different_content_is_a_non_deterministic_replay(pool:
 
 def test_another_attempt_s_different_content_is_kept_with_a_warning_under_warn(
         pool: Any, caplog: pytest.LogCaptureFixture) -> None:
-    """The same rule as the driver's (:func:`connectors.core.replay.check_replay`): under
+    """The same rule as the driver's (:func:`connectors.core.protocol.replay.check_replay`): under
     ``on_replay_mismatch="warn"`` the slot keeps what the other attempt committed."""
     made, markers = pool
     sink = _kept_after_batch_5(made, on_replay_mismatch="warn")
@@ -321,7 +321,7 @@ def test_another_attempt_s_different_content_is_kept_with_a_warning_under_warn(
     handle = sink.open_slot(_ctx(6))
     sink.write(handle, pa.record_batch({"value": pa.array([b"b"], pa.binary())}))
     markers[0] = _slot_marker(6, Fingerprint(1, 12345))
-    with caplog.at_level(logging.WARNING, logger="connectors.core.replay"):
+    with caplog.at_level(logging.WARNING, logger="connectors.core.protocol.replay"):
         payload = json.loads(sink.commit_slot(handle, _slot_marker(6, Fingerprint(1, 9)))
                              or b"{}")
     assert payload["by_other"] is True

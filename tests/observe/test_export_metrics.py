@@ -21,15 +21,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyspark import cloudpickle
 
 import connectors
-from connectors.core import crash
-from connectors.core.crash import SimulatedCrash
 from connectors.core.metrics import (
     BatchMetrics,
     register_exporter,
     registered_exporters,
     unregister_exporter,
 )
-from connectors.core.protocol import CrashPoint
+from connectors.core.protocol import crash
+from connectors.core.protocol.crash import SimulatedCrash
+from connectors.core.states import CrashPoint
 from connectors.testing import InMemoryPreparedSink, InMemoryTarget, batch_rows
 from tests._batches import write
 

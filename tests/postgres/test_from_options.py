@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from connectors.core.errors import ConfigurationError
-from connectors.core.options import Options
+from connectors.core.templates.options import Options
 from connectors.postgres import PostgresSink
 
 BASE = {"conninfo": "postgresql://app@db:5432/prod", "table": "public.events",

@@ -16,7 +16,7 @@ psycopg.OperationalError: connection failed: Connection refused
 The above exception was the direct cause of the following exception:
 
 Traceback (most recent call last):
-  File "/work/connectors/core/tasks.py", line 70, in prepare_task
+  File "/work/connectors/core/templates/tasks.py", line 70, in prepare_task
 {last}
 """
 CLASSIC = ("An error occurred while calling o123.collectToPython.\n"

@@ -15,10 +15,10 @@ from pyspark.sql.types import LongType, MapType, StringType, StructField, Struct
 
 from connectors import PostgresSink
 from connectors.core.batch import TaskOutcome
+from connectors.core.driver.planned import RunTicket
 from connectors.core.errors import ConfigurationError, ProtocolStateError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import TaskCommit
-from connectors.core.planned import RunTicket
+from connectors.core.ledgers.ledger import TaskCommit
 from connectors.sdk import DriverCommitSink, TaskCommitSink
 from connectors.spark import _source
 from connectors.spark._source import Prepared, data_source_for, register

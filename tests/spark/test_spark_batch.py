@@ -65,7 +65,7 @@ _GC_PROBE = r'''
 import gc, json, sys
 from connectors.spark import _tasks as spark_tasks
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.tasks import TaskCommit, TaskInfo, TaskOutcome
+from connectors.core.templates.tasks import TaskCommit, TaskInfo, TaskOutcome
 
 spark_tasks._task_info = lambda: TaskInfo(partition=0, attempt_number=0, task_attempt_id=1)
 kept = []

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from connectors.core import crash
-from connectors.core.protocol import CRASH_POINTS, Family
-from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.protocol import crash
+from connectors.core.states import CRASH_POINTS, Family
+from connectors.core.templates.template import TwoPhaseCommitSink
 from connectors.testing import (
     SCENARIOS,
     CommitBeforeDecisionSink,

@@ -8,7 +8,7 @@ committables, the decision, committing with retries, sweeping stray transactions
 replay fingerprint check, crash points, and metrics.
 
 Connector authors subclass one of the three protocol families
-(:mod:`connectors.core.families`) and implement its hooks. Each hook's docstring
+(:mod:`connectors.core.templates.families`) and implement its hooks. Each hook's docstring
 says who calls it (a task on an executor, or the driver), when, and which idempotency it
 must guarantee.
 
@@ -37,17 +37,17 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 
 from connectors.core.batch import BatchContext, BatchInput
+from connectors.core.driver.sink_driver import SinkDriver
 from connectors.core.engine import EngineCall, batch_input_for
 from connectors.core.errors import ConfigurationError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger
 from connectors.core.metrics import BatchMetrics, registered_exporters
 from connectors.core.naming import validate_sink_id
-from connectors.core.options import Options
-from connectors.core.protocol import Family
-from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
-from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
-from connectors.core.sink_driver import SinkDriver
+from connectors.core.policies.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
+from connectors.core.policies.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
+from connectors.core.states import Family
+from connectors.core.templates.options import Options
 
 __all__ = ["TwoPhaseCommitSink"]
 
@@ -167,7 +167,7 @@ class TwoPhaseCommitSink(ABC):
     @classmethod
     def from_options(cls, options: Options) -> TwoPhaseCommitSink:
         """A sink from the DataSource form's options (``.option(key, value)``, read with
-        :class:`~connectors.core.options.Options`; :meth:`template_options` reads the
+        :class:`~connectors.core.templates.options.Options`; :meth:`template_options` reads the
         template's own). Default: this sink has no DataSource form."""
         raise ConfigurationError(
             f"{cls.__name__} has no DataSource form (it defines no from_options): use "
@@ -230,7 +230,7 @@ class TwoPhaseCommitSink(ABC):
         return self.partition_input(batch)
 
     def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:  # noqa: B027
-        """Driver, in a fan-out (:class:`~connectors.core.fanout.FanOut`) after
+        """Driver, in a fan-out (:class:`~connectors.core.templates.fanout.FanOut`) after
         :meth:`plan_input`, before the fan-out decides; not for PREPARE_IN_TASK, whose
         tasks have prepared by then. Raise :class:`~connectors.core.errors.BadInputError`
         for what the target would refuse only while committing (a task-commit sink's
@@ -308,7 +308,7 @@ class TwoPhaseCommitSink(ABC):
 
     @property
     def driver(self) -> SinkDriver:
-        """The sink's driver side (:class:`~connectors.core.sink_driver.SinkDriver`): its
+        """The sink's driver side (:class:`~connectors.core.driver.sink_driver.SinkDriver`): its
         run and ledger on this driver, and the one place its batches run."""
         if self._driver is None:
             self._driver = SinkDriver(self)

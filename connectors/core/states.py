@@ -19,13 +19,13 @@ family                 who commits, and how a replay stays exact   example
 States of a batch (logs name them): ``OPEN -> PREPARED -> DECIDED -> COMMITTED``, or
 ``ABORTED`` before a decision. A driver that settles what an earlier run left is
 ``RECONCILING``. :class:`BatchProtocol` refuses any other transition with an error that
-names it. The guard (:mod:`connectors.core.guard`) keeps one per batch and advances it from
+names it. The guard (:mod:`connectors.core.protocol.guard`) keeps one per batch and advances it from
 the results of the coordinator's commands; what stops an illegal *side effect* (a commit
 before a durable decision, say) is the same guard's check of every command before it is
 performed.
 
 Crash points are named places in the protocol where tests kill the process (see
-:mod:`connectors.core.crash`); :data:`CRASH_POINTS` lists which apply to each family.
+:mod:`connectors.core.protocol.crash`); :data:`CRASH_POINTS` lists which apply to each family.
 """
 
 from __future__ import annotations

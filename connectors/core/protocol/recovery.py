@@ -1,6 +1,6 @@
 """Recovery: finishing decided batches and settling stray transactions, one loop for all.
 
-The coordinator (:mod:`connectors.core.coordinator`) holds a :class:`Recovery` and runs it
+The coordinator (:mod:`connectors.core.protocol.coordinator`) holds a :class:`Recovery` and runs it
 at the start of every driver run (RECONCILING), around a PREPARE_IN_TASK batch (losing
 attempts, a failed batch's transactions) and for ``connectors recover`` (an operator's
 settling): the same commands through the same guard, so an operator's recovery can do
@@ -8,7 +8,7 @@ nothing a driver could not.
 
 Example, the commands of a sweep that finds nothing prepared::
 
-    >>> from connectors.core.commands import ListPrepared
+    >>> from connectors.core.protocol.commands import ListPrepared
     >>> from connectors.core.metrics import BatchMetrics
     >>> def door(command):  # what the coordinator's guard-checked door does
     ...     return (yield command)
@@ -24,7 +24,10 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from connectors.core.commands import (
+from connectors.core.ledgers.ledger import LedgerEntry
+from connectors.core.metrics import BatchMetrics
+from connectors.core.naming import TransactionId
+from connectors.core.protocol.commands import (
     Abort,
     Command,
     Commit,
@@ -35,10 +38,7 @@ from connectors.core.commands import (
     ReadDecision,
     ReadUnfinished,
 )
-from connectors.core.ledger import LedgerEntry
-from connectors.core.metrics import BatchMetrics
-from connectors.core.naming import TransactionId
-from connectors.core.protocol import BatchState, CrashPoint
+from connectors.core.states import BatchState, CrashPoint
 
 __all__ = ["Door", "Recovery", "Settled"]
 

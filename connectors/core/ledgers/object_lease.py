@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.core.errors import FencedError, TransientError
-from connectors.core.object_ledger import ObjectStore
+from connectors.core.ledgers.object_ledger import ObjectStore
 
 __all__ = ["EXPIRY_S", "RENEW_S", "TRUST_S", "WAIT_S", "ObjectLease", "process_identity"]
 

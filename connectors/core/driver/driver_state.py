@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.commands import Command
-from connectors.core.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger
 from connectors.core.naming import new_run_id
-from connectors.core.runs import RunFacts
+from connectors.core.protocol.commands import Command
+from connectors.core.protocol.runs import RunFacts
 
 __all__ = ["DriverState", "run_steps"]
 
@@ -21,7 +21,7 @@ class DriverState:
     """What one driver run of a sink holds: its ledger, run id and query binding.
 
     The ledger is opened by ``open_ledger`` on first use, which is the first run's start
-    (:class:`~connectors.core.commands.OpenRun`, after the sink's ``begin_run``), and kept
+    (:class:`~connectors.core.protocol.commands.OpenRun`, after the sink's ``begin_run``), and kept
     for the driver's later runs."""
 
     open_ledger: Callable[[], Ledger]

@@ -2,13 +2,14 @@
 sink's hooks.
 
 This is where every protocol step becomes I/O, and the only place that does (with its
-performers, :mod:`connectors.core.performers`): the order of the steps is the program's
-(:mod:`connectors.core.coordinator`, :mod:`connectors.core.fanout_program`). A command's
-type is looked up in one table and performed by one method; the I/O concerns live there:
+performers, :mod:`connectors.core.driver.performers`): the order of the steps is the
+program's (:mod:`connectors.core.protocol.coordinator`,
+:mod:`connectors.core.protocol.fanout_program`). A command's type is looked up in one
+table and performed by one method; the I/O concerns live there:
 retries of transient failures (counted in the metrics), the re-read after an ambiguous
 decision write, timings, the task functions the engine runs, and crash points (a
-:class:`~connectors.core.commands.Crash` command calls
-:func:`~connectors.core.crash.crash_point`).
+:class:`~connectors.core.protocol.commands.Crash` command calls
+:func:`~connectors.core.protocol.crash.crash_point`).
 
 An exception a command raises is thrown into the program at the step that yielded it, so
 the program decides what follows (e.g. fence every slot when the tasks failed), as
@@ -22,16 +23,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.batch import BatchInput
-from connectors.core.commands import Command, ForTarget, TargetFinished
-from connectors.core.driver_state import DriverState, run_steps
+from connectors.core.driver.driver_state import DriverState, run_steps
+from connectors.core.driver.execution import Execution
+from connectors.core.driver.performers import (
+    HookPerformer,
+    LedgerPerformer,
+    Performers,
+    TaskPerformer,
+)
 from connectors.core.errors import ConnectorError
-from connectors.core.execution import Execution
 from connectors.core.metrics import BatchMetrics
-from connectors.core.performers import HookPerformer, LedgerPerformer, Performers, TaskPerformer
-from connectors.core.retry import RetryPolicy
+from connectors.core.policies.retry import RetryPolicy
+from connectors.core.protocol.commands import Command, ForTarget, TargetFinished
 
 if TYPE_CHECKING:  # the hooks' one declaration; the template imports the driver to run
-    from connectors.core.template import TwoPhaseCommitSink
+    from connectors.core.templates.template import TwoPhaseCommitSink
 
 __all__ = ["Executor"]
 
@@ -39,11 +45,11 @@ __all__ = ["Executor"]
 class Executor:
     """Performs commands for one sink and one batch (see the module docstring).
 
-    Built only by :class:`~connectors.core.sink_driver.SinkDriver`. A fan-out's executor
+    Built only by :class:`~connectors.core.driver.sink_driver.SinkDriver`. A fan-out's executor
     performs the fan-out's own commands (``sink_id``, ``retry`` and ``state`` are the
     fan-out's; ``sink`` is its first target, whose ``begin_run`` opens a run, since the
     decisions' ledger may be of its kind) and routes
-    :class:`~connectors.core.commands.ForTarget` to ``targets`` (by sink id); ``pool``
+    :class:`~connectors.core.protocol.commands.ForTarget` to ``targets`` (by sink id); ``pool``
     runs a target's checks beside the other targets' work; ``finished(sink_id)`` closes a
     target's figures.
     """

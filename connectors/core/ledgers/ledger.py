@@ -22,7 +22,7 @@ from typing import Any
 
 from connectors.core.errors import ProtocolStateError, QueryBindingError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.protocol import BatchState
+from connectors.core.states import BatchState
 
 __all__ = [
     "BATCH_JOB_QUERY_ID",

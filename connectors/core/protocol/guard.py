@@ -23,11 +23,11 @@ executor never performs it:
   without the attempt's intent recorded (``RecordIntent``, itself only for such a batch).
 
 The guard is also the one keeper of each batch's state (``OPEN -> PREPARED -> DECIDED ->
-COMMITTED``, or ``ABORTED``): it advances a :class:`~connectors.core.protocol.BatchProtocol`
+COMMITTED``, or ``ABORTED``): it advances a :class:`~connectors.core.states.BatchProtocol`
 per batch from the results it sees (:meth:`Guard.state`), and adopts the ledger's state for
 a batch another run decided.
 
-Also here: the split of task outcomes. The replay rule is :mod:`connectors.core.replay`.
+Also here: the split of task outcomes. The replay rule is :mod:`connectors.core.protocol.replay`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from connectors.core.batch import TaskOutcome
-from connectors.core.commands import (
+from connectors.core.errors import ConnectorError, ProtocolStateError
+from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
+from connectors.core.naming import TransactionId
+from connectors.core.protocol.commands import (
     Abort,
     AdoptDecision,
     Command,
@@ -54,10 +57,7 @@ from connectors.core.commands import (
     RunTasks,
     TargetHasBatch,
 )
-from connectors.core.errors import ConnectorError, ProtocolStateError
-from connectors.core.ledger import LedgerEntry, TaskCommit
-from connectors.core.naming import TransactionId
-from connectors.core.protocol import BatchProtocol, BatchState, Family
+from connectors.core.states import BatchProtocol, BatchState, Family
 
 __all__ = ["Guard", "split_outcomes"]
 

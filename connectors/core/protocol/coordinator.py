@@ -2,7 +2,7 @@
 
 The coordinator does no I/O. Like psycopg's generators, it *yields* a command (read the
 decision, run the tasks, decide, commit one transaction, crash point, ...) and receives its
-result; an executor (:mod:`connectors.core.executor`) performs each command against the
+result; an executor (:mod:`connectors.core.driver.executor`) performs each command against the
 ledger, the engine and the sink's hooks. So the order of the steps, for all three protocol
 families and for recovery after a restart, is written once, here, and nowhere else; and
 every command passes one guard (:class:`Guard`) *before* it is yielded: a commit without a
@@ -10,9 +10,9 @@ durable decision listing it, an abort of a decided transaction, a second decisio
 committables, a batch recorded committed before all of its transactions are: each raises
 :class:`~connectors.core.errors.ProtocolStateError` before the side effect could happen.
 
-Crash points are commands too (:class:`Crash`; task-side ones: :mod:`connectors.core.tasks`).
+Crash points are commands too (:class:`Crash`; task-side ones: ``templates/tasks.py``).
 Recovery is no second code path: a run's start (:meth:`Coordinator.start`) finishes decided
-batches with the :meth:`~connectors.core.recovery.Recovery.finish` a batch uses, and settles
+batches with the ``Recovery.finish`` (:mod:`.recovery`) a batch uses, and settles
 stray transactions with the sweep that closes every PREPARE_IN_TASK batch. The coordinator
 decides when a run starts (:class:`RunFacts`) and ends it when a batch fails (:class:`NewRun`).
 A batch is two halves, :meth:`Coordinator.prepare` (nothing visible) and
@@ -20,7 +20,7 @@ A batch is two halves, :meth:`Coordinator.prepare` (nothing visible) and
 
 Example, driving a coordinator by hand (what the executor does)::
 
-    >>> from connectors.core.coordinator import Coordinator, ReadDecision, LastBatchId, RunFacts
+    >>> from connectors.core.protocol.coordinator import Coordinator, RunFacts
     >>> c = Coordinator(Family.COMMIT_ON_DRIVER, "events", run_id="r1", query_id="q")
     >>> steps = c.write(0, RunFacts(started=True, query_id="q"))
     >>> next(steps)
@@ -37,7 +37,11 @@ from collections.abc import Generator, Sequence
 from typing import Any, TypeVar, cast
 
 from connectors.core.batch import TaskOutcome
-from connectors.core.commands import (
+from connectors.core.errors import ProtocolStateError, QueryBindingError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledgers.ledger import LedgerEntry
+from connectors.core.metrics import BatchMetrics
+from connectors.core.protocol.commands import (
     Abort,
     AdoptDecision,
     BindQuery,
@@ -62,16 +66,12 @@ from connectors.core.commands import (
     TargetHasBatch,
     TasksEnded,
 )
-from connectors.core.errors import ProtocolStateError, QueryBindingError
-from connectors.core.fingerprint import Fingerprint
-from connectors.core.guard import Guard, split_outcomes
-from connectors.core.ledger import LedgerEntry
-from connectors.core.metrics import BatchMetrics
-from connectors.core.protocol import BatchState, CrashPoint, Family
-from connectors.core.recovery import Recovery, Settled
-from connectors.core.replay import check_replay
-from connectors.core.runs import Part, RunFacts
-from connectors.core.transactions import SlotPlan
+from connectors.core.protocol.guard import Guard, split_outcomes
+from connectors.core.protocol.recovery import Recovery, Settled
+from connectors.core.protocol.replay import check_replay
+from connectors.core.protocol.runs import Part, RunFacts
+from connectors.core.protocol.transactions import SlotPlan
+from connectors.core.states import BatchState, CrashPoint, Family
 
 __all__ = ["Coordinator", "Part", "RunFacts", "Steps"]
 

@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.driver_state import DriverState
+from connectors.core.driver.driver_state import DriverState
 from connectors.core.metrics import BatchMetrics
-from connectors.core.retry import RetryPolicy, call_with_retry
+from connectors.core.policies.retry import RetryPolicy, call_with_retry
 
 if TYPE_CHECKING:  # the hooks' one declaration; the template imports the driver to run
-    from connectors.core.template import TwoPhaseCommitSink
+    from connectors.core.templates.template import TwoPhaseCommitSink
 
 __all__ = ["Execution"]
 

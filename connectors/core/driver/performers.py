@@ -1,6 +1,6 @@
 """The performers: each protocol command's I/O, one method per command, by concern.
 
-The executor (:mod:`connectors.core.executor`) looks a command's type up in the table
+The executor (:mod:`connectors.core.driver.executor`) looks a command's type up in the table
 these build (:meth:`LedgerPerformer.table` and the others) and calls the method; the
 performers and the executor are the only places that do a protocol step's I/O.
 
@@ -22,7 +22,11 @@ from concurrent.futures import Future
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
-from connectors.core.commands import (
+from connectors.core.driver.execution import Execution
+from connectors.core.errors import ConnectorError, DecisionUnknown, TransientError
+from connectors.core.ledgers.ledger import LedgerEntry
+from connectors.core.naming import TransactionId
+from connectors.core.protocol.commands import (
     Abort,
     AdoptDecision,
     AwaitChecks,
@@ -56,16 +60,12 @@ from connectors.core.commands import (
     TargetHasBatch,
     TasksEnded,
 )
-from connectors.core.crash import crash_point
-from connectors.core.errors import ConnectorError, DecisionUnknown, TransientError
-from connectors.core.execution import Execution
-from connectors.core.ledger import LedgerEntry
-from connectors.core.naming import TransactionId
-from connectors.core.protocol import Family
-from connectors.core.tasks import prepare_task, slot_task
+from connectors.core.protocol.crash import crash_point
+from connectors.core.states import Family
+from connectors.core.templates.tasks import prepare_task, slot_task
 
 if TYPE_CHECKING:  # the hooks' one declaration (on the family templates)
-    from connectors.core.families import (
+    from connectors.core.templates.families import (
         DriverCommitSink,
         PreparedTransactionSink,
         TaskCommitSink,

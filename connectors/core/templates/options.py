@@ -1,7 +1,7 @@
 """A sink's settings as text options: the DataSource form's ``.option(key, value)``.
 
 Spark hands a data source its options as strings, with lowercased keys. :class:`Options`
-reads them for a sink's :meth:`~connectors.core.template.TwoPhaseCommitSink.from_options`:
+reads them for a sink's :meth:`~connectors.core.templates.template.TwoPhaseCommitSink.from_options`:
 typed, each error naming the option and the fix, and every key Spark did not add and the
 sink did not read refused (a misspelt option must not be ignored). Values are never quoted
 in errors (an option may hold a password).

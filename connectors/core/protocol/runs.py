@@ -1,12 +1,12 @@
 """What a coordinator decides a batch's steps from, and what the first half of a batch
-leaves for the second (:mod:`connectors.core.coordinator`)."""
+leaves for the second (:mod:`connectors.core.protocol.coordinator`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import LedgerEntry, TaskCommit
+from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
 
 __all__ = ["Part", "RunFacts"]
 

@@ -4,20 +4,21 @@ Spark's Python data sources (the DataSource form, ``docs/datasource.md``) give a
 single driver call around a batch. Spark calls the source's ``streamWriter`` in a planning
 worker before the batch's tasks (no batch id yet), the writer's ``write`` in each task, and
 ``commit(messages, batch_id)`` or ``abort`` in a commit worker: three processes. The
-batch's steps stay the coordinator's (:mod:`connectors.core.coordinator`), cut at the tasks:
+batch's steps stay the coordinator's (:mod:`connectors.core.protocol.coordinator`), cut
+at the tasks:
 
-- :meth:`SinkDriver.plan <connectors.core.sink_driver.SinkDriver.plan>` (steps:
+- :meth:`SinkDriver.plan <connectors.core.driver.sink_driver.SinkDriver.plan>` (steps:
   :func:`planning`), before the tasks: open a run (a fencing epoch in the ledger),
   RECONCILING (finish decided batches, roll back every undecided transaction of the sink:
   nothing of it is in flight between two batches), then plan the input (the sink's checks
   of the schema). Returns the :class:`RunTicket` the tasks carry;
-- the tasks prepare under the ticket's run (:func:`~connectors.core.tasks.prepare_task`);
-- :meth:`SinkDriver.commit <connectors.core.sink_driver.SinkDriver.commit>` (steps:
+- the tasks prepare under the ticket's run (:func:`~connectors.core.templates.tasks.prepare_task`);
+- :meth:`SinkDriver.commit <connectors.core.driver.sink_driver.SinkDriver.commit>` (steps:
   :func:`split_commit`), after them: take the run up (:meth:`Ledger.resume_run`), bind
   to the query, then the coordinator's batch with the tasks' outcomes: a replay the ledger
   has is checked and what the tasks wrote again is rolled back (the sweep); otherwise
   decide, commit, sweep;
-- :meth:`SinkDriver.abort <connectors.core.sink_driver.SinkDriver.abort>`: the sweep
+- :meth:`SinkDriver.abort <connectors.core.driver.sink_driver.SinkDriver.abort>`: the sweep
   (the tasks' transactions are undecided).
 
 A step that fails in the commit with a transient error runs again under the sink's
@@ -35,10 +36,17 @@ from typing import cast
 import pyarrow as pa
 
 from connectors.core.batch import BatchInput, TaskFunction, TaskOutcome
-from connectors.core.commands import BindQuery, OpenRun, PlanInput, Prune, ResumeRun, RunToken
-from connectors.core.coordinator import Coordinator, RunFacts, Steps
 from connectors.core.errors import ConfigurationError, ProtocolStateError
 from connectors.core.fingerprint import Fingerprint
+from connectors.core.protocol.commands import (
+    BindQuery,
+    OpenRun,
+    PlanInput,
+    Prune,
+    ResumeRun,
+    RunToken,
+)
+from connectors.core.protocol.coordinator import Coordinator, RunFacts, Steps
 
 __all__ = ["PLANNING", "RunTicket", "SplitInput", "planning", "split_abort", "split_commit"]
 
@@ -52,7 +60,7 @@ class RunTicket:
     """The run a planning step opened, as its tasks and its commit worker see it."""
 
     run_id: str
-    #: The ledger's :meth:`~connectors.core.ledger.Ledger.run_token` (its fencing epoch).
+    #: The ledger's :meth:`~connectors.core.ledgers.ledger.Ledger.run_token` (its fencing epoch).
     token: str | None = None
 
 

@@ -1,14 +1,14 @@
 """``SinkDriver``: the driver side of one sink or one fan-out, for every way a batch runs.
 
-It is the only object that builds a coordinator (:mod:`connectors.core.coordinator`), a
-fan-out's program (:mod:`connectors.core.fanout_program`) or an executor
-(:mod:`connectors.core.executor`). It owns, for its lifetime on one driver:
+It is the only object that builds a coordinator (:mod:`connectors.core.protocol.coordinator`), a
+fan-out's program (:mod:`connectors.core.protocol.fanout_program`) or an executor
+(:mod:`connectors.core.driver.executor`). It owns, for its lifetime on one driver:
 
-- the run (:class:`~connectors.core.driver_state.DriverState`: ledger, run id, binding);
+- the run (:class:`~connectors.core.driver.driver_state.DriverState`: ledger, run id, binding);
 - the program and one executor per attempt;
-- batch restarts (:class:`~connectors.core.restarts.BatchRestarts` under the
+- batch restarts (:class:`~connectors.core.policies.restarts.BatchRestarts` under the
   ``outage_timeout``) and the graceful-stop guard
-  (:func:`~connectors.core.stopping.streaming_batch`);
+  (:func:`~connectors.core.policies.stopping.streaming_batch`);
 - the batch's figures: created, counted, closed once per sink (``report_metrics``,
   ``last_metrics``, logged, published to the engine), also for a failed batch.
 
@@ -37,15 +37,9 @@ from typing import TYPE_CHECKING, cast
 import pyarrow as pa
 
 from connectors.core.batch import BatchInput, TaskOutcome
-from connectors.core.coordinator import Coordinator
-from connectors.core.crash import SimulatedCrash
-from connectors.core.driver_state import DriverState
-from connectors.core.errors import ConfigurationError
-from connectors.core.executor import Executor
-from connectors.core.fanout_program import FanOutProgram, FanOutTarget
-from connectors.core.ledger import BATCH_JOB_QUERY_ID, Ledger, LedgerEntry
-from connectors.core.metrics import BatchMetrics, adopt_exporters
-from connectors.core.planned import (
+from connectors.core.driver.driver_state import DriverState
+from connectors.core.driver.executor import Executor
+from connectors.core.driver.planned import (
     PLANNING,
     RunTicket,
     SplitInput,
@@ -53,14 +47,20 @@ from connectors.core.planned import (
     split_abort,
     split_commit,
 )
-from connectors.core.protocol import Family
-from connectors.core.recovery import Settled
-from connectors.core.restarts import BatchRestarts, Outage
-from connectors.core.retry import RetryPolicy
-from connectors.core.stopping import streaming_batch
+from connectors.core.errors import ConfigurationError
+from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, Ledger, LedgerEntry
+from connectors.core.metrics import BatchMetrics, adopt_exporters
+from connectors.core.policies.restarts import BatchRestarts, Outage
+from connectors.core.policies.retry import RetryPolicy
+from connectors.core.policies.stopping import streaming_batch
+from connectors.core.protocol.coordinator import Coordinator
+from connectors.core.protocol.crash import SimulatedCrash
+from connectors.core.protocol.fanout_program import FanOutProgram, FanOutTarget
+from connectors.core.protocol.recovery import Settled
+from connectors.core.states import Family
 
 if TYPE_CHECKING:  # the sinks this drives; the template imports this module to run
-    from connectors.core.template import TwoPhaseCommitSink
+    from connectors.core.templates.template import TwoPhaseCommitSink
 
 __all__ = ["OPERATOR_QUERY_ID", "FanOutSettings", "SinkDriver"]
 
@@ -72,7 +72,7 @@ OPERATOR_QUERY_ID = "operator"
 
 @dataclass(frozen=True)
 class FanOutSettings:
-    """What a fan-out's driver needs of :class:`~connectors.core.fanout.FanOut`: its id,
+    """What a fan-out's driver needs of :class:`~connectors.core.templates.fanout.FanOut`: its id,
     its targets in commit order, where its decisions are kept and its options."""
 
     sink_id: str
@@ -251,7 +251,7 @@ class SinkDriver:
         finally:
             pool.shutdown(wait=True)
 
-    # ---- the DataSource form: a batch split across processes (connectors.core.planned) ----
+    # ---- the DataSource form: a batch split across processes (connectors.core.driver.planned) ----
     def plan(self, schema: pa.Schema) -> RunTicket:
         """The planning worker, before the tasks: open a run, RECONCILING, check the
         input's schema. Returns the ticket the tasks and the commit worker carry."""
@@ -341,7 +341,7 @@ class SinkDriver:
     ) -> tuple[Settled, BatchMetrics]:
         """An operator's recovery (``connectors recover``): the steps a run's start runs,
         with the operator's choices (see :meth:`Coordinator.settle
-        <connectors.core.coordinator.Coordinator.settle>`), as a run of its own under the
+        <connectors.core.protocol.coordinator.Coordinator.settle>`), as a run of its own under the
         ledger's serialization, so it never races a live driver. ``ledger``: an open
         ledger to use (the caller closes it); else the sink's, closed after. Returns what
         was settled and the run's figures (``reconciled``: slots fenced)."""

@@ -3,21 +3,21 @@
 
 :class:`FanOutProgram` is no second coordinator: it composes its targets' coordinators. A
 target's steps are its family's (:meth:`Coordinator.prepare
-<connectors.core.coordinator.Coordinator.prepare>`,
-:meth:`~connectors.core.coordinator.Coordinator.complete`), each command checked by that
-target's guard and yielded wrapped in :class:`~connectors.core.commands.ForTarget`; the
+<connectors.core.protocol.coordinator.Coordinator.prepare>`,
+:meth:`~connectors.core.protocol.coordinator.Coordinator.complete`), each command checked by that
+target's guard and yielded wrapped in :class:`~connectors.core.protocol.commands.ForTarget`; the
 executor performs it with the target's performer. The fan-out's own steps (its run's start,
 reading and recording its decision, marking the batch committed, pruning, its crash points)
-are commands of its own sink id, checked by its own :class:`~connectors.core.guard.Guard`.
-So the decision is a :class:`~connectors.core.commands.Decide` like a sink's, performed by
+are commands of its own sink id, checked by its own :class:`~connectors.core.protocol.guard.Guard`.
+So the decision is a :class:`~connectors.core.protocol.commands.Decide` like a sink's, performed by
 the one rule for an ambiguous write (:meth:`Executor._decide
-<connectors.core.executor.Executor>`): after a failed decision nothing is rolled back, and
+<connectors.core.driver.executor.Executor>`): after a failed decision nothing is rolled back, and
 the next run's start finishes the batch (decided) or sweeps it (not decided).
 
-The decision is a :class:`~connectors.core.ledger.LedgerEntry` of the fan-out's sink id
+The decision is a :class:`~connectors.core.ledgers.ledger.LedgerEntry` of the fan-out's sink id
 listing every part: a prepared target's transactions, and a marker per other target. A
 run's start copies each prepared target's part of a decided, unfinished batch into that
-target's ledger (:class:`~connectors.core.commands.AdoptDecision`) before the target
+target's ledger (:class:`~connectors.core.protocol.commands.AdoptDecision`) before the target
 sweeps, so decided transactions are committed and undecided ones rolled back.
 
 Crash points are the template's, armed for the fan-out's sink id: ``before_decision``
@@ -34,7 +34,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, cast
 
-from connectors.core.commands import (
+from connectors.core.errors import ProtocolStateError, QueryBindingError, TransientError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
+from connectors.core.naming import TransactionId
+from connectors.core.protocol.commands import (
     Abort,
     AwaitChecks,
     BindQuery,
@@ -52,14 +56,10 @@ from connectors.core.commands import (
     ReadUnfinished,
     TargetFinished,
 )
-from connectors.core.coordinator import Coordinator, Steps
-from connectors.core.errors import ProtocolStateError, QueryBindingError, TransientError
-from connectors.core.fingerprint import Fingerprint
-from connectors.core.guard import Guard
-from connectors.core.ledger import LedgerEntry, TaskCommit
-from connectors.core.naming import TransactionId
-from connectors.core.protocol import BatchState, CrashPoint, Family
-from connectors.core.runs import Part, RunFacts
+from connectors.core.protocol.coordinator import Coordinator, Steps
+from connectors.core.protocol.guard import Guard
+from connectors.core.protocol.runs import Part, RunFacts
+from connectors.core.states import BatchState, CrashPoint, Family
 
 __all__ = ["TARGET_PREFIX", "FanOutProgram", "FanOutTarget", "parts_of"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from connectors.core.errors import ConfigurationError, RetriesExhaustedError, TransientError
-from connectors.core.retry import ExponentialBackoff
+from connectors.core.policies.retry import ExponentialBackoff
 
 __all__ = ["DEFAULT_BATCH_BACKOFF", "DEFAULT_OUTAGE_TIMEOUT", "BatchRestarts", "Outage",
            "is_transient"]
@@ -87,7 +87,7 @@ class BatchRestarts:
     Example::
 
         >>> from connectors.core.errors import TransientError
-        >>> from connectors.core.retry import ExponentialBackoff
+        >>> from connectors.core.policies.retry import ExponentialBackoff
         >>> steady = ExponentialBackoff(initial_delay=1.0, max_delay=10.0, jitter=0.0)
         >>> restarts = BatchRestarts(Outage(timeout=60, backoff=steady), "events", 7,
         ...                          target=lambda: "PostgreSQL db:5432", clock=lambda: 0.0)

@@ -1,4 +1,4 @@
-"""The commands a :class:`~connectors.core.coordinator.Coordinator` yields.
+"""The commands a :class:`~connectors.core.protocol.coordinator.Coordinator` yields.
 
 Each names one protocol step; an executor performs it and sends back the result named in
 its docstring. Commands are plain data: they can be logged, compared and replayed by a test
@@ -10,9 +10,9 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from connectors.core.ledger import LedgerEntry, TaskCommit
-from connectors.core.protocol import CrashPoint
-from connectors.core.transactions import SlotPlan
+from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
+from connectors.core.protocol.transactions import SlotPlan
+from connectors.core.states import CrashPoint
 
 __all__ = [
     "Abort",
@@ -154,7 +154,7 @@ class NewRun(Command):
 class NoteSwept(Command):
     """Remember for the run's next batch whether this batch closed with a sweep after every
     task of it had ended (``swept``; see
-    :class:`~connectors.core.coordinator.RunFacts`) -> ``None``."""
+    :class:`~connectors.core.protocol.coordinator.RunFacts`) -> ``None``."""
 
     swept: bool
 
@@ -285,7 +285,7 @@ class Crash(Command):
     batch_id: int
 
 
-# ---- a fan-out's program (connectors.core.fanout_program) ----
+# ---- a fan-out's program (connectors.core.protocol.fanout_program) ----
 @dataclass(frozen=True)
 class ForTarget(Command):
     """``command`` of the fan-out's target ``sink_id``, already passed by that target's

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from connectors.core.batch import BatchContext, TaskInfo, TaskOutcome
-from connectors.core.crash import crash_point
 from connectors.core.errors import (
     BadInputError,
     ConfigurationError,
@@ -25,14 +24,15 @@ from connectors.core.errors import (
     NonDeterministicReplayError,
 )
 from connectors.core.fingerprint import Fingerprint, fingerprint_batch, split_row_hash
-from connectors.core.ledger import TaskCommit
+from connectors.core.ledgers.ledger import TaskCommit
 from connectors.core.naming import TransactionId
-from connectors.core.protocol import CrashPoint
-from connectors.core.replay import replay_mismatch
-from connectors.core.transactions import SlotMarker, SlotTransaction, TaskTransaction
+from connectors.core.protocol.crash import crash_point
+from connectors.core.protocol.replay import replay_mismatch
+from connectors.core.protocol.transactions import SlotMarker, SlotTransaction, TaskTransaction
+from connectors.core.states import CrashPoint
 
 if TYPE_CHECKING:  # the hooks' one declaration (the template runs these tasks)
-    from connectors.core.families import PreparedTransactionSink, TaskCommitSink
+    from connectors.core.templates.families import PreparedTransactionSink, TaskCommitSink
 
 __all__ = ["SlotMarker", "SlotTransaction", "TaskTransaction", "prepare_task", "slot_task"]
 

@@ -1,6 +1,6 @@
 """Crash points: named places in the protocol where a test kills the process.
 
-The template calls :func:`crash_point` at every :class:`~connectors.core.protocol.CrashPoint`
+The template calls :func:`crash_point` at every :class:`~connectors.core.states.CrashPoint`
 that applies to its family. Nothing happens unless a crash is armed, either
 
 - in the environment, for real processes (Spark drivers, Python workers), with two
@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from connectors.core.protocol import CrashPoint
+from connectors.core.states import CrashPoint
 
 __all__ = [
     "ENV_CRASH_AT",

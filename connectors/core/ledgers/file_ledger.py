@@ -1,4 +1,4 @@
-"""A :class:`~connectors.core.ledger.Ledger` in a directory of a POSIX file system.
+"""A :class:`~connectors.core.ledgers.ledger.Ledger` in a directory of a POSIX file system.
 
 Layout (one directory per sink)::
 
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from connectors.core.errors import FencedError
-from connectors.core.ledger import Ledger, LedgerEntry, check_binding
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, check_binding
 from connectors.core.naming import validate_sink_id
-from connectors.core.protocol import BatchState
+from connectors.core.states import BatchState
 
 __all__ = ["FileLedger"]
 

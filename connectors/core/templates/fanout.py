@@ -1,7 +1,7 @@
 """``FanOut``: one ``foreachBatch`` callable over several sinks, under one decision per
 batch: a batch lands in all of them or in none (docs/fan-out.md). Public as
-``connectors.FanOut``; its batch is a program (:mod:`connectors.core.fanout_program`) its
-driver runs (:class:`~connectors.core.sink_driver.SinkDriver`).
+``connectors.FanOut``; its batch is a program (:mod:`connectors.core.protocol.fanout_program`) its
+driver runs (:class:`~connectors.core.driver.sink_driver.SinkDriver`).
 """
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from connectors.core.batch import BatchInput
+from connectors.core.driver.sink_driver import FanOutSettings, SinkDriver
 from connectors.core.engine import EngineCall, batch_input_for
 from connectors.core.errors import ConfigurationError
-from connectors.core.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import validate_sink_id
-from connectors.core.protocol import Family
-from connectors.core.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
-from connectors.core.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
-from connectors.core.sink_driver import FanOutSettings, SinkDriver
-from connectors.core.template import TwoPhaseCommitSink
+from connectors.core.policies.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
+from connectors.core.policies.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
+from connectors.core.states import Family
+from connectors.core.templates.template import TwoPhaseCommitSink
 
 __all__ = ["FanOut", "Transform"]
 
@@ -143,7 +143,7 @@ class FanOut:
 
     @property
     def driver(self) -> SinkDriver:
-        """The fan-out's driver side (:class:`~connectors.core.sink_driver.SinkDriver`):
+        """The fan-out's driver side (:class:`~connectors.core.driver.sink_driver.SinkDriver`):
         its run and decisions on this driver; each target keeps its own."""
         if self._driver is None:
             self._driver = SinkDriver.fan_out(FanOutSettings(

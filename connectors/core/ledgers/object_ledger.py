@@ -1,6 +1,6 @@
-"""A :class:`~connectors.core.ledger.Ledger` kept as small objects in an object store.
+"""A :class:`~connectors.core.ledgers.ledger.Ledger` kept as small objects in an object store.
 
-The same layout as :class:`~connectors.core.file_ledger.FileLedger` (one prefix per sink)::
+The same layout as :class:`~connectors.core.ledgers.file_ledger.FileLedger` (one prefix per sink)::
 
     <root>/binding.json                      sink id -> query id (compare-and-swap)
     <root>/decisions/<batch>.json            the decision (created if absent: first wins)
@@ -16,8 +16,8 @@ the binding is a read-then-replace loop, so a reset cannot be lost. Reads see ev
 acknowledged write (S3, GCS and Azure are strongly consistent for reads and lists).
 
 :meth:`ObjectLedger.decide` and :meth:`ObjectLedger.forbid_decision` are two objects, so the
-two are ordered only by the sink's lease (:mod:`connectors.core.object_lease`): a sink's writers
-hold it, and no operator tool aborts a batch of a driver-committing sink.
+two are ordered only by the sink's lease (:mod:`connectors.core.ledgers.object_lease`): a
+sink's writers hold it, and no operator tool aborts a batch of a driver-committing sink.
 
 While the sink's lease is held (:meth:`ObjectLedger.hold`) the ledger keeps the batch ids
 it listed and decided in memory: it is then their only writer, so a batch costs no LIST.
@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from connectors.core.errors import FencedError
-from connectors.core.ledger import Ledger, LedgerEntry, check_binding
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, check_binding
 from connectors.core.naming import validate_sink_id
-from connectors.core.protocol import BatchState
+from connectors.core.states import BatchState
 
 __all__ = ["ObjectLedger", "ObjectStore", "Versioned"]
 

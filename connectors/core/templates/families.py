@@ -1,6 +1,6 @@
-"""The three protocol families (:class:`~connectors.core.protocol.Family`) authors subclass.
+"""The three protocol families (:class:`~connectors.core.states.Family`) authors subclass.
 
-Each is :class:`~connectors.core.template.TwoPhaseCommitSink` plus its family's hooks:
+Each is :class:`~connectors.core.templates.template.TwoPhaseCommitSink` plus its family's hooks:
 :class:`PreparedTransactionSink` (tasks prepare, the driver decides and commits),
 :class:`TaskCommitSink` (each slot commits in its task, made idempotent by a marker),
 :class:`DriverCommitSink` (the driver commits the whole batch once, idempotently). Each
@@ -18,10 +18,15 @@ import pyarrow as pa
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.errors import ConfigurationError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledger import TaskCommit
-from connectors.core.protocol import Family
-from connectors.core.template import TwoPhaseCommitSink
-from connectors.core.transactions import SlotMarker, SlotPlan, SlotTransaction, TaskTransaction
+from connectors.core.ledgers.ledger import TaskCommit
+from connectors.core.protocol.transactions import (
+    SlotMarker,
+    SlotPlan,
+    SlotTransaction,
+    TaskTransaction,
+)
+from connectors.core.states import Family
+from connectors.core.templates.template import TwoPhaseCommitSink
 
 __all__ = ["DriverCommitSink", "PreparedTransactionSink", "TaskCommitSink"]
 

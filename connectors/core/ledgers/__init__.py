@@ -1,0 +1,3 @@
+"""Ledgers: the contract every sink's durable decisions keep, the file and object-store
+ledgers, and the object store's lease.
+"""

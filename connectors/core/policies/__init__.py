@@ -1,0 +1,3 @@
+"""Policies: retrying a step, restarting a batch through an outage, stopping a query
+gracefully.
+"""
