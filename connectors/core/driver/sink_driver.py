@@ -113,13 +113,22 @@ class SinkDriver:
     """The driver side of one sink (``SinkDriver(sink)``) or of a fan-out
     (``SinkDriver.fan_out(settings)``); see the module docstring."""
 
-    def __init__(self, sink: TwoPhaseCommitSink) -> None:
-        self.sink_id = sink.sink_id
-        self._sink: TwoPhaseCommitSink | None = sink
-        self._fan_out: FanOutSettings | None = None
-        #: The sinks whose figures a batch closes: the sink, or the fan-out's targets.
-        self.sinks: tuple[TwoPhaseCommitSink, ...] = (sink,)
-        self._open_ledger: Callable[[], Ledger] = sink.create_ledger
+    def __init__(self, sink: TwoPhaseCommitSink | None = None, *,
+                 fan_out: FanOutSettings | None = None) -> None:
+        if (sink is None) == (fan_out is None):
+            raise TypeError("a SinkDriver drives one sink or one fan-out")
+        self._sink = sink
+        self._fan_out = fan_out
+        if fan_out is not None:
+            self.sink_id: str = fan_out.sink_id
+            #: The sinks whose figures a batch closes: the sink, or the fan-out's targets.
+            self.sinks: tuple[TwoPhaseCommitSink, ...] = fan_out.targets
+            self._open_ledger: Callable[[], Ledger] = fan_out.create_ledger
+            self._outage: Outage = fan_out.outage
+        else:
+            assert sink is not None
+            self.sink_id, self.sinks = sink.sink_id, (sink,)
+            self._open_ledger, self._outage = sink.create_ledger, sink.outage
         self._state: DriverState | None = None
         #: Figures of the last batch, by sink id.
         self.last_metrics: dict[str, BatchMetrics] = {}
@@ -128,15 +137,7 @@ class SinkDriver:
     def fan_out(cls, settings: FanOutSettings) -> SinkDriver:
         """The driver of a fan-out: its own run and decisions; each target's run is the
         target's own driver's."""
-        driver = cls.__new__(cls)
-        driver.sink_id = settings.sink_id
-        driver._sink = None
-        driver._fan_out = settings
-        driver.sinks = settings.targets
-        driver._open_ledger = settings.create_ledger
-        driver._state = None
-        driver.last_metrics = {}
-        return driver
+        return cls(fan_out=settings)
 
     @property
     def state(self) -> DriverState:
@@ -196,7 +197,7 @@ class SinkDriver:
                 m.extra["batch_restarts"] = failures
 
         first = inputs[self.sinks[0].sink_id]
-        restarts = BatchRestarts(self._outage(), self.sink_id, batch_id, target=self._describe)
+        restarts = BatchRestarts(self._outage, self.sink_id, batch_id, target=self._describe)
         qid = query_id or BATCH_JOB_QUERY_ID
         try:
             restarts.run(lambda: self._attempt(batch_id, inputs, qid, metrics, close),
@@ -211,9 +212,6 @@ class SinkDriver:
             for sink in self.sinks:
                 close(sink.sink_id)
         return metrics
-
-    def _outage(self) -> Outage:
-        return self._fan_out.outage if self._fan_out is not None else self._one.outage
 
     def _describe(self) -> str:
         return ", ".join(s.describe_target() for s in self.sinks)
