@@ -118,7 +118,7 @@ class FileSystemSink(PreparedTransactionSink[_FileTxn]):
             handle.writer = pq.ParquetWriter(handle.directory / "part.parquet", batch.schema)
         handle.writer.write_batch(batch)
 
-    def pre_commit(self, handle: _FileTxn, fingerprint: Fingerprint) -> bytes:
+    def pre_commit(self, handle: _FileTxn, fingerprint: Fingerprint) -> None:
         file = handle.directory / "part.parquet"
         if handle.writer is None:  # an empty partition still commits (an empty file)
             handle.writer = pq.ParquetWriter(file, handle.schema)
@@ -131,7 +131,6 @@ class FileSystemSink(PreparedTransactionSink[_FileTxn]):
         prepared = handle.directory.with_name(self._name(handle.transaction_id) + _PREPARED)
         os.rename(handle.directory, prepared)
         _fsync_dir(self.staging_dir)
-        return b""
 
     def abort_transaction(self, handle: _FileTxn) -> None:
         if handle.writer is not None:

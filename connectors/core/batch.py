@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pickle
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -83,16 +83,25 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class TaskOutcome:
-    """What a task returns: its commit, or a deterministic error.
+    """What a task returns: its commit, or a deterministic error; and its figures.
 
     Errors that retrying the task cannot mend (bad input, a non-deterministic replay) are
     returned rather than raised: Spark would retry the task, then hand the driver a
     ``PythonException`` holding only the traceback text. Returned, the driver re-raises the
     library's own error and aborts the batch's other transactions.
+
+    ``figures``: what the task measured, as numbers by name (a slot's transaction time, its
+    rows per write path; empty when it has none). They travel beside the commit, never in
+    it: the commit is what the ledger stores, the figures reach the driver with this
+    outcome and are never stored. For a batch's tasks the driver gathers them into
+    :attr:`BatchMetrics.task_figures <connectors.core.metrics.BatchMetrics.task_figures>`,
+    which the sink's ``report_metrics`` summarises; in a job a sink runs for itself (Kafka's
+    record check) the sink reads them from the outcomes it gets back.
     """
 
     commit: TaskCommit | None = None
     error: ConnectorError | None = None
+    figures: Mapping[str, float] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         return pickle.dumps(self)

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Protocol, TypeVar
 
 __all__ = ["BatchMetrics", "MetricsExporter", "adopt_exporters", "register_exporter",
@@ -53,6 +53,14 @@ class BatchMetrics:
     what an earlier run or a losing attempt left). ``path`` names the write path the batch
     took where the sink has several (Kafka: ``native``, ``batch``, ``record``; Delta:
     ``tag``, ``txn_seed``, ``txn``), empty otherwise.
+
+    ``task_figures``: the figures each task of the batch returned
+    (:attr:`TaskOutcome.figures <connectors.core.batch.TaskOutcome.figures>`, e.g. a Kafka
+    slot's transaction time), one mapping per task that returned any, in partition order,
+    for the sink's ``report_metrics`` to summarise into ``extra`` (the last run of the
+    batch's tasks on this driver: a restarted batch's replace an earlier attempt's). Empty
+    when none ran here (a replay the ledger had, a batch recovered from an earlier run).
+    Not emitted as-is: :meth:`as_dict`, the log line and the exporters leave it out.
     """
 
     sink_id: str
@@ -71,9 +79,12 @@ class BatchMetrics:
     extra: dict[str, float] = field(default_factory=dict)
     lingering: int = 0
     path: str = ""
+    task_figures: list[Mapping[str, float]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        data = asdict(self)
+        """The batch's figures, flat (``extra``'s keys among them); without
+        ``task_figures`` (a sink's ``report_metrics`` summarises them)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "task_figures"}
         tail = {key: data.pop(key) for key in _TAIL}
         data.update(data.pop("extra"))
         data.update(tail)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -23,7 +24,8 @@ from connectors.core.templates.tasks import DETERMINISTIC_ERRORS, SlotMarker
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._config import TIMEOUT_WARN_RATIO, KafkaOptions
 from connectors.kafka._errors import FENCED_CODES, kafka_error
-from connectors.kafka._produce import path_name, produce_batch
+from connectors.kafka._figures import slot_task_figures
+from connectors.kafka._produce import produce_batch
 from connectors.kafka._task_slot import (
     FAILED,
     OK,
@@ -134,8 +136,9 @@ class SlotCommitter:
                 handle.rows += rows
                 handle.paths[path] = handle.paths.get(path, 0) + rows
 
-    def commit_slot(self, handle: Slot, marker: SlotMarker, slots: int) -> bytes | None:
-        """Task: write the marker with the rows, align with the other slots, commit.
+    def commit_slot(self, handle: Slot, marker: SlotMarker, slots: int) -> Mapping[str, float]:
+        """Task: write the marker with the rows, align with the other slots, commit; return
+        the slot's figures (:func:`~connectors.kafka._figures.slot_task_figures`).
 
         Steps:
           1. produce the marker into the slot's partition of the marker topic; flush;
@@ -226,12 +229,7 @@ class SlotCommitter:
             # The slot's newest committed marker is now ours (see _newest_marker).
             handle.pooled.newest_marker, handle.pooled.knows_newest = marker, True
         self.writer.keep(handle)
-        txn_ms = (time.monotonic() - handle.started) * 1000
-        return json.dumps({"txn_ms": round(txn_ms, 1), "wait_ms": round(handle.wait_ms, 1),
-                           "rows": handle.rows, "reused": handle.reused,
-                           "by_other": handle.committed_by_other,
-                           "produce_path": path_name(handle.paths),
-                           "produce_rows": handle.paths}).encode()
+        return slot_task_figures(handle, (time.monotonic() - handle.started) * 1000)
 
     def _start_over(self, handle: Slot, marker: SlotMarker, slots: int) -> None:
         """The kept producer was fenced (or broke) after this task began with it: take a new

@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 class NativeProducer(Placer):
     """Batch produce on one confluent-kafka ``Producer``'s librdkafka handle."""
 
-    #: The ``produce_path`` metric of records enqueued here.
+    #: The produce path of records enqueued here (see ``_produce.PRODUCE_PATHS``).
     path = "native"
 
     def __init__(self, producer: Producer, rk: int, lib: RdKafka, timeout: float, *,

@@ -52,10 +52,10 @@ from connectors.kafka._placement import (
 )
 
 __all__ = ["CHUNK", "PRODUCE_PATHS", "BatchProducer", "FastProducer", "fast_producer",
-           "has_public_batch", "path_name", "produce_batch", "produce_records"]
+           "has_public_batch", "produce_batch", "produce_records"]
 
-#: The paths a record can take into librdkafka (the ``produce_path`` of a slot's outcome;
-#: rows per path are the ``produce_<path>_rows`` batch metrics).
+#: The paths a record can take into librdkafka (rows per path are a slot's and a batch's
+#: ``produce_<path>_rows`` figures; the batch's ``path`` is the one with the most rows).
 PRODUCE_PATHS = ("native", "batch", "record")
 
 #: Records per ``produce_batch`` call: bounds the list of dicts built at once and lets
@@ -76,7 +76,7 @@ class BatchProducer(Placer):
     ``queue_limit``: the producer's ``queue.buffering.max.messages``.
     """
 
-    #: The ``produce_path`` metric of records enqueued here.
+    #: The produce path of records enqueued here (see :data:`PRODUCE_PATHS`).
     path = "batch"
 
     def __init__(self, producer: Any, timeout: float, *, by_key: bool = False,
@@ -155,12 +155,6 @@ class BatchProducer(Placer):
 
 #: A slot's batch producer: the accelerator or the public ``produce_batch``.
 FastProducer = NativeProducer | BatchProducer
-
-
-def path_name(paths: dict[str, int]) -> str:
-    """The ``produce_path`` metric: the path that enqueued rows (several joined by ``+``;
-    ``""`` when no row was produced)."""
-    return "+".join(sorted(p for p, rows in paths.items() if rows))
 
 
 def fast_producer(producer: Any, mode: str, timeout: float, *, partitioner: str | None,

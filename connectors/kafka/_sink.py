@@ -38,6 +38,7 @@ The sink is the template's hooks delegating to collaborators, each given what it
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -283,7 +284,7 @@ class KafkaSink(TaskCommitSink[Slot]):
     def write(self, handle: Slot, batch: pa.RecordBatch) -> None:
         self._writer.write(handle, batch, self.slots)
 
-    def commit_slot(self, handle: Slot, marker: SlotMarker) -> bytes | None:
+    def commit_slot(self, handle: Slot, marker: SlotMarker) -> Mapping[str, float]:
         return self._committer.commit_slot(handle, marker, self.slots)
 
     def abort_slot(self, handle: Slot) -> None:
@@ -376,7 +377,9 @@ class KafkaSink(TaskCommitSink[Slot]):
         self._checks.frames.run_pending(ctx.batch_id)
 
     def report_metrics(self, metrics: BatchMetrics) -> None:
-        """Slots, barrier, Arrow hand-over, produce paths and transaction durations."""
+        """Slots, barrier, Arrow hand-over, and from the slots' figures (what their
+        ``commit_slot`` returned: ``metrics.task_figures``) the produce paths and the
+        transaction durations."""
         metrics.extra["slots"] = self.slots
         metrics.extra["barrier"] = self.barrier
         handover, self._handover = self._handover, None
@@ -384,9 +387,8 @@ class KafkaSink(TaskCommitSink[Slot]):
         metrics.extra["arrow_batch_rows"] = (
             handover.rows if handover is not None and self._checks.frames.row_bound == self._bound
             else 0)
-        if metrics.outcome != "failed" and self._ledger is not None:
-            slot_figures(self._ledger.get(metrics.batch_id), metrics,
-                         self.options.transaction_timeout_ms)
+        if metrics.outcome != "failed":
+            slot_figures(metrics.task_figures, metrics, self.options.transaction_timeout_ms)
         metrics.extra["sink_ms"] = metrics.extra.get("total_ms", 0.0)
 
     def close(self) -> None:

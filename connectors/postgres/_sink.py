@@ -259,11 +259,11 @@ class PostgresSink(PreparedTransactionSink[PgTxn]):
     def write(self, handle: PgTxn, batch: pa.RecordBatch) -> None:
         self._tasks.write(handle, batch)
 
-    def pre_commit(self, handle: PgTxn, fingerprint: Fingerprint) -> bytes:
+    def pre_commit(self, handle: PgTxn, fingerprint: Fingerprint) -> None:
         """Executor: end the COPY (or upsert), insert the receipt, ``PREPARE TRANSACTION``
         (see :meth:`TaskWriter.pre_commit <connectors.postgres._writer.TaskWriter.pre_commit>`
         for the steps)."""
-        return self._tasks.pre_commit(handle, fingerprint)
+        self._tasks.pre_commit(handle, fingerprint)
 
     def abort_transaction(self, handle: PgTxn) -> None:
         TaskWriter.abort(handle)  # an unprepared transaction dies with its session

@@ -230,7 +230,7 @@ class TaskWriter:
             transaction_id=str(handle.tid)))
 
     # ---- prepare ----
-    def pre_commit(self, handle: PgTxn, fingerprint: Fingerprint) -> bytes:
+    def pre_commit(self, handle: PgTxn, fingerprint: Fingerprint) -> None:
         """End the COPY (or upsert), insert the receipt, ``PREPARE TRANSACTION``.
 
         Steps (each failure closes the session: an unprepared transaction dies with it):
@@ -272,7 +272,6 @@ class TaskWriter:
             TaskConnections.give_back(self._pool_key(), h.conn)
         else:
             h.conn.close()
-        return b""
 
     def _prepare(self, h: PgTxn, fingerprint: Fingerprint) -> None:
         status = h.conn.info.transaction_status

@@ -13,7 +13,7 @@ pre-commit), :class:`IgnoresMarkerSink` (takes an earlier run's slot marker for 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,10 +185,9 @@ class InMemoryPreparedSink(PreparedTransactionSink[_MemTxn]):
     def write(self, handle: _MemTxn, batch: pa.RecordBatch) -> None:
         handle.rows.extend(_rows(batch))
 
-    def pre_commit(self, handle: _MemTxn, fingerprint: Fingerprint) -> bytes:
+    def pre_commit(self, handle: _MemTxn, fingerprint: Fingerprint) -> None:
         with self.target.lock:
             self.target.prepared[handle.transaction_id] = handle.rows
-        return b""
 
     def abort_transaction(self, handle: _MemTxn) -> None:
         handle.rows = []
@@ -222,11 +221,10 @@ class CommitBeforeDecisionSink(InMemoryPreparedSink):
     The conformance suite must fail it.
     """
 
-    def pre_commit(self, handle: _MemTxn, fingerprint: Fingerprint) -> bytes:
+    def pre_commit(self, handle: _MemTxn, fingerprint: Fingerprint) -> None:
         with self.target.lock:
             self.target.rows.extend(handle.rows)
             self.target.receipts.add(handle.transaction_id)
-        return b""
 
 
 @dataclass
@@ -268,7 +266,7 @@ class InMemoryTaskCommitSink(TaskCommitSink[_MemSlot]):
     def write(self, handle: _MemSlot, batch: pa.RecordBatch) -> None:
         handle.rows.extend(_rows(batch))
 
-    def commit_slot(self, handle: _MemSlot, marker: SlotMarker) -> bytes | None:
+    def commit_slot(self, handle: _MemSlot, marker: SlotMarker) -> Mapping[str, float] | None:
         with self.target.lock:
             if self.target.epochs.get(handle.name) != handle.epoch:
                 raise FencedError(f"slot {handle.name} was fenced", sink_id=handle.sink_id)
@@ -276,7 +274,7 @@ class InMemoryTaskCommitSink(TaskCommitSink[_MemSlot]):
             key = (handle.sink_id, handle.generation, handle.batch_id, handle.slot)
             self.target.markers[key] = marker
             self.target.open_slots.pop(handle.name, None)
-        return None
+        return {"rows": float(len(handle.rows))}  # the slot's figures (metrics.task_figures)
 
     def abort_slot(self, handle: _MemSlot) -> None:
         with self.target.lock:

@@ -14,7 +14,6 @@ driver, every row in the slot the shuffle would have chosen.
 from __future__ import annotations
 
 import collections
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,8 @@ kafka = target_fixture("small", partitions=2, create=False)
 
 
 def _capture(info: TaskInfo, batches: Iterator[pa.RecordBatch]) -> TaskOutcome:
-    """A task that returns the ids it got, in order, and their fingerprint."""
+    """A task that returns the ids it got, in order (its figures, by position), and their
+    fingerprint."""
     ids: list[int] = []
     from connectors.core.fingerprint import Fingerprint
 
@@ -50,15 +50,16 @@ def _capture(info: TaskInfo, batches: Iterator[pa.RecordBatch]) -> TaskOutcome:
         batch_fp, data = split_row_hash(batch)
         fp = fp + batch_fp
         ids += data.column("id").to_pylist()
-    payload = json.dumps(ids).encode()
-    return TaskOutcome(commit=TaskCommit("t", info.partition, info.task_attempt_id, fp, payload))
+    return TaskOutcome(commit=TaskCommit("t", info.partition, info.task_attempt_id, fp),
+                       figures={f"{i:09d}": float(v) for i, v in enumerate(ids)})
 
 
 def _slots(outcomes: list[TaskOutcome]) -> dict[int, tuple[list[int], Any]]:
     found = {}
     for o in outcomes:
         assert o.commit is not None, o.error
-        found[o.commit.partition] = (json.loads(o.commit.payload), o.commit.fingerprint)
+        ids = [int(v) for _, v in sorted(o.figures.items())]
+        found[o.commit.partition] = (ids, o.commit.fingerprint)
     return found
 
 

@@ -23,8 +23,9 @@ def entry(
     batch_id: int, run_id: str = RUN_A, state: BatchState = BatchState.DECIDED
 ) -> LedgerEntry:
     commits = (
-        TaskCommit(f"eos1|{SINK}|{run_id}|{batch_id}|1", 0, 1, Fingerprint(2, 11), b"\x00p", 10),
-        TaskCommit(f"eos1|{SINK}|{run_id}|{batch_id}|2", 1, 2, Fingerprint(3, 22), b"", 20),
+        TaskCommit(f"eos1|{SINK}|{run_id}|{batch_id}|1", 0, 1, Fingerprint(2, 11), 10),
+        TaskCommit(f"eos1|{SINK}|{run_id}|{batch_id}|2", 1, 2, Fingerprint(3, 22), 20,
+                   replayed=True),
     )
     return LedgerEntry(SINK, batch_id, run_id, state, commits, Fingerprint(5, 33), "query-1")
 
@@ -172,8 +173,8 @@ def test_everything_survives_a_new_instance(ledger: FileLedger) -> None:
     assert again.bound_query() == "query-1"
     assert again.bind_query("query-1") == 0
     assert again.entries() == [first.committed(), second]
-    assert again.get(1) == second  # commits, payload bytes, fingerprints, decided_at
-    assert again.get(1).commits[0].payload == b"\x00p"  # type: ignore[union-attr]
+    assert again.get(1) == second  # commits, fingerprints, decided_at
+    assert again.get(1).commits[1].replayed  # type: ignore[union-attr]
     with pytest.raises(FencedError):
         again.decide(entry(2, RUN_C))
 

@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,7 +138,7 @@ class _Prepared(InMemoryPreparedSink):
 class _Slots(InMemoryTaskCommitSink):
     fail: _FailOnce
 
-    def commit_slot(self, handle: Any, marker: Any) -> bytes | None:
+    def commit_slot(self, handle: Any, marker: Any) -> Mapping[str, float] | None:
         self.fail.fire()
         return super().commit_slot(handle, marker)
 

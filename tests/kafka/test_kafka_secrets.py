@@ -158,7 +158,8 @@ def test_errors_name_the_flag_and_variable_or_file_never_the_content(
 
 def test_metrics_carry_numbers_and_names_only() -> None:
     """A batch's metrics (logged, kept on the sink) have no field a config value could
-    reach: ids and a family, counts and timings, and numeric extras."""
+    reach: ids and a family, counts and timings, and numeric extras (the tasks' figures
+    too)."""
     from dataclasses import fields
 
     from connectors.core.metrics import BatchMetrics
@@ -168,7 +169,9 @@ def test_metrics_carry_numbers_and_names_only() -> None:
     assert {n for n, t in kinds.items() if t == "str"} == {"sink_id", "family", "outcome",
                                                              "path"}
     assert kinds["extra"] == "dict[str, float]"
-    assert all(t in ("int", "float", "str", "dict[str, float]") for t in kinds.values())
+    assert kinds["task_figures"] == "list[Mapping[str, float]]"
+    assert all(t in ("int", "float", "str", "dict[str, float]", "list[Mapping[str, float]]")
+               for t in kinds.values())
 
 
 def test_short_values_go_where_they_have_a_key() -> None:

@@ -14,9 +14,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from connectors.core.errors import BadInputError, TransientError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
 from connectors.core.metrics import BatchMetrics
-from connectors.core.states import BatchState
 from connectors.core.templates.tasks import SlotMarker, SlotTransaction
 from connectors.kafka import KafkaSink
 from connectors.kafka._clients import KafkaClients
@@ -77,12 +75,15 @@ def test_commit_writes_the_marker_into_the_slots_partition_then_commits() -> Non
     sink, producer = _sink(), FakeProducer()
     handle = _handle(sink, producer)
     sink.write(handle, pa.record_batch({"value": pa.array([b"a", b"b"])}))
-    payload = sink.commit_slot(handle, _marker())
+    figures = sink.commit_slot(handle, _marker())
     topic, args, kwargs = producer.produced[-1]
     assert topic == "_connectors.unit.markers" and kwargs == {"partition": 0}
     assert args[1] == marker_key(0) and json.loads(args[0])["batch_id"] == 5
     assert producer.calls == ["flush", "commit"]
-    assert json.loads(payload or b"{}")["rows"] == 2
+    # The slot's figures, beside its commit (never in the ledger)
+    assert figures == {**figures, "rows": 2, "reused": 0, "by_other": 0}
+    assert sum(v for k, v in figures.items() if k.startswith("produce_")) == 2
+    assert figures["txn_ms"] >= figures["wait_ms"] == 0
 
 
 def test_no_slot_commits_when_another_slot_failed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,19 +139,39 @@ def test_driver_warns_at_80_percent_of_the_transaction_timeout(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     sink = _sink(config={"transaction.timeout.ms": 10_000})
-
-    def entry(txn_ms: float) -> LedgerEntry:
-        payload = json.dumps({"txn_ms": txn_ms, "wait_ms": 1000.0}).encode()
-        commit = TaskCommit("eos1|unit|slot|0", 0, 1, Fingerprint(), payload)
-        return LedgerEntry("unit", 3, "abcd1234", BatchState.COMMITTED, (commit,))
-
     caplog.set_level(logging.WARNING, "connectors.kafka")
     for txn_ms, warned in ((7_000.0, False), (8_500.0, True)):
         caplog.clear()
         metrics = BatchMetrics("unit", 3, "commit_in_task")
-        slot_figures(entry(txn_ms), metrics, sink.options.transaction_timeout_ms)
+        tasks = [{"txn_ms": 10.0, "wait_ms": 5.0}, {"txn_ms": txn_ms, "wait_ms": 1000.0}]
+        slot_figures(tasks, metrics, sink.options.transaction_timeout_ms)
         assert ("85% of transaction.timeout.ms=10000" in caplog.text) is warned
-        assert metrics.extra["txn_ms"] == txn_ms
+        assert (metrics.extra["txn_ms"], metrics.extra["barrier_wait_ms"]) == (txn_ms, 1000.0)
+
+
+def test_the_batch_s_figures_summarise_its_slots_figures_without_reading_the_ledger() -> None:
+    """``report_metrics`` reads the slots' figures from the batch's metrics (where the driver
+    put what each slot's ``commit_slot`` returned), never the ledger; a batch whose slots did
+    not run here (a replay, a recovered batch) has none and says 0."""
+    sink = _sink()
+    assert sink._ledger is None  # a read would fail
+    metrics = BatchMetrics("unit", 3, "commit_in_task", outcome="committed")
+    metrics.task_figures = [
+        {"txn_ms": 12.5, "wait_ms": 3.0, "rows": 5, "produce_native_rows": 5},
+        {"txn_ms": 20.0, "wait_ms": 1.0, "rows": 9, "produce_batch_rows": 4,
+         "produce_record_rows": 5},
+    ]
+    sink.report_metrics(metrics)
+    assert {k: metrics.extra[k] for k in ("txn_ms", "barrier_wait_ms", "produce_native_rows",
+                                          "produce_batch_rows", "produce_record_rows")} == {
+        "txn_ms": 20.0, "barrier_wait_ms": 3.0, "produce_native_rows": 5,
+        "produce_batch_rows": 4, "produce_record_rows": 5}
+    assert metrics.path == "native"  # the path with the most rows (the first of a tie)
+    assert "task_figures" not in metrics.as_dict()  # summarised, not emitted as-is
+    replayed = BatchMetrics("unit", 4, "commit_in_task", outcome="replayed")
+    sink.report_metrics(replayed)
+    assert replayed.extra["txn_ms"] == replayed.extra["produce_native_rows"] == 0
+    assert replayed.path == ""
 
 
 def test_driver_clients_never_travel_to_executors() -> None:
@@ -162,10 +183,10 @@ def test_driver_clients_never_travel_to_executors() -> None:
 
 def test_a_slot_without_rows_still_commits_its_marker() -> None:
     sink, producer = _sink(), FakeProducer()
-    payload = sink.commit_slot(_handle(sink, producer), _marker())
+    figures = sink.commit_slot(_handle(sink, producer), _marker())
     assert [p[0] for p in producer.produced] == ["_connectors.unit.markers"]
     assert producer.calls == ["flush", "commit"]
-    assert json.loads(payload or b"{}")["rows"] == 0
+    assert figures["rows"] == 0
 
 
 # --- producers kept by a Python worker between batches (reuse_producers) ----------------
@@ -217,12 +238,13 @@ def _slot_marker(batch_id: int, fp: Fingerprint) -> SlotMarker:
     return SlotMarker("unit", 0, batch_id, 0, "abcd1234", fp)
 
 
-def _run_slot(sink: KafkaSink, batch_id: int, values: list[bytes]) -> tuple[Slot, dict[str, Any]]:
+def _run_slot(sink: KafkaSink, batch_id: int,
+              values: list[bytes]) -> tuple[Slot, dict[str, float]]:
     handle = sink.open_slot(_ctx(batch_id))
     assert sink.read_marker(handle) is None
     sink.write(handle, pa.record_batch({"value": pa.array(values, pa.binary())}))
-    payload = sink.commit_slot(handle, _slot_marker(batch_id, Fingerprint(len(values), 9)))
-    return handle, json.loads(payload or b"{}")
+    figures = sink.commit_slot(handle, _slot_marker(batch_id, Fingerprint(len(values), 9)))
+    return handle, dict(figures)
 
 
 def _kept_after_batch_5(made: list[InitCountingProducer], **kwargs: Any) -> KafkaSink:
@@ -252,7 +274,7 @@ def test_the_next_batch_of_a_slot_reuses_the_worker_s_producer_without_init(pool
                              "commit"]
     assert [p[2]["partition"] for p in made[0].produced if p[0].endswith(".markers")] == [
         0, 0, 0]
-    assert (first["reused"], second["reused"]) == (False, True)
+    assert (first["reused"], second["reused"]) == (0, 1)
 
 
 def test_reuse_producers_false_starts_every_slot_with_init(pool: Any) -> None:
@@ -271,7 +293,7 @@ def test_a_kept_producer_fenced_at_commit_starts_the_slot_over(pool: Any) -> Non
     _, result = _run_slot(sink, 6, [b"b", b"c"])
     assert len(made) == 2 and made[1].calls == ["init", "begin", "flush", "commit"]
     assert [p[1][0] for p in made[1].produced if p[0] == "out"] == [b"b", b"c"]
-    assert result["rows"] == 2 and result["reused"] is False and result["by_other"] is False
+    assert result["rows"] == 2 and result["reused"] == 0 and result["by_other"] == 0
     # The new producer is the one kept now.
     _run_slot(sink, 7, [b"d"])
     assert len(made) == 2 and made[1].inits == 1
@@ -288,8 +310,8 @@ def test_a_kept_producer_fenced_after_another_attempt_committed_writes_nothing(
     sink.write(handle, pa.record_batch({"value": pa.array([b"b"], pa.binary())}))
     # Another attempt of the slot committed batch 6 meanwhile (and fenced us).
     markers[0] = _slot_marker(6, Fingerprint(1, 9))
-    payload = json.loads(sink.commit_slot(handle, _slot_marker(6, Fingerprint(1, 9))) or b"{}")
-    assert payload["by_other"] is True
+    figures = sink.commit_slot(handle, _slot_marker(6, Fingerprint(1, 9)))
+    assert figures["by_other"] == 1
     assert made[1].calls == ["init"]  # read the marker again, wrote nothing
     assert "commit" not in made[0].calls[4:]
 
@@ -322,9 +344,8 @@ def test_another_attempt_s_different_content_is_kept_with_a_warning_under_warn(
     sink.write(handle, pa.record_batch({"value": pa.array([b"b"], pa.binary())}))
     markers[0] = _slot_marker(6, Fingerprint(1, 12345))
     with caplog.at_level(logging.WARNING, logger="connectors.core.protocol.replay"):
-        payload = json.loads(sink.commit_slot(handle, _slot_marker(6, Fingerprint(1, 9)))
-                             or b"{}")
-    assert payload["by_other"] is True
+        figures = sink.commit_slot(handle, _slot_marker(6, Fingerprint(1, 9)))
+    assert figures["by_other"] == 1
     assert "slot 0 by another attempt" in caplog.text
 
 
@@ -372,7 +393,7 @@ def test_a_kept_producer_fenced_before_the_batch_is_replaced_at_open(pool: Any) 
     made[0].fail_produce = True  # the probe's partition cannot join the transaction
     handle, result = _run_slot(sink, 6, [b"b"])
     assert len(made) == 2 and made[1].calls == ["init", "begin", "flush", "commit"]
-    assert result["reused"] is False and handle.producer is made[1]
+    assert result["reused"] == 0 and handle.producer is made[1]
 
 
 def test_a_kept_marker_reader_ignores_what_an_earlier_read_left_behind(
@@ -674,3 +695,23 @@ def test_slot_owner_records_not_rewritten_for_a_week_are_swept_at_the_first_clai
     assert fresh.exists()
     assert owners.sweep() == 1 and not fresh.exists()
     assert SlotOwners(str(tmp_path / "missing")).sweep() == 0
+
+
+def test_the_record_scan_returns_what_it_found_as_figures_not_a_commit() -> None:
+    """``barrier=False`` without a DataFrame: a job of plain tasks checks every record; each
+    returns its topics' highest partition as its figures (no committable: it commits
+    nothing)."""
+    from connectors.core.batch import TaskInfo
+    from connectors.kafka._checks import scan_task
+
+    sink = _sink()
+    batch = pa.record_batch({"value": pa.array([b"a", b"b"]),
+                             "partition": pa.array([2, 0], pa.int32())})
+    outcome = scan_task(sink._checks, 4, TaskInfo(0, 0, 11), iter([batch]))
+    assert (outcome.commit, outcome.error, outcome.figures) == (None, None, {"out": 2.0})
+    unplaced = scan_task(sink._checks, 4, TaskInfo(1, 0, 12),
+                         iter([pa.record_batch({"value": pa.array([b"c"])})]))
+    assert unplaced.figures == {"out": -1.0}
+    bad = scan_task(sink._checks, 4, TaskInfo(2, 0, 13), iter([pa.record_batch(
+        {"value": pa.array([b"d"]), "partition": pa.array([-1], pa.int32())})]))
+    assert isinstance(bad.error, BadInputError) and bad.figures == {}

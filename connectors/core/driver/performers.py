@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
+from connectors.core.batch import TaskOutcome
 from connectors.core.driver.execution import Execution
 from connectors.core.errors import ConnectorError, DecisionUnknown, TransientError
 from connectors.core.ledgers.ledger import LedgerEntry
@@ -268,6 +269,10 @@ class HookPerformer:
         crash_point(command.point, sink_id=self.run.sink_id, batch_id=command.batch_id)
 
 
+def _partition(outcome: TaskOutcome) -> int:
+    return outcome.commit.partition if outcome.commit is not None else -1
+
+
 class TaskPerformer:
     """The engine's tasks, and a fan-out target's checks."""
 
@@ -278,8 +283,16 @@ class TaskPerformer:
         return {RunTasks: self.run_tasks, TasksEnded: self.tasks_ended,
                 CheckInput: self.check_input, AwaitChecks: self.await_checks}
 
-    def run_tasks(self, command: RunTasks) -> Any:
-        return self.run.timed("prepare_ms", partial(self._run_tasks, command.batch_id))
+    def run_tasks(self, command: RunTasks) -> list[TaskOutcome]:
+        """The batch's tasks (a split batch's: the outcomes its tasks sent); what each task
+        measured, beside its commit and never stored, goes into the batch's figures
+        (``BatchMetrics.task_figures``, in partition order) for the sink's
+        ``report_metrics``."""
+        outcomes: list[TaskOutcome] = self.run.timed(
+            "prepare_ms", partial(self._run_tasks, command.batch_id))
+        self.run.metrics.task_figures = [
+            dict(o.figures) for o in sorted(outcomes, key=_partition) if o.figures]
+        return outcomes
 
     def _run_tasks(self, batch_id: int) -> Any:
         try:

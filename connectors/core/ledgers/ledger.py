@@ -13,7 +13,6 @@ Implementations must make :meth:`Ledger.decide`, :meth:`Ledger.forbid_decision` 
 
 from __future__ import annotations
 
-import base64
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -34,15 +33,24 @@ __all__ = [
 
 #: The query id a sink is bound to when it is called from a batch job (no streaming query).
 BATCH_JOB_QUERY_ID = "batch-job"
-_COMMIT_FORMAT = 1
+#: The stored format of a task commit (and of a ledger entry). 2: no ``payload`` (format 1
+#: carried one, base64; it is ignored when read: the task's figures now travel beside the
+#: commit, in :class:`~connectors.core.batch.TaskOutcome`, never into a ledger).
+_COMMIT_FORMAT = 2
+#: The formats :meth:`TaskCommit.from_json` reads: ledgers written by earlier releases too.
+_READABLE_COMMIT_FORMATS = (1, 2)
 
 
 @dataclass(frozen=True)
 class TaskCommit:
     """What one task sends to the driver: its transaction and the rows it holds.
 
-    This is the *committable* (Flink's term). It is small, immutable and serialized with
-    a format version, because it is stored in ledgers and read by later releases.
+    This is the *committable* (Flink's term): exactly what the driver's commit and a later
+    run's recovery need, and nothing else. It is small, immutable and serialized with a
+    format version, because it is stored in ledgers and read by later releases. What a
+    task measured (its figures) travels beside it, in
+    :attr:`TaskOutcome.figures <connectors.core.batch.TaskOutcome.figures>`, and is never
+    stored.
 
     Attributes:
         transaction_id: the participant transaction (see :class:`~.naming.TransactionId`)
@@ -50,7 +58,6 @@ class TaskCommit:
         partition: the Spark partition (slot) the task wrote.
         task_attempt_id: Spark's application-unique id of the winning attempt.
         fingerprint: row count and order-independent digest of the task's rows.
-        payload: participant-specific bytes needed to commit (often empty).
         nbytes: Arrow bytes the task wrote (metrics).
         replayed: the task found its slot already committed and wrote nothing.
     """
@@ -59,7 +66,6 @@ class TaskCommit:
     partition: int
     task_attempt_id: int
     fingerprint: Fingerprint
-    payload: bytes = b""
     nbytes: int = 0
     replayed: bool = False
 
@@ -70,25 +76,26 @@ class TaskCommit:
             "partition": self.partition,
             "attempt": self.task_attempt_id,
             "fp": self.fingerprint.to_json(),
-            "payload": base64.b64encode(self.payload).decode(),
             "nbytes": self.nbytes,
             "replayed": self.replayed,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TaskCommit:
+        """A stored task commit: this release's format, or format 1 (earlier releases'
+        ledgers; its ``payload`` is ignored: nothing commits or recovers by it). A format
+        this release does not know is refused."""
         version = data.get("v")
-        if version != _COMMIT_FORMAT:
+        if version not in _READABLE_COMMIT_FORMATS:
             raise ProtocolStateError(
                 f"task commit format {version!r} is not supported by this release "
-                f"(expected {_COMMIT_FORMAT}); upgrade connectors"
+                f"(expected one of {list(_READABLE_COMMIT_FORMATS)}); upgrade connectors"
             )
         return cls(
             transaction_id=str(data["txn"]),
             partition=int(data["partition"]),
             task_attempt_id=int(data["attempt"]),
             fingerprint=Fingerprint.from_json(data["fp"]),
-            payload=base64.b64decode(data["payload"]),
             nbytes=int(data.get("nbytes", 0)),
             replayed=bool(data.get("replayed", False)),
         )

@@ -10,7 +10,7 @@ hook's docstring says who calls it, when, and which idempotency it must guarante
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
@@ -53,11 +53,12 @@ class PreparedTransactionSink(TwoPhaseCommitSink, Generic[H]):
         """Task: write one Arrow record batch into the transaction."""
 
     @abstractmethod
-    def pre_commit(self, handle: H, fingerprint: Fingerprint) -> bytes:
+    def pre_commit(self, handle: H, fingerprint: Fingerprint) -> None:
         """Task: flush and prepare; the transaction must then survive this process.
 
-        Return participant-specific bytes the driver needs to commit (often ``b""``).
         Release the handle's resources (a prepared transaction outlives its connection).
+        The driver commits by the transaction's id alone (:meth:`commit` gets the task's
+        :class:`~connectors.core.ledgers.ledger.TaskCommit`): nothing is returned.
         """
 
     @abstractmethod
@@ -156,8 +157,15 @@ class TaskCommitSink(TwoPhaseCommitSink, Generic[H]):
         """Task: write one Arrow record batch into the slot's transaction."""
 
     @abstractmethod
-    def commit_slot(self, handle: H, marker: SlotMarker) -> bytes | None:
-        """Task: write ``marker`` in the same transaction as the rows, then commit."""
+    def commit_slot(self, handle: H, marker: SlotMarker) -> Mapping[str, float] | None:
+        """Task: write ``marker`` in the same transaction as the rows, then commit.
+
+        Return the slot's figures (numbers by name: its transaction's duration, say) or
+        ``None``. They reach the driver beside the slot's commit, never in the ledger, as
+        one of :attr:`BatchMetrics.task_figures
+        <connectors.core.metrics.BatchMetrics.task_figures>`, which :meth:`report_metrics`
+        summarises into ``metrics.extra``.
+        """
 
     @abstractmethod
     def abort_slot(self, handle: H) -> None:

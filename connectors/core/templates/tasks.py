@@ -10,7 +10,7 @@ Spark retries the task.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -98,7 +98,7 @@ def prepare_task(
             partition=info.partition,
         )
         # Step 3
-        payload = sink.pre_commit(handle, fp)
+        sink.pre_commit(handle, fp)
     except DETERMINISTIC_ERRORS as exc:
         _abort_quietly("abort_transaction", sink.abort_transaction, handle)
         return _returned(exc, sink.sink_id, batch_id, str(tid))
@@ -111,7 +111,7 @@ def prepare_task(
     )
     # Step 4
     return TaskOutcome(
-        commit=TaskCommit(str(tid), info.partition, info.task_attempt_id, fp, payload, nbytes)
+        commit=TaskCommit(str(tid), info.partition, info.task_attempt_id, fp, nbytes)
     )
 
 
@@ -129,7 +129,8 @@ def slot_task(
       2. read the slot's marker for this batch: if present, the slot is already committed:
          fingerprint the input, compare, write nothing;
       3. otherwise write every record batch, fingerprinting on the way;
-      4. commit the rows together with the marker (sink, batch, slot, fingerprint).
+      4. commit the rows together with the marker (sink, batch, slot, fingerprint); the
+         slot's figures (what ``commit_slot`` returned) travel beside its commit.
     """
     slot = info.partition
     batch_id, run_id, generation = batch_ctx.batch_id, batch_ctx.run_id, batch_ctx.generation
@@ -169,7 +170,7 @@ def slot_task(
         )
         # Step 4
         marker = SlotMarker(sink.sink_id, generation, batch_id, slot, run_id, fp)
-        payload = sink.commit_slot(handle, marker)
+        figures = sink.commit_slot(handle, marker)
     except DETERMINISTIC_ERRORS as exc:
         _abort_quietly("abort_slot", sink.abort_slot, handle)
         return _returned(exc, sink.sink_id, batch_id, ctx.name)
@@ -177,6 +178,7 @@ def slot_task(
         _abort_quietly("abort_slot", sink.abort_slot, handle)
         raise
     crash_point(CrashPoint.AFTER_PRECOMMIT, sink_id=sink.sink_id, batch_id=batch_id, partition=slot)
-    return TaskOutcome(
-        commit=TaskCommit(ctx.name, slot, info.task_attempt_id, fp, payload or b"", nbytes)
-    )
+    # The slot committed: figures that are no mapping (a hook written for bytes) are dropped,
+    # never the task's failure.
+    return TaskOutcome(commit=TaskCommit(ctx.name, slot, info.task_attempt_id, fp, nbytes),
+                       figures=dict(figures) if isinstance(figures, Mapping) else {})

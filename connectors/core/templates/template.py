@@ -259,7 +259,10 @@ class TwoPhaseCommitSink(ABC):
 
     def report_metrics(self, metrics: BatchMetrics) -> None:  # noqa: B027 - optional hook
         """Driver, after every batch (also a failed one), before its metrics line is
-        logged: add the sink's own figures to ``metrics.extra``."""
+        logged: add the sink's own figures to ``metrics.extra`` (what its tasks returned,
+        e.g. :meth:`TaskCommitSink.commit_slot
+        <connectors.core.templates.families.TaskCommitSink.commit_slot>`'s figures, are in
+        ``metrics.task_figures``)."""
 
     # ---- the entry point ----
     def __call__(self, df: Any, batch_id: int) -> None:
