@@ -114,21 +114,6 @@ def test_a_slot_s_figures_reach_the_batch_s_metrics_and_never_the_ledger() -> No
     assert_exact(target, 0)
 
 
-class _OldSlots(InMemoryTaskCommitSink):
-    """A ``commit_slot`` written when it returned bytes."""
-
-    def commit_slot(self, handle: Any, marker: Any) -> Any:
-        super().commit_slot(handle, marker)
-        return b'{"txn_ms": 1.0}'
-
-
-def test_figures_that_are_no_mapping_are_dropped_never_failing_a_committed_slot() -> None:
-    target = InMemoryTarget()
-    metrics = write(_OldSlots(target, sink_id="events", slots=2), 0)
-    assert (metrics.outcome, metrics.task_figures) == ("committed", [])
-    assert_exact(target, 0)
-
-
 def test_a_prepared_transaction_s_pre_commit_returns_nothing_and_no_figures() -> None:
     target = InMemoryTarget()
     sink = InMemoryPreparedSink(target, sink_id="events")

@@ -10,7 +10,7 @@ Spark retries the task.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -178,7 +178,5 @@ def slot_task(
         _abort_quietly("abort_slot", sink.abort_slot, handle)
         raise
     crash_point(CrashPoint.AFTER_PRECOMMIT, sink_id=sink.sink_id, batch_id=batch_id, partition=slot)
-    # The slot committed: figures that are no mapping (a hook written for bytes) are dropped,
-    # never the task's failure.
     return TaskOutcome(commit=TaskCommit(ctx.name, slot, info.task_attempt_id, fp, nbytes),
-                       figures=dict(figures) if isinstance(figures, Mapping) else {})
+                       figures=dict(figures or {}))
