@@ -95,6 +95,22 @@ def restart_times(log: Path, started: float) -> dict[str, float | None]:
 
 def _drive(cmd: list[str], env: dict[str, str], log: Path, label: str, checkpoint: Path,
            rows_per_batch: int, quiet: bool) -> tuple[int, float]:
+    # Spark's scratch (the copy of every jar its local executor fetches): one per run, in
+    # the work dir, removed after it; a SIGKILLed driver runs no shutdown hook to do it.
+    scratch = None
+    if not env.get("SPARK_LOCAL_DIRS"):
+        scratch = Path(tempfile.mkdtemp(prefix="spark-scratch-", dir=log.parent))
+        env = dict(env, SPARK_LOCAL_DIRS=str(scratch))
+    try:
+        return _watch(cmd, env, log, label, checkpoint, rows_per_batch, quiet)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _watch(cmd: list[str], env: dict[str, str], log: Path, label: str, checkpoint: Path,
+           rows_per_batch: int, quiet: bool) -> tuple[int, float]:
+    """Run ``cmd`` to its end, printing each batch it commits and its rate."""
     start = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)

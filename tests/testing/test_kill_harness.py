@@ -114,3 +114,21 @@ def test_kill_at_random_fails_when_no_kill_lands(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match="no run was killed"):
         kill_at_random(job, progress=lambda: 0, runs=1, max_delay=0.0, seed=1)
     assert job.values() == list(range(30))
+
+
+def test_a_killed_drivers_spark_scratch_is_removed_unless_it_is_the_callers(
+        tmp_path: Path) -> None:
+    # A SIGKILLed Spark driver leaves its scratch (each jar of spark.jars copied for the
+    # local executor): the harness gives each run its own and removes it.
+    run = run_driver([], module="tests.testing._scratch_driver", root=REPO)
+    assert run.returncode == -9
+    scratch = Path(run.output.split("SCRATCH ", 1)[1].split()[0])
+    assert scratch.name.startswith("connectors-driver-")
+    assert not scratch.exists()
+    # A SPARK_LOCAL_DIRS of the caller's is used as given and kept.
+    own = tmp_path / "own-scratch"
+    own.mkdir()
+    run = run_driver([], module="tests.testing._scratch_driver", root=REPO,
+                     env={"SPARK_LOCAL_DIRS": str(own)})
+    assert run.returncode == -9 and f"SCRATCH {own}" in run.output
+    assert (own / "spark-1" / "userFiles-1" / "delta-spark.jar").is_file()
