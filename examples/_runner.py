@@ -271,7 +271,9 @@ def run_available_now(df: DataFrame, write: BatchWriter, checkpoint: str,
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
+    from connectors import await_termination
+
+    await_termination(query)  # the query's error raised (noted when Spark refused to start)
     return 0
 
 

@@ -233,7 +233,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------ doctor
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from connectors.cli._doctor import check, jar_findings, read_checkpoint
+    from connectors.cli._doctor import check, jar_findings, offset_log_findings, read_checkpoint
 
     if len(args.sink_ids) != 1:
         raise ConfigurationError("doctor checks one sink: pass exactly one --sink-id")
@@ -241,7 +241,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         ckpt = read_checkpoint(args.checkpoint)
     except FileNotFoundError as exc:
         raise ConfigurationError(str(exc)) from None
-    findings: list[Finding] = []
+    findings: list[Finding] = offset_log_findings(ckpt)
     for target in _targets(args):
         ledger = target.ledger(args.sink_ids[0])
         try:

@@ -12,6 +12,13 @@ in between. So, for a healthy pair (batch ids as integers):
   (DECIDED is allowed only after a database crash lost the asynchronous "committed"
   mark: the next run finishes it), and the ledger has no gaps.
 
+A driver killed while Spark writes the query's first offset log entry leaves only that
+write's temporary file (``offsets/.0.<uuid>.tmp``, and its ``..0.<uuid>.tmp.crc``): no batch
+was planned and the sink wrote nothing, yet Spark >= 4.1 refuses to start the query
+(``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``: the offset log "should be empty on batch
+0", SPARK-53103). The doctor names those files and the one safe fix: remove them (only
+them), then restart; the restart plans batch 0 anew and delivers every row once.
+
 It also shows, per component (``jars:delta``, ``jars:kafka``), the jars
 :func:`connectors.spark.get_session` would put on the class path, read from the jar cache
 without starting Spark or Maven (:func:`connectors.spark.jar_report`); a cached Delta jar
@@ -21,6 +28,8 @@ of another minor version than delta-spark's is an error, as it is at session sta
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +38,12 @@ from connectors.core.errors import ConfigurationError
 from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
 from connectors.core.states import BatchState
 
-__all__ = ["Checkpoint", "check", "jar_findings", "read_checkpoint"]
+__all__ = ["Checkpoint", "check", "jar_findings", "offset_log_findings", "read_checkpoint"]
+
+
+#: A temporary file of Spark's atomic checkpoint writes (CheckpointFileManager names it
+#: ``.<name>.<uuid>.tmp``; a checksummed file system adds ``..<name>.<uuid>.tmp.crc``).
+_TEMP_FILE = re.compile(r"^\.{1,2}\d+\.[^/]+\.tmp(\.crc)?$")
 
 
 @dataclass(frozen=True)
@@ -38,6 +52,8 @@ class Checkpoint:
     query_id: str | None
     offsets: list[int]
     commits: list[int]
+    #: temporary files of interrupted offset log writes, by name (in ``offsets/``)
+    offset_temps: tuple[str, ...] = ()
 
 
 def _batch_ids(directory: Path) -> list[int]:
@@ -58,8 +74,37 @@ def read_checkpoint(path: str) -> Checkpoint:
             query_id = json.loads(meta.read_text().splitlines()[0]).get("id")
         except (ValueError, IndexError):
             query_id = None
-    return Checkpoint(str(root), query_id, _batch_ids(root / "offsets"),
-                      _batch_ids(root / "commits"))
+    offsets = root / "offsets"
+    temps = tuple(sorted(p.name for p in offsets.iterdir() if _TEMP_FILE.match(p.name))) \
+        if offsets.is_dir() else ()
+    return Checkpoint(str(root), query_id, _batch_ids(offsets), _batch_ids(root / "commits"),
+                      temps)
+
+
+def offset_log_findings(ckpt: Checkpoint) -> list[Finding]:
+    """What interrupted offset log writes left (none: no finding).
+
+    Only temporary files and no offset: a driver died writing the first entry, and Spark
+    >= 4.1 will not start the query until they are removed (an error, with the exact fix).
+    Beside planned batches they are harmless (Spark ignores them): a warning.
+    """
+    if not ckpt.offset_temps:
+        return []
+    paths = [str(Path(ckpt.path) / "offsets" / name) for name in ckpt.offset_temps]
+    fix = "rm -- " + " ".join(shlex.quote(p) for p in paths)
+    if not ckpt.offsets:
+        return [Finding("first-offset-write", False,
+                        f"a driver died while Spark wrote this query's first offset log entry: "
+                        f"offsets/ holds only {', '.join(ckpt.offset_temps)}. No batch was "
+                        "planned, so the sink wrote nothing for this query, yet Spark >= 4.1 "
+                        "refuses to start it (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). The "
+                        f"safe fix, with the query stopped: remove only those files ({fix}), "
+                        "then restart the query: it plans batch 0 anew and delivers every "
+                        "row once. Do not remove anything else of the checkpoint")]
+    return [Finding("offset-temp-files", False,
+                    f"offsets/ holds temporary files of an interrupted write "
+                    f"({', '.join(ckpt.offset_temps)}): harmless, Spark ignores them; with "
+                    f"the query stopped they may be removed ({fix})", severity="warning")]
 
 
 def check(ckpt: Checkpoint, entries: list[LedgerEntry], bound_query: str | None) -> list[Finding]:

@@ -284,12 +284,17 @@ def await_termination(query: Any, timeout: float | None = None) -> bool:
     Returns whether the query has ended (always ``True`` without ``timeout``). Raises the
     query's error when it failed for any other reason. Waits for a stop that
     :func:`stop_on_sigterm` started to finish its work.
+
+    A query that Spark refuses to start because its offset log holds only what a killed
+    driver's first offset write left (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``) raises
+    its error with a note (logged too) naming ``connectors doctor`` and the safe fix.
     """
     try:
         ended = query.awaitTermination(timeout) if timeout is not None \
             else (query.awaitTermination() or True)
     except Exception as exc:
         if not _graceful(exc):
+            _explain_refused_start(exc)
             raise
         ended = True
     if ended:
@@ -298,6 +303,34 @@ def await_termination(query: Any, timeout: float | None = None) -> bool:
         if thread is not None:
             thread.join(timeout=30)
     return bool(ended)
+
+
+#: Spark >= 4.1's refusal to start a query whose offset log is not empty at batch 0.
+REFUSED_START = "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"
+
+
+def refused_start_hint(error: BaseException) -> str | None:
+    """What to do when ``error`` is Spark's refusal to start a query over an offset log that
+    holds only a killed driver's temporary files (``None`` for any other error)."""
+    text = str(error)
+    if REFUSED_START not in text or "offsets" not in text:
+        return None
+    return ("Spark refused to start this query: its checkpoint's offsets/ directory is not "
+            "empty, though no batch was planned. A driver killed while Spark wrote the first "
+            "offset log entry leaves that write's temporary files (offsets/.0.<uuid>.tmp) and "
+            "nothing else; the sink then wrote nothing for this query. Run `connectors doctor "
+            "--checkpoint <checkpoint> ...`: it lists those files and the safe fix (remove "
+            "only them, then restart; every row is delivered once)")
+
+
+def _explain_refused_start(error: BaseException) -> None:
+    hint = refused_start_hint(error)
+    if hint is None:
+        return
+    logger.error("%s", hint)
+    add_note = getattr(error, "add_note", None)  # Python >= 3.11
+    if add_note is not None:
+        add_note(hint)
 
 
 def await_batch_tasks(df: DataFrame, connect: bool) -> None:

@@ -293,3 +293,62 @@ def test_failed_task_is_retried_on_local_n_f_and_only_the_accepted_attempt_commi
     assert run.returncode == 0, run.tail()
     assert a_failed_task_was_retried(attempts), json.dumps(attempts, indent=1)
     job.assert_exact()
+
+
+def test_a_killed_first_offset_write_is_named_fixed_by_the_doctor_then_exact(
+        tmp_path: Path) -> None:
+    """What a driver killed inside Spark's first offset log write leaves: the query's
+    ``metadata`` and that write's temporary file, cut short, in ``offsets/``. Spark >= 4.1
+    then refuses to start the query; the job's error names ``connectors doctor``, whose
+    exact fix (remove only those files) lets the restart deliver every row once.
+
+    The instant is made, not hit: the write lasts microseconds, no crash point of ours is
+    inside it, so the first run ends before any batch (an empty input, ``metadata``
+    written by Spark) and the temporary file is laid as Spark's CheckpointFileManager
+    names it (``.0.<uuid>.tmp``, its checksum ``..0.<uuid>.tmp.crc``).
+    """
+    import shlex
+    import subprocess
+
+    import pyspark
+
+    from connectors.cli._doctor import offset_log_findings, read_checkpoint
+
+    job = Job(tmp_path, files=2)
+    held = tmp_path / "held"
+    held.mkdir()
+    inputs = sorted(job.input.iterdir())
+    for f in inputs:  # the first run sees no input: it plans no batch
+        f.rename(held / f.name)
+    first = job.run()
+    assert first.returncode == 0, first.tail()
+    assert (job.checkpoint / "metadata").is_file()
+    assert spark_batches(job.checkpoint) == (set(), set())
+    uuid = "5c7e0b9a-1d2f-4e3a-9b8c-7d6e5f4a3b2c"
+    offsets = job.checkpoint / "offsets"
+    offsets.mkdir(exist_ok=True)
+    (offsets / f".0.{uuid}.tmp").write_text('v1\n{"batchWatermarkMs":0,"batchTimesta')
+    (offsets / f"..0.{uuid}.tmp.crc").write_bytes(b"crc\x00")
+    for f in inputs:
+        (held / f.name).rename(f)
+
+    spark_version = tuple(int(x) for x in pyspark.__version__.split(".")[:2])
+    if spark_version >= (4, 1):
+        refused = job.run()
+        assert refused.returncode != 0
+        assert "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY" in refused.output
+        assert "connectors doctor --checkpoint" in refused.output  # the job's error says where
+        assert read_output(job.out) is None  # nothing written
+    (finding,) = offset_log_findings(read_checkpoint(str(job.checkpoint)))
+    assert finding.check == "first-offset-write" and not finding.ok
+    fix = finding.detail.split("(rm -- ", 1)[1].split(")", 1)[0]
+    removed = shlex.split(fix)
+    assert sorted(removed) == sorted(str(p) for p in offsets.glob(".*tmp*"))
+    subprocess.run(["rm", "--", *removed], check=True)  # the fix, as the doctor wrote it
+    assert offset_log_findings(read_checkpoint(str(job.checkpoint))) == []
+
+    last = job.run()
+    assert last.returncode == 0, last.tail()
+    job.assert_exact()  # row by row: every id once
+    assert spark_batches(job.checkpoint) == ({0, 1}, {0, 1})
+    assert not job.staged(".prepared")

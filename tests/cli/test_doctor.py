@@ -10,7 +10,7 @@ import pyspark
 import pytest
 
 from connectors.cli import main
-from connectors.cli._doctor import Checkpoint, check, read_checkpoint
+from connectors.cli._doctor import Checkpoint, check, offset_log_findings, read_checkpoint
 from connectors.cli._model import EXIT_ATTENTION, EXIT_OK
 from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
 from connectors.core.states import BatchState
@@ -89,6 +89,35 @@ def test_read_checkpoint(tmp_path: Path) -> None:
     assert (got.query_id, got.offsets, got.commits) == (Q, [0, 1, 2], [0, 1])
     with pytest.raises(FileNotFoundError, match="not a directory"):
         read_checkpoint(str(tmp_path / "nope"))
+
+
+def test_what_a_killed_first_offset_write_left_is_named_with_the_exact_fix(
+        tmp_path: Path) -> None:
+    # Spark's atomic write: .0.<uuid>.tmp (and its checksum), renamed to 0 when complete
+    root = tmp_path / "check point"  # a space: the fix must quote it
+    (root / "offsets").mkdir(parents=True)
+    (root / "metadata").write_text(json.dumps({"id": Q}) + "\n")
+    uuid = "6f1c2d3e-aaaa-bbbb-cccc-0123456789ab"
+    (root / "offsets" / f".0.{uuid}.tmp").write_text("v1\n")
+    (root / "offsets" / f"..0.{uuid}.tmp.crc").write_text("")
+    got = read_checkpoint(str(root))
+    assert (got.offsets, got.offset_temps) == ([], (f"..0.{uuid}.tmp.crc", f".0.{uuid}.tmp"))
+    (finding,) = offset_log_findings(got)
+    assert (finding.check, finding.ok, finding.severity) == ("first-offset-write", False, "error")
+    fix = (f"rm -- '{root}/offsets/..0.{uuid}.tmp.crc' '{root}/offsets/.0.{uuid}.tmp'")
+    assert fix in finding.detail
+    assert "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY" in finding.detail
+    assert "sink wrote nothing" in finding.detail
+    # beside planned batches: harmless, a warning
+    (root / "offsets" / "0").write_text("v1\n{}")
+    (finding,) = offset_log_findings(read_checkpoint(str(root)))
+    assert (finding.check, finding.severity) == ("offset-temp-files", "warning")
+    assert "harmless" in finding.detail
+    # no temporary file: no finding; Spark's own checksums are not temporary files
+    for p in (root / "offsets").glob("*.tmp*"):
+        p.unlink()
+    (root / "offsets" / ".0.crc").write_text("")
+    assert offset_log_findings(read_checkpoint(str(root))) == []
 
 
 # ------------------------------------------------------------------ the jars section
@@ -177,3 +206,19 @@ def test_doctor_only_warns_when_the_s3_jars_cannot_be_planned(
     assert found["jars:s3"]["ok"] is False
     assert found["jars:s3"]["severity"] == "warning"
     assert "has no hadoop-client-api-<version>.jar" in found["jars:s3"]["detail"]
+
+
+def test_doctor_fails_on_a_killed_first_offset_write_and_passes_after_the_fix(
+    doctor_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    temp = tmp_path / "ckpt" / "offsets" / ".0.0e1f-uuid.tmp"
+    temp.parent.mkdir()
+    temp.write_text("v1\n")
+    assert main([*doctor_args, "--json"]) == EXIT_ATTENTION
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert found["first-offset-write"]["ok"] is False
+    assert f"rm -- {temp}" in found["first-offset-write"]["detail"]
+    temp.unlink()  # the documented fix
+    assert main([*doctor_args, "--json"]) == EXIT_OK
+    found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
+    assert "first-offset-write" not in found
