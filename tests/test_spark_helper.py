@@ -61,8 +61,9 @@ def options(builder: Any) -> dict[str, str]:
 # ------------------------------------------------------------------ public names
 
 SPARK_ALL = sorted(["JarChoice", "StopReport", "await_termination", "check_components",
-                    "get_session", "jar_report", "last_metrics", "register", "resolve_jars",
-                    "session_builder", "stop_gracefully", "stop_on_sigterm"])
+                    "configure", "get_session", "jar_report", "last_metrics", "register",
+                    "resolve_jars", "session_builder", "spark_conf", "stop_gracefully",
+                    "stop_on_sigterm", "submit_args"])
 
 
 def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
@@ -76,7 +77,8 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
              "get_session": "jars._session", "session_builder": "jars._session",
              "last_metrics": "_binding", "register": "_source", "StopReport": "_stop",
              "await_termination": "_stop", "stop_gracefully": "_stop",
-             "stop_on_sigterm": "_stop"}
+             "stop_on_sigterm": "_stop", "configure": "jars._submit",
+             "spark_conf": "jars._submit", "submit_args": "jars._submit"}
     for name, home in homes.items():
         assert getattr(cs, name).__module__ == f"connectors.spark.{home}"
     # not in __all__; connectors doctor uses them

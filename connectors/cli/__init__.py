@@ -10,6 +10,7 @@
     connectors status  --kafka b:9092 --kafka-config-file client.properties
     connectors status  --delta s3a://bucket/table     # store settings from AWS_* variables
     connectors status  --postgres-env PGCONN --watch --interval 5 --prometheus-port 9464
+    connectors submit-args --components delta,kafka     # --packages/--conf for spark-submit
 
 Every command prints human-readable tables, or JSON with ``--json``. Exit codes: 0 all is
 well, 1 something needs an operator (lingering transactions, unfinished batches, a broken
@@ -26,6 +27,7 @@ or log lines.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -45,6 +47,10 @@ from connectors.cli._model import (
 from connectors.cli._targets import PostgresTarget, Target
 from connectors.core.errors import ConfigurationError, ConnectorError
 from connectors.core.naming import validate_sink_id
+
+#: The components ``submit-args`` names by default: ``connectors.spark.DEFAULT_COMPONENTS``
+#: (kept literal here: building the parser must not import the resolver).
+DEFAULT_SPARK_COMPONENTS = ("delta", "kafka")
 
 __all__ = ["main", "storage_options"]
 
@@ -302,13 +308,34 @@ def build_parser() -> argparse.ArgumentParser:
                             "show the jars a Spark session would get")
     doctor.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
     _add_target_args(doctor)
+
+    submit = sub.add_parser("submit-args", help="the spark-submit arguments the components "
+                            "need (--packages and --conf) for this Spark version; your "
+                            "master and settings stay yours")
+    submit.add_argument("--components", default=",".join(DEFAULT_SPARK_COMPONENTS),
+                        help="comma-separated: delta, kafka, s3 (default: %(default)s)")
+    submit.add_argument("--jars", action="store_true",
+                        help="--jars with the resolved jars' local paths instead of --packages")
+    submit.add_argument("--json", action="store_true", help="the arguments as a JSON list")
     return parser
+
+
+def cmd_submit_args(args: argparse.Namespace) -> int:
+    from connectors.spark.jars import submit_args, submit_line
+
+    components = [c.strip() for c in args.components.split(",") if c.strip()]
+    if args.json:
+        print(json.dumps(submit_args(components, packages=not args.jars)))
+    else:
+        print(submit_line(components, packages=not args.jars))
+    return EXIT_OK
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "recover": cmd_recover,
     "doctor": cmd_doctor,
+    "submit-args": cmd_submit_args,
 }
 
 

@@ -25,7 +25,9 @@ Two parts:
 The public names below load on first use (``import connectors.spark`` imports neither
 pyspark nor the resolver): the resolver's (:func:`resolve_jars`, :func:`jar_report`,
 :class:`JarChoice`, :func:`session_builder`, :func:`get_session`,
-:func:`check_components`; documented in :mod:`connectors.spark.jars`),
+:func:`check_components`, and for a session or ``spark-submit`` line of your own on your
+cluster :func:`spark_conf`, :func:`configure`, :func:`submit_args`; documented in
+:mod:`connectors.spark.jars`),
 :func:`last_metrics` (under Spark Connect, a sink's last metrics read on the client), and
 the Spark side of the API that :mod:`connectors` exports (the same objects):
 :func:`register` (the DataSource form) and the graceful stop (:func:`stop_gracefully`,
@@ -53,15 +55,18 @@ if TYPE_CHECKING:
     from connectors.spark.jars import (
         JarChoice,
         check_components,
+        configure,
         get_session,
         jar_report,
         resolve_jars,
         session_builder,
+        spark_conf,
+        submit_args,
     )
 
-__all__ = ["JarChoice", "StopReport", "await_termination", "check_components", "get_session",
-           "jar_report", "last_metrics", "register", "resolve_jars", "session_builder",
-           "stop_gracefully", "stop_on_sigterm"]
+__all__ = ["JarChoice", "StopReport", "await_termination", "check_components", "configure",
+           "get_session", "jar_report", "last_metrics", "register", "resolve_jars",
+           "session_builder", "spark_conf", "stop_gracefully", "stop_on_sigterm", "submit_args"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +81,9 @@ _HOMES = {
     "check_components": "jars._session",
     "get_session": "jars._session",
     "session_builder": "jars._session",
+    "configure": "jars._submit",
+    "spark_conf": "jars._submit",
+    "submit_args": "jars._submit",
     "last_metrics": "_binding",
     "register": "_source",
     "StopReport": "_stop",

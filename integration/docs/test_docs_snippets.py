@@ -274,6 +274,22 @@ def check_secure_orders(page: Page, run: sn.Run) -> None:
              "the secured topic after the Kafka source over SASL_SSL")
 
 
+def check_submit_args(page: Page, run: sn.Run) -> None:
+    """docs/spark-jars.md: the --packages line (Delta's coordinate, its two settings, no
+    master) and the --jars list as JSON."""
+    import shlex
+
+    line, listed = [ln for ln in run.stdout.splitlines() if ln.strip()]
+    args = shlex.split(line)
+    assert args[0] == "--packages" and "--master" not in args, line
+    coords = args[1].split(",")
+    artifacts = [c.split(":")[1].split("_")[0] for c in coords]
+    assert artifacts == ["delta-spark", "spark-sql-kafka-0-10"], coords
+    assert "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension" in args
+    jars = json.loads(listed)
+    assert jars[0] == "--jars" and all(Path(j).is_file() for j in jars[1].split(","))
+
+
 def no_target(page: Page, run: sn.Run) -> None:
     """A block that only defines code a later block of the page uses."""
 
@@ -314,6 +330,7 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/delta.md", "delta_cdc.py"): Expect(check_delta_cdc),
     ("docs/delta.md", "delta_overwrite.py"): Expect(check_delta_overwrite),
     ("docs/stopping.md", "graceful_stop.py"): Expect(check_delta_events),
+    ("docs/spark-jars.md", "bash#0"): Expect(check_submit_args),
     ("docs/fan-out.md", "fan_out.py"):
         Expect(check_fan_out, "after_decision:batch=1", "events-fan"),
     ("docs/connector-guide.md", "staged_files_sink.py"): Expect(no_target),

@@ -50,9 +50,12 @@ the refusals), ``_maven`` (the POM and the ``mvn`` run), ``_cache`` (stamps, loc
 publishing), ``_resolve`` (:func:`resolve_jars`, :func:`jar_report`) and ``_session`` (the
 builder, :func:`get_session`, :func:`check_components`: a thin helper that only builds a
 SparkSession with the resolved jars, so it lives with them; the engine adapter in
-:mod:`connectors.spark` never builds a session). :mod:`connectors.spark` re-exports them
-(but :func:`is_secret_conf`: whether a Spark conf key names a secret, which the session
-builder masks in what it prints and ``connectors demo --conf`` refuses).
+:mod:`connectors.spark` never builds a session) and ``_submit`` (:func:`spark_conf`,
+:func:`configure`, :func:`submit_args`: the components' jars and settings for a session or
+a ``spark-submit`` line of yours, on your cluster, without touching its master).
+:mod:`connectors.spark` re-exports them (but :func:`is_secret_conf`: whether a Spark conf
+key names a secret, which the session builder masks in what it prints and ``connectors demo
+--conf`` refuses; and :func:`submit_line`, which ``connectors submit-args`` prints).
 """
 
 from __future__ import annotations
@@ -70,9 +73,11 @@ if TYPE_CHECKING:
         is_secret_conf,
         session_builder,
     )
+    from connectors.spark.jars._submit import configure, spark_conf, submit_args, submit_line
 
-__all__ = ["JarChoice", "check_components", "get_session", "is_secret_conf", "jar_report",
-           "resolve_jars", "session_builder"]
+__all__ = ["JarChoice", "check_components", "configure", "get_session", "is_secret_conf",
+           "jar_report", "resolve_jars", "session_builder", "spark_conf", "submit_args",
+           "submit_line"]
 
 #: Public name -> the private module that holds it. Imported on first use, so that
 #: ``import connectors.spark.jars`` neither imports pyspark nor runs anything.
@@ -86,6 +91,10 @@ HOMES = {
     "get_session": "_session",
     "session_builder": "_session",
     "is_secret_conf": "_session",
+    "configure": "_submit",
+    "spark_conf": "_submit",
+    "submit_args": "_submit",
+    "submit_line": "_submit",
 }
 
 

@@ -23,11 +23,11 @@ from pyspark.sql import SparkSession
 from connectors.core.errors import ConfigurationError
 from connectors.spark.jars._components import DEFAULT_COMPONENTS
 from connectors.spark.jars._resolve import resolve_jars
+from connectors.spark.jars._submit import delta_conf
 
 logger = logging.getLogger(__name__)
 
-_DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
-_DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+_DELTA_EXTENSION = delta_conf()["spark.sql.extensions"]
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
 
 
@@ -194,8 +194,7 @@ def _session_conf(
     if jars:
         settings["spark.jars"] = ",".join(jars)
     if "delta" in components:
-        settings["spark.sql.extensions"] = _DELTA_EXTENSION
-        settings["spark.sql.catalog.spark_catalog"] = _DELTA_CATALOG
+        settings.update(delta_conf())
         settings["spark.databricks.delta.snapshotPartitions"] = "2"
     settings["spark.sql.shuffle.partitions"] = "2"
     settings["spark.ui.enabled"] = "false"

@@ -1,0 +1,126 @@
+"""Your session, your cluster: the components' jars and settings, and nothing else.
+
+:func:`get_session` builds a small local session (``local[2]`` and small-machine tuning).
+On a cluster the master, the resources and the deploy mode are yours, so these helpers add
+only what the components need:
+
+- :func:`spark_conf`: the settings, as a dict: the jars (``spark.jars``, the resolved,
+  pruned closure as local paths; or ``spark.jars.packages``, Maven coordinates that the
+  cluster's Spark resolves with Ivy) and, with ``"delta"``, Delta's SQL extension and
+  catalog;
+- :func:`configure`: the same, set on a ``SparkSession.Builder`` of yours;
+- :func:`submit_args`: the same as ``spark-submit`` arguments (``--packages ... --conf
+  ...``, or ``--jars ...``); ``connectors submit-args`` prints them.
+
+The coordinates are those of the Spark this process runs (pyspark's version, or
+``$SPARK_HOME``'s): generate the line with the Spark version your cluster runs. ``--packages``
+names the coordinates actually on the class path after a substitution (a Delta release whose
+Maven twin is missing): the first call resolves them once (Maven, then the cache).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from connectors.spark.jars._components import DEFAULT_COMPONENTS
+from connectors.spark.jars._resolve import jar_report, resolve_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["configure", "delta_conf", "spark_conf", "submit_args", "submit_line"]
+
+_DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+_DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def delta_conf() -> dict[str, str]:
+    """Delta Lake's SQL extension and catalog: what a session with Delta needs set."""
+    return {"spark.sql.extensions": _DELTA_EXTENSION,
+            "spark.sql.catalog.spark_catalog": _DELTA_CATALOG}
+
+
+def _names(components: Iterable[str]) -> tuple[str, ...]:
+    return (components,) if isinstance(components, str) else tuple(dict.fromkeys(components))
+
+
+def spark_conf(components: Iterable[str] = DEFAULT_COMPONENTS, *, packages: bool = False,
+               cache_dir: str | None = None) -> dict[str, str]:
+    """The settings ``components`` need on a session of yours; no master, no tuning.
+
+    ``packages=False``: ``spark.jars``, the local paths :func:`resolve_jars` returns (the
+    submitting host's cache; ``spark-submit`` ships them to a cluster). ``packages=True``:
+    ``spark.jars.packages``, the Maven coordinates on the class path (resolved here once, so
+    that a substitution is known), for the cluster's own Ivy to fetch.
+
+    .. example-needs: spark
+
+    Example (``"kafka"`` only: one coordinate, at this Spark's version; the first call
+    fetches the jars)::
+
+        >>> conf = spark_conf(["kafka"], packages=True)
+        >>> conf["spark.jars.packages"].startswith("org.apache.spark:spark-sql-kafka-0-10_")
+        True
+        >>> sorted(conf)
+        ['spark.jars.packages']
+    """
+    names = _names(components)
+    conf: dict[str, str] = {}
+    jars = resolve_jars(names, cache_dir=cache_dir)
+    if packages:
+        coords = [c for choice in jar_report(names, cache_dir=cache_dir) for c in choice.used]
+        if coords:
+            conf["spark.jars.packages"] = ",".join(coords)
+    elif jars:
+        conf["spark.jars"] = ",".join(jars)
+    if "delta" in names:
+        conf.update(delta_conf())
+    return conf
+
+
+def configure(builder: SparkSession.Builder, components: Iterable[str] = DEFAULT_COMPONENTS,
+              *, packages: bool = False,
+              cache_dir: str | None = None) -> SparkSession.Builder:
+    """Set :func:`spark_conf` on ``builder`` (yours: its master and settings stay) and
+    return it. Set ``spark.jars`` or ``spark.sql.extensions`` of your own after this call,
+    joined with these values (a later ``config`` of the same key replaces it)::
+
+        from pyspark.sql import SparkSession
+        from connectors.spark import configure
+
+        spark = configure(SparkSession.builder.appName("events"), ["delta"]).getOrCreate()
+    """
+    for key, value in spark_conf(components, packages=packages, cache_dir=cache_dir).items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def submit_args(components: Iterable[str] = DEFAULT_COMPONENTS, *, packages: bool = True,
+                cache_dir: str | None = None) -> list[str]:
+    """:func:`spark_conf` as ``spark-submit`` arguments: ``--packages`` (default) or
+    ``--jars``, then a ``--conf KEY=VALUE`` for each other setting.
+
+    .. example-needs: spark
+
+    Example::
+
+        >>> submit_args(["kafka"])[0]
+        '--packages'
+    """
+    args: list[str] = []
+    for key, value in spark_conf(components, packages=packages, cache_dir=cache_dir).items():
+        if key == "spark.jars.packages":
+            args += ["--packages", value]
+        elif key == "spark.jars":
+            args += ["--jars", value]
+        else:
+            args += ["--conf", f"{key}={value}"]
+    return args
+
+
+def submit_line(components: Iterable[str] = DEFAULT_COMPONENTS, *, packages: bool = True,
+                cache_dir: str | None = None) -> str:
+    """:func:`submit_args` quoted for a shell, on one line."""
+    return shlex.join(submit_args(components, packages=packages, cache_dir=cache_dir))
