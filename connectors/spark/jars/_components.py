@@ -35,6 +35,18 @@ _HADOOP_GROUP = "org.apache.hadoop"
 # Delta publishes one artifact per Spark minor (delta-spark_4.2_2.13) from 4.1 on; before
 # that one artifact per Scala version (delta-spark_2.13). See delta/pip_utils.py.
 _DELTA_FIRST_SPARK_SUFFIXED = (4, 1)
+#: Delta Lake's SQL extension and catalog: a session with Delta's jars also needs them set.
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def component_settings(components: tuple[str, ...]) -> dict[str, str]:
+    """The Spark settings ``components`` need beyond their jars (Delta's extension and
+    catalog; none for the others)."""
+    if "delta" not in components:
+        return {}
+    return {"spark.sql.extensions": DELTA_EXTENSION,
+            "spark.sql.catalog.spark_catalog": DELTA_CATALOG}
 
 
 @dataclass(frozen=True)

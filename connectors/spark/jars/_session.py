@@ -21,13 +21,15 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from connectors.core.errors import ConfigurationError
-from connectors.spark.jars._components import DEFAULT_COMPONENTS
+from connectors.spark.jars._components import (
+    DEFAULT_COMPONENTS,
+    DELTA_EXTENSION,
+    component_settings,
+)
 from connectors.spark.jars._resolve import resolve_jars
-from connectors.spark.jars._submit import delta_conf
 
 logger = logging.getLogger(__name__)
 
-_DELTA_EXTENSION = delta_conf()["spark.sql.extensions"]
 _LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]$")
 
 
@@ -147,7 +149,7 @@ def get_session(
 
 #: A class each component's jars provide, to tell whether they reached the driver.
 _MARKER_CLASSES = {
-    "delta": _DELTA_EXTENSION,
+    "delta": DELTA_EXTENSION,
     "kafka": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
     "s3": "org.apache.hadoop.fs.s3a.S3AFileSystem",
 }
@@ -193,8 +195,8 @@ def _session_conf(
     jars = resolve_jars(components)
     if jars:
         settings["spark.jars"] = ",".join(jars)
+    settings.update(component_settings(components))
     if "delta" in components:
-        settings.update(delta_conf())
         settings["spark.databricks.delta.snapshotPartitions"] = "2"
     settings["spark.sql.shuffle.partitions"] = "2"
     settings["spark.ui.enabled"] = "false"

@@ -24,22 +24,13 @@ import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from connectors.spark.jars._components import DEFAULT_COMPONENTS
+from connectors.spark.jars._components import DEFAULT_COMPONENTS, component_settings
 from connectors.spark.jars._resolve import jar_report, resolve_jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["configure", "delta_conf", "spark_conf", "submit_args", "submit_line"]
-
-_DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
-_DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-
-
-def delta_conf() -> dict[str, str]:
-    """Delta Lake's SQL extension and catalog: what a session with Delta needs set."""
-    return {"spark.sql.extensions": _DELTA_EXTENSION,
-            "spark.sql.catalog.spark_catalog": _DELTA_CATALOG}
+__all__ = ["configure", "spark_conf", "submit_args", "submit_line"]
 
 
 def _names(components: Iterable[str]) -> tuple[str, ...]:
@@ -75,8 +66,7 @@ def spark_conf(components: Iterable[str] = DEFAULT_COMPONENTS, *, packages: bool
             conf["spark.jars.packages"] = ",".join(coords)
     elif jars:
         conf["spark.jars"] = ",".join(jars)
-    if "delta" in names:
-        conf.update(delta_conf())
+    conf.update(component_settings(names))
     return conf
 
 
