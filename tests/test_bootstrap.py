@@ -116,7 +116,8 @@ def test_an_active_virtual_environment_is_used_as_it_is(clone: Path) -> None:
     stubs.mkdir()
     missing = subprocess.run(  # asked outside pytest's sys.path, which holds tests/delta/
         [sys.executable, "-c", "import importlib.util as u; print(*(n for n in ('connectors', "
-         "'pyspark', 'psycopg', 'confluent_kafka', 'delta') if u.find_spec(n) is None))"],
+         "'pyspark', 'psycopg', 'confluent_kafka', 'delta', 'deltalake') "
+         "if u.find_spec(n) is None))"],
         cwd=clone, capture_output=True, text=True, check=True).stdout.split()
     for name in missing:
         (stubs / f"{name}.py").touch()
@@ -124,9 +125,9 @@ def test_an_active_virtual_environment_is_used_as_it_is(clone: Path) -> None:
     digest = subprocess.run(["sha256sum", str(clone / "pyproject.toml")], capture_output=True,
                             text=True, check=True).stdout[:16]
     (venv / f".spark-exactly-once-{digest}-dev").touch()  # the stamp of the [dev] set
-    # scripts/test's set, then the demo's smaller one (the core and Delta): dev's stamp
-    # covers it, nothing is installed either time.
-    for extras in ("dev", "delta"):
+    # scripts/test's set, then the demo's smaller one (the core, pyspark and Delta): dev's
+    # stamp covers it, nothing is installed either time.
+    for extras in ("dev", "spark,delta"):
         run = subprocess.run(["bash", "-c", '. "$0"; echo "EOS_PYTHON=$EOS_PYTHON"',
                               str(clone / "scripts" / "bootstrap")],
                              env=_env(VIRTUAL_ENV=str(venv), EOS_EXTRAS=extras),

@@ -241,7 +241,7 @@ def test_package_modules_are_documented() -> None:
 @pytest.mark.parametrize(("name", "modules", "extra"), [
     ("PostgresSink", ("psycopg", "pgpq"), "postgres"),
     ("KafkaSink", ("confluent_kafka",), "kafka"),
-    ("DeltaSink", ("delta",), "delta"),
+    ("DeltaSink", ("deltalake",), "delta"),
 ])
 def test_target_sinks_load_lazily_and_a_missing_extra_names_it(
     name: str, modules: tuple[str, ...], extra: str
@@ -257,7 +257,8 @@ def test_target_sinks_load_lazily_and_a_missing_extra_names_it(
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = fake\n"
         "import connectors\n"
-        "assert not {'psycopg', 'confluent_kafka', 'delta', 'pyspark'} & set(sys.modules)\n"
+        "assert not {'psycopg', 'confluent_kafka', 'delta', 'deltalake', 'pyspark'} "
+        "& set(sys.modules)\n"
         "try:\n"
         f"    connectors.{name}\n"
         "except ImportError as e:\n"

@@ -89,13 +89,15 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
 
 
 def test_importing_connectors_spark_does_not_import_pyspark() -> None:
-    """The resolver loads on first use: ``connectors.spark.frames`` users do not pay for it."""
+    """The resolver loads on first use: ``connectors.spark.frames`` users do not pay for it.
+    The pyspark guard (``_require``) loads with the package: it imports pyspark only when
+    a public name is first used."""
     code = ("import sys, connectors.spark; print(sorted(m for m in sys.modules "
             "if m.startswith(('pyspark', 'connectors.spark'))))")
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60, check=True).stdout
-    assert out.strip() == "['connectors.spark']"
+    assert out.strip() == "['connectors.spark', 'connectors.spark._require']"
 
 
 # ------------------------------------------------------------------ session_builder
@@ -539,9 +541,23 @@ def test_jar_report_needs_no_maven_and_no_delta_spark(
 
     monkeypatch.setattr(importlib.metadata, "version", not_installed)
     delta, kafka = cs.jar_report(cache_dir=str(tmp_path))
+    # no delta-spark (the delta extra brings none): the Delta release for this Spark minor
+    # (none known for the newest lane's Spark: the part below)
+    minor = ".".join(SPARK.split(".")[:2])
+    release = _components.DELTA_FOR_SPARK.get(_components.version_tuple(SPARK)[:2])
+    assert delta.used == ((f"io.delta:delta-spark_{minor}_2.13:{release}",) if release else ())
+    assert delta.jars is None
+    # a Spark minor without a Delta release (4.3 today): said, and a session is refused
+    monkeypatch.setattr(_components, "_spark_version", lambda: "4.3.0")
+    delta, _ = cs.jar_report(cache_dir=str(tmp_path))
     assert delta.used == () and delta.jars is None
-    assert delta.line() == ("delta: no jars (delta-spark is not installed and EOS_DELTA_VERSION "
-                            "is not set: sessions get no Delta jars)")
+    assert delta.line() == (
+        "delta: no jars (no Delta Lake release is known for this Spark, and neither "
+        "delta-spark nor EOS_DELTA_VERSION names one: sessions with 'delta' are refused)")
+    with pytest.raises(ConfigurationError, match=r"No Delta Lake release is known for Spark "
+                       r"4\.3\.0 \(known: Spark 4\.0, 4\.1, 4\.2\)\. Set EOS_DELTA_VERSION"):
+        _components.component_plan("delta", _components.pyspark_home())
+    monkeypatch.setattr(_components, "_spark_version", lambda: SPARK)
     coords = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK}"
     assert kafka.used == (coords,) and kafka.jars is None
     assert kafka.line().startswith(f"kafka: {coords} (not resolved yet: the first session "

@@ -1,7 +1,12 @@
 """Delta Lake: exactly-once appends, overwrites and MERGEs with Delta's transaction ids.
 
-Needs the ``delta`` extra: ``pip install 'spark-exactly-once[delta]'`` (and the Delta jars on the
-Spark session, e.g. :func:`connectors.spark.get_session`).
+Needs the ``delta`` extra: ``pip install 'spark-exactly-once[delta]'`` (the ledger on object
+stores, the Delta log read without a JVM), and Delta Lake's jars on the Spark session (e.g.
+:func:`connectors.spark.get_session`, or ``spark-submit --packages``: ``connectors
+submit-args``). Delta's Python API (the ``delta`` module) comes from an installed
+delta-spark, the platform's own, or else Delta's jar itself: the extra installs no
+delta-spark, because its pyspark requirement would replace the user's pyspark
+(``connectors.delta._api.delta_tables``).
 
 Example::
 
@@ -14,7 +19,7 @@ See ``docs/delta.md`` for the protocol, the ledger and what a replay check cover
 
 from connectors._deps import require
 
-require("delta", extra="delta", feature="connectors.delta")
+require("deltalake", extra="delta", feature="connectors.delta")
 
 from connectors.delta._fan_out import DeltaSinks  # noqa: E402
 from connectors.delta._ledger import DeltaLedger  # noqa: E402

@@ -11,9 +11,12 @@ documented surface of the same commands.
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import TYPE_CHECKING
 
-from connectors.spark.toolkit import is_connect
+from connectors.core.errors import DependencyError
+from connectors.spark.toolkit import delta_python_from_jars, is_connect
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
 
     from connectors.delta._changes import ChangeSpec
 
-__all__ = ["history", "is_delta_table", "merge", "properties", "table_schema"]
+__all__ = ["delta_tables", "history", "is_delta_table", "merge", "properties", "table_schema"]
 
 #: Delta's error classes for "no Delta table at that path" (any other error propagates:
 #: taking a failed read for "no table" could write a batch twice).
@@ -40,12 +43,35 @@ def _not_a_table(exc: Exception) -> bool:
     return found in _NOT_A_TABLE or any(c in str(exc).split("\n", 1)[0] for c in _NOT_A_TABLE)
 
 
+def delta_tables(session: SparkSession) -> ModuleType:
+    """``delta.tables`` for a classic session: from an installed delta-spark or the
+    platform's own, else from Delta's jar among the session's ``spark.jars`` (Delta ships
+    its Python API in the jar; the ``delta`` extra installs no delta-spark, whose pyspark
+    requirement would override the user's); else a :class:`DependencyError` saying how to
+    get it."""
+    try:
+        return importlib.import_module("delta.tables")
+    except ImportError:
+        pass
+    listed = session.sparkContext.getConf().get("spark.jars") or ""
+    jars = [j.removeprefix("file:") for j in listed.split(",") if j.strip()]
+    if delta_python_from_jars(jars) is not None:
+        return importlib.import_module("delta.tables")
+    raise DependencyError(
+        "DeltaSink needs Delta Lake's Python API (the module 'delta'), and none is importable "
+        "here nor in a Delta jar of this session's spark.jars. Start the session with "
+        "connectors.spark.get_session(components=['delta', ...]) or "
+        "connectors.spark.configure(builder, ['delta']); or spark-submit with the --packages "
+        "that `connectors submit-args --components delta` prints; or pip install the "
+        "delta-spark release built for your Spark."
+    )
+
+
 def is_delta_table(session: SparkSession, location: str) -> bool:
     """Whether a Delta table exists at ``location``."""
     if not is_connect(session):
-        from delta.tables import DeltaTable
-
-        return bool(DeltaTable.isDeltaTable(session, location))
+        tables = delta_tables(session)
+        return bool(tables.DeltaTable.isDeltaTable(session, location))
     try:
         session.sql(f"DESCRIBE DETAIL {_path_table(location)}").select("format").first()
     except Exception as exc:
@@ -58,10 +84,10 @@ def is_delta_table(session: SparkSession, location: str) -> bool:
 def history(session: SparkSession, location: str, limit: int | None) -> DataFrame:
     """The table's newest ``limit`` commits (all with ``None``), newest first."""
     if not is_connect(session):
-        from delta.tables import DeltaTable
-
-        table = DeltaTable.forPath(session, location)
-        return table.history(limit) if limit is not None else table.history()
+        tables = delta_tables(session)
+        table = tables.DeltaTable.forPath(session, location)
+        found: DataFrame = table.history(limit) if limit is not None else table.history()
+        return found
     sql = f"DESCRIBE HISTORY {_path_table(location)}"
     return session.sql(sql if limit is None else f"{sql} LIMIT {int(limit)}")
 
@@ -69,9 +95,8 @@ def history(session: SparkSession, location: str, limit: int | None) -> DataFram
 def properties(session: SparkSession, location: str) -> dict[str, str]:
     """The table's properties (``DESCRIBE DETAIL``)."""
     if not is_connect(session):
-        from delta.tables import DeltaTable
-
-        row = DeltaTable.forPath(session, location).detail().select("properties").first()
+        tables = delta_tables(session)
+        row = tables.DeltaTable.forPath(session, location).detail().select("properties").first()
     else:
         row = session.sql(f"DESCRIBE DETAIL {_path_table(location)}").select(
             "properties").first()
@@ -81,9 +106,9 @@ def properties(session: SparkSession, location: str) -> dict[str, str]:
 def table_schema(session: SparkSession, location: str) -> StructType:
     """The table's schema as of its latest commit."""
     if not is_connect(session):
-        from delta.tables import DeltaTable
-
-        return DeltaTable.forPath(session, location).toDF().schema
+        tables = delta_tables(session)
+        schema: StructType = tables.DeltaTable.forPath(session, location).toDF().schema
+        return schema
     return session.read.format("delta").load(location).schema
 
 
@@ -103,9 +128,8 @@ def merge(session: SparkSession, location: str, source: DataFrame, spec: ChangeS
     condition = on_keys(spec.merge_on)
     parts = clauses(spec, source.columns)
     if not is_connect(session):
-        from delta.tables import DeltaTable
-
-        builder = apply_clauses(DeltaTable.forPath(session, location).alias("t")
+        tables = delta_tables(session)
+        builder = apply_clauses(tables.DeltaTable.forPath(session, location).alias("t")
                                 .merge(source.alias("s"), condition), parts)
         if schema_evolution:
             builder = builder.withSchemaEvolution()

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from connectors.core.errors import BadInputError, ConfigurationError
 from connectors.delta._changes import ChangeSpec, MergeFunction
+from connectors.spark.toolkit import require_spark
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -28,8 +29,10 @@ def check_options(
     delta_txn_id: bool,
     txn_seed: bool | None,
 ) -> tuple[str, ...]:
-    """Constructor: refuse options that do not fit together; return the merge keys (``()``
-    without ``merge_on``; one string is one key)."""
+    """Constructor: a usable pyspark (Delta's writer is Spark: ``require_spark``), then
+    refuse options that do not fit together; return the merge keys (``()`` without
+    ``merge_on``; one string is one key)."""
+    require_spark("DeltaSink")
     if (path is None) == (table is None):
         raise ConfigurationError(
             "give exactly one of path (DeltaSink('/data/events', ...)) or table "

@@ -136,15 +136,15 @@ class DeltaWriter:
             return
         if is_connect(session):
             raise ConfigurationError(CONNECT_MERGE_FUNCTION, sink_id=self.sink_id)
-        from delta.tables import DeltaTable
-
         from connectors.delta._changes import user_merge
+
+        tables = delta_api.delta_tables(session)
 
         # The user's function runs inside the commit's confs too: a MERGE it wrongly
         # executes itself is refused below, but it carries the batch's tag (and txn id), so
         # a replay after the fix finds it committed instead of applying it twice.
         with self._merge_confs(session, ctx, tag):
-            builder = user_merge(self.changes, DeltaTable.forPath(session, self.location),
+            builder = user_merge(self.changes, tables.DeltaTable.forPath(session, self.location),
                                  source, sink_id=self.sink_id)
             if self.merge_schema:
                 builder = builder.withSchemaEvolution()

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
@@ -69,9 +69,7 @@ from connectors.kafka._spark import ErrorMappingBatch
 from connectors.kafka._task_slot import Alignment, Slot, marker_key
 from connectors.kafka._writer import SlotWriter
 from connectors.spark.inputs import batch_handover
-
-if TYPE_CHECKING:
-    from connectors.spark.toolkit import Handover
+from connectors.spark.toolkit import Handover, require_spark
 
 __all__ = ["SMALL_BATCH_ROWS", "KafkaSink", "marker_key"]
 
@@ -166,6 +164,9 @@ class KafkaSink(TaskCommitSink[Slot]):
     offsets, so a consumer's lag never quite reaches 0.
     """
 
+    #: Building one needs pyspark, but not the one ``admin`` builds to fence the slots.
+    _spark_needed: ClassVar[bool] = True
+
     def __init__(
         self,
         topic: str | None,
@@ -186,6 +187,8 @@ class KafkaSink(TaskCommitSink[Slot]):
         small_batch_rows: int = SMALL_BATCH_ROWS,
         **options: Any,
     ) -> None:
+        if self._spark_needed:
+            require_spark("KafkaSink")
         super().__init__(
             sink_id=sink_id, slots=slots if slots is not None else 1,
             slot_columns=slot_columns, barrier=barrier, small_batch_rows=small_batch_rows,

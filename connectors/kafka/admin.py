@@ -60,6 +60,12 @@ from connectors.kafka._sink import KafkaSink
 __all__ = ["KafkaAdmin", "OpenTransaction", "check_topic", "is_secret_key"]
 
 
+class _SettlingSink(KafkaSink):
+    """The KafkaSink :meth:`KafkaAdmin.settle` builds to fence a sink's slots: it runs no
+    batch, so it needs no pyspark (``connectors recover`` works where Spark is not)."""
+
+    _spark_needed = False
+
 
 @dataclass(frozen=True)
 class OpenTransaction:
@@ -164,7 +170,7 @@ class KafkaAdmin:
         :class:`~connectors.core.driver.sink_driver.SinkDriver` does it, as a run of its own."""
         if not abort_undecided:
             return 0
-        sink = KafkaSink(None, dict(self.config), sink_id=sink_id)
+        sink = _SettlingSink(None, dict(self.config), sink_id=sink_id)
         try:
             # The steps a driver's start runs for a slot sink: fence every slot.
             _settled, metrics = sink.driver.settle([], commit_decided=commit_decided,

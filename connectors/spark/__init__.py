@@ -23,7 +23,9 @@ Two parts:
     spark.range(3).write.format("delta").save("/tmp/t")
 
 The public names below load on first use (``import connectors.spark`` imports neither
-pyspark nor the resolver): the resolver's (:func:`resolve_jars`, :func:`jar_report`,
+pyspark nor the resolver; the first use of one checks that a pyspark in the supported range
+is importable and raises :class:`~connectors.DependencyError` saying how to get one
+otherwise: ``connectors.spark._require``): the resolver's (:func:`resolve_jars`, :func:`jar_report`,
 :class:`JarChoice`, :func:`session_builder`, :func:`get_session`,
 :func:`check_components`, and for a session or ``spark-submit`` line of your own on your
 cluster :func:`spark_conf`, :func:`configure`, :func:`submit_args`; documented in
@@ -40,6 +42,8 @@ from __future__ import annotations
 import importlib
 import logging
 from typing import TYPE_CHECKING, Any
+
+from connectors.spark._require import require_spark
 
 if TYPE_CHECKING:
     from connectors.spark._binding import last_metrics
@@ -97,6 +101,7 @@ def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    require_spark(f"connectors.spark.{name}")
     value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
     globals()[name] = value
     return value

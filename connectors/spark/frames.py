@@ -53,6 +53,7 @@ from connectors.spark._handover import (
 )
 from connectors.spark._local import SmallBatchInDriver
 from connectors.spark._plan import ADAPTIVE, narrow_plan
+from connectors.spark._require import require_spark
 from connectors.spark._rows import (
     arrow_schema,
     check_columns,
@@ -93,6 +94,7 @@ def front_end(data: Any, call: EngineCall) -> tuple[BatchInput, str | None] | No
 
     if not isinstance(data, SparkDataFrame):
         return None
+    require_spark("a sink called with a Spark DataFrame")  # the version: cached after once
     query_id = query_id_for(data, call)
     return SparkBatch(data, hash_in_tasks=call.hash_rows_in_tasks), query_id
 

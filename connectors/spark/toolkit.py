@@ -15,7 +15,11 @@ adapter's private modules, which no other package imports):
   to compute them inside another aggregation;
 - the Arrow hand-over of rows whose size the sink bounds: :class:`Handover`,
   :data:`ROW_BOUND_MARK` (the mark of a row over the bound), :func:`handover_budget` and
-  :func:`handover_rows`.
+  :func:`handover_rows`;
+- :func:`require_spark`: the guard a Spark sink's constructor calls (a usable pyspark, or
+  an error naming the supported range and how to get it);
+- :func:`delta_python_from_jars`: Delta Lake's Python API from Delta's jar, when no
+  delta-spark is installed (``connectors.spark._pyapi``).
 
 Importing it imports no pyspark (each helper imports what it needs when called).
 
@@ -30,6 +34,8 @@ from __future__ import annotations
 from connectors.spark._binding import is_connect
 from connectors.spark._handover import ROW_BOUND_MARK, Handover, handover_budget, handover_rows
 from connectors.spark._names import quoted
+from connectors.spark._pyapi import delta_python_from_jars
+from connectors.spark._require import require_spark
 from connectors.spark._rows import (
     combine_fingerprint,
     fingerprint_aggregates,
@@ -41,11 +47,13 @@ __all__ = [
     "ROW_BOUND_MARK",
     "Handover",
     "combine_fingerprint",
+    "delta_python_from_jars",
     "fingerprint_aggregates",
     "handover_budget",
     "handover_rows",
     "has_map",
     "is_connect",
     "quoted",
+    "require_spark",
     "spark_fingerprint",
 ]

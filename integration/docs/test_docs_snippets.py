@@ -51,7 +51,8 @@ CI_SCRIPT = ROOT / ".ci" / "run"
 RUN_BY_CI: dict[str, str] = {
     "bash scripts/demo": "lane demo: the first run on the fresh clone, timed",
     "bash scripts/test": "lane test: the whole suite",
-    'pip install "spark-exactly-once[postgres]"': "lane wheel: into a clean virtual environment",
+    'pip install "spark-exactly-once[spark,postgres]"':
+        "lane wheel: into a clean virtual environment",
 }
 
 #: Seconds one block may take (a Spark program starts a JVM; the CI machine has 2 cores).

@@ -63,6 +63,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from connectors.spark._require import require_spark
+
 if TYPE_CHECKING:
     from connectors.spark.jars._components import COMPONENTS as COMPONENTS
     from connectors.spark.jars._components import DEFAULT_COMPONENTS as DEFAULT_COMPONENTS
@@ -102,6 +104,7 @@ def __getattr__(name: str) -> Any:
     home = HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    require_spark(f"connectors.spark.jars.{name}")
     value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
     globals()[name] = value
     return value

@@ -2,9 +2,10 @@
 
 A :class:`Plan` names a component's root coordinates and its cache directory; it is built
 from the installed pyspark (its version, Scala version and ``jars/`` directory), for Delta
-from the installed delta-spark Python package (or ``$EOS_DELTA_VERSION``), and for S3 from
-the Hadoop version pyspark ships (its ``jars/hadoop-client-api-<version>.jar``). Nothing
-here touches the network or the cache.
+from ``$EOS_DELTA_VERSION``, the installed delta-spark Python package or else the Spark
+minor's release (:data:`DELTA_FOR_SPARK`), and for S3 from the Hadoop version pyspark ships
+(its ``jars/hadoop-client-api-<version>.jar``). Nothing here touches the network or the
+cache.
 """
 
 from __future__ import annotations
@@ -153,7 +154,20 @@ def minor_version(version: str) -> str:
     return ".".join(map(str, version_tuple(version)[:2]))
 
 
+#: Without delta-spark installed (pyspark is the user's; the ``delta`` extra brings no
+#: delta-spark): the Delta Lake release for each Spark minor, the newest one whose Maven jar
+#: exists for it (checked on Maven Central: ``delta-spark_4.0_2.13`` .. ``_4.2_2.13`` at
+#: 4.4.0). A Spark minor missing here has no Delta release yet.
+DELTA_FOR_SPARK: dict[tuple[int, ...], str] = {
+    (4, 0): "4.4.0",
+    (4, 1): "4.4.0",
+    (4, 2): "4.4.0",
+}
+
+
 def _delta_version() -> str:
+    """The Delta release: ``$EOS_DELTA_VERSION``, else the installed delta-spark's, else
+    :data:`DELTA_FOR_SPARK`'s for the running Spark."""
     override = os.environ.get("EOS_DELTA_VERSION")
     if override:
         return override
@@ -162,10 +176,15 @@ def _delta_version() -> str:
             return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             continue
+    spark = _spark_version()
+    release = DELTA_FOR_SPARK.get(version_tuple(spark)[:2])
+    if release is not None:
+        return release
+    known = ", ".join(f"{a}.{b}" for a, b in sorted(DELTA_FOR_SPARK))
     raise ConfigurationError(
-        "The 'delta' jars match the installed delta-spark Python package, which is not "
-        "installed: pip install 'spark-exactly-once[delta]' (or delta-spark), set "
-        "EOS_DELTA_VERSION to the Delta Lake version wanted, or leave 'delta' out of components."
+        f"No Delta Lake release is known for Spark {spark} (known: Spark {known}). Set "
+        "EOS_DELTA_VERSION to a Delta Lake release built for it, install the delta-spark "
+        "that supports it, or leave 'delta' out of components."
     )
 
 

@@ -66,7 +66,8 @@ def resolve_jars(
     """Return local paths of the jars that ``components`` need beyond pyspark's own.
 
     ``"delta"`` is ``io.delta:delta-spark_<spark minor>_<scala>`` at the installed
-    delta-spark Python package's version; ``"kafka"`` is
+    delta-spark Python package's version (none installed: the Delta release for the running
+    Spark, ``_components.DELTA_FOR_SPARK``); ``"kafka"`` is
     ``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at pyspark's version; ``"s3"`` (the
     ``s3a://`` file system; never a default) is ``org.apache.hadoop:hadoop-aws`` at exactly
     the Hadoop version pyspark ships (``jars/hadoop-client-api-<version>.jar``), with the
@@ -134,8 +135,9 @@ def jar_report(
     """What :func:`resolve_jars` would put on the class path, from its cache alone.
 
     Starts no JVM and no Maven, and reads no network: a component that is not cached yet
-    is reported with the coordinates the first session will fetch; ``"delta"`` without
-    delta-spark installed (and no ``EOS_DELTA_VERSION``) is reported as needing none. A
+    is reported with the coordinates the first session will fetch (``"delta"`` without
+    delta-spark installed: the Delta release for the running Spark); ``"delta"`` on a Spark
+    without a known Delta release (and no ``EOS_DELTA_VERSION``) is reported as such. A
     cached Delta substitution across minor versions raises, as :func:`resolve_jars` would.
 
     Example (prints e.g. ``delta: io.delta:delta-spark_4.2_2.13:4.4.0; substituted 4.4.0
@@ -154,8 +156,9 @@ def jar_report(
         except ConfigurationError:
             if name != "delta":
                 raise
-            out.append(JarChoice("delta", (), (), note="delta-spark is not installed and "
-                                 "EOS_DELTA_VERSION is not set: sessions get no Delta jars"))
+            out.append(JarChoice("delta", (), (), note=(
+                "no Delta Lake release is known for this Spark, and neither delta-spark nor "
+                "EOS_DELTA_VERSION names one: sessions with 'delta' are refused")))
             continue
         target = jars_root / plan.dirname
         stamp = read_stamp(target)

@@ -21,6 +21,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from connectors.core.errors import ConfigurationError
+from connectors.spark._pyapi import delta_python_from_jars
 from connectors.spark.jars._components import (
     DEFAULT_COMPONENTS,
     DELTA_EXTENSION,
@@ -51,7 +52,9 @@ def session_builder(
 
     Settings, in order (later wins):
 
-    * ``spark.jars`` from :func:`resolve_jars`;
+    * ``spark.jars`` from :func:`resolve_jars` (with ``"delta"`` and no ``delta`` module
+      importable, Delta's jar also goes on ``sys.path``: Delta's Python API ships in it;
+      ``connectors.spark._pyapi``);
     * with ``"delta"``: Delta's SQL extension and catalog, and
       ``spark.databricks.delta.snapshotPartitions=2``;
     * small-machine defaults: ``spark.sql.shuffle.partitions=2``, ``spark.ui.enabled=false``,
@@ -195,6 +198,8 @@ def _session_conf(
     jars = resolve_jars(components)
     if jars:
         settings["spark.jars"] = ",".join(jars)
+    if "delta" in components:
+        delta_python_from_jars(jars)  # DeltaSink's `delta` module, when not pip-installed
     settings.update(component_settings(components))
     if "delta" in components:
         settings["spark.databricks.delta.snapshotPartitions"] = "2"

@@ -24,6 +24,7 @@ import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from connectors.spark._pyapi import delta_python_from_jars, is_delta_spark_jar
 from connectors.spark.jars._components import DEFAULT_COMPONENTS, component_settings
 from connectors.spark.jars._resolve import jar_report, resolve_jars
 
@@ -74,7 +75,9 @@ def configure(builder: SparkSession.Builder, components: Iterable[str] = DEFAULT
               *, packages: bool = False,
               cache_dir: str | None = None) -> SparkSession.Builder:
     """Set :func:`spark_conf` on ``builder`` (yours: its master and settings stay) and
-    return it. Set ``spark.jars`` or ``spark.sql.extensions`` of your own after this call,
+    return it. With ``"delta"`` and no ``delta`` module importable (no delta-spark
+    installed), Delta's jar also goes on this process's ``sys.path``: DeltaSink's Python API
+    ships in it. Set ``spark.jars`` or ``spark.sql.extensions`` of your own after this call,
     joined with these values (a later ``config`` of the same key replaces it)::
 
         from pyspark.sql import SparkSession
@@ -82,15 +85,21 @@ def configure(builder: SparkSession.Builder, components: Iterable[str] = DEFAULT
 
         spark = configure(SparkSession.builder.appName("events"), ["delta"]).getOrCreate()
     """
-    for key, value in spark_conf(components, packages=packages, cache_dir=cache_dir).items():
+    names = _names(components)
+    for key, value in spark_conf(names, packages=packages, cache_dir=cache_dir).items():
         builder = builder.config(key, value)
+    if "delta" in names:  # the driver is this process: DeltaSink's `delta` module from the jar
+        delta_python_from_jars(resolve_jars(names, cache_dir=cache_dir))
     return builder
 
 
 def submit_args(components: Iterable[str] = DEFAULT_COMPONENTS, *, packages: bool = True,
                 cache_dir: str | None = None) -> list[str]:
     """:func:`spark_conf` as ``spark-submit`` arguments: ``--packages`` (default) or
-    ``--jars``, then a ``--conf KEY=VALUE`` for each other setting.
+    ``--jars``, then a ``--conf KEY=VALUE`` for each other setting. spark-submit puts every
+    ``--packages`` jar of a Python application on its ``PYTHONPATH`` (Delta's Python API
+    ships in Delta's jar), but not ``--jars``: with ``--jars`` and ``"delta"``, Delta's jar
+    is also given as ``--py-files``.
 
     .. example-needs: spark
 
@@ -105,6 +114,9 @@ def submit_args(components: Iterable[str] = DEFAULT_COMPONENTS, *, packages: boo
             args += ["--packages", value]
         elif key == "spark.jars":
             args += ["--jars", value]
+            delta = [j for j in value.split(",") if is_delta_spark_jar(j)]
+            if delta:
+                args += ["--py-files", ",".join(delta)]
         else:
             args += ["--conf", f"{key}={value}"]
     return args

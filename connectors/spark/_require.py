@@ -1,0 +1,77 @@
+"""The one guard where the package meets Spark: a usable pyspark, or an error that says
+how to get one.
+
+pyspark is the user's (``docs/design/spark-versions.md``): installing the package installs
+none unless the ``spark`` extra is named, because platforms bring their own (Databricks
+has ``pyspark`` importable but no pip distribution of it; a cluster image puts
+``$SPARK_HOME/python`` on ``PYTHONPATH``). So the version is read from the module
+(``pyspark.__version__``), never from the installed distributions' metadata.
+
+Called where the package meets Spark: the Spark sinks' constructors (PostgresSink,
+KafkaSink, DeltaSink), the first use of :mod:`connectors.spark`'s public names and of
+:mod:`connectors.spark.jars`, and the engine front end when a batch arrives. Importing this
+module imports no pyspark.
+
+Example::
+
+    >>> require_spark("PostgresSink") == spark_version()
+    True
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from connectors.core.errors import DependencyError
+
+__all__ = ["SPARK_FLOOR", "SPARK_RANGE", "SPARK_UPPER", "require_spark", "spark_version"]
+
+#: The oldest pyspark the package runs on (CI's oldest lane runs exactly it) and the first
+#: it does not; ``pyproject.toml``'s ``spark`` extra declares the same range
+#: (tests/test_spark_requirement.py holds them together).
+SPARK_FLOOR = "4.0.1"
+SPARK_UPPER = "5"
+SPARK_RANGE = f">={SPARK_FLOOR},<{SPARK_UPPER}"
+
+_HOW = (
+    "Install it with the package: pip install 'spark-exactly-once[spark]' (pyspark "
+    f"{SPARK_RANGE}), or run where your platform provides Spark (Databricks, a cluster "
+    "image: $SPARK_HOME/python and its py4j zip on PYTHONPATH, or spark-submit)"
+)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``4.1.0.dev1`` -> ``(4, 1, 0)``: the release numbers, padded to three."""
+    numbers = [int(n) for n in re.findall(r"\d+", re.split(r"[^\d.]", version, maxsplit=1)[0])]
+    return tuple([*numbers, 0, 0, 0][:3])
+
+
+def spark_version() -> str:
+    """The importable pyspark's ``__version__`` (``DependencyError`` when there is none)."""
+    return require_spark("connectors.spark")
+
+
+@cache
+def require_spark(feature: str) -> str:
+    """Return the importable pyspark's version, or raise :class:`DependencyError` naming
+    ``feature``, the supported range and how to get a pyspark in it."""
+    try:
+        import pyspark
+    except ImportError as exc:
+        raise DependencyError(
+            f"{feature} needs PySpark {SPARK_RANGE}, and no pyspark module can be imported "
+            f"here ({exc}). {_HOW}."
+        ) from None
+    version = str(getattr(pyspark, "__version__", "") or "")
+    if not version:
+        raise DependencyError(
+            f"{feature} needs PySpark {SPARK_RANGE}, and the pyspark module imported from "
+            f"{getattr(pyspark, '__file__', '?')} declares no __version__. {_HOW}."
+        )
+    if not _release(SPARK_FLOOR) <= _release(version) < _release(SPARK_UPPER):
+        raise DependencyError(
+            f"{feature} needs PySpark {SPARK_RANGE}, and the pyspark imported here is "
+            f"{version} (from {getattr(pyspark, '__file__', '?')}). {_HOW}."
+        )
+    return version
