@@ -1,6 +1,8 @@
 """pyspark is the user's (docs/design/spark-versions.md): no extra but ``spark`` (and Spark
 Connect's ``connect``) installs it, and where the package meets Spark one guard checks it
-(``connectors.spark._require``); Delta's Python API may come from Delta's jar."""
+(``connectors.spark._require``); Delta's Python API may come from Delta's jar. The ``spark``
+extra stops below the first Spark minor without a Delta release, so ``[spark,delta]`` never
+resolves to a pyspark Delta cannot run on."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 from connectors.core.errors import DependencyError
 from connectors.spark import _pyapi, _require
 from connectors.spark.jars import _submit
+from connectors.spark.jars._components import DELTA_FOR_SPARK, version_tuple
 
 try:
     import tomllib
@@ -37,7 +40,14 @@ def fresh_guard() -> Iterator[None]:
 def test_only_the_spark_extras_bring_pyspark_and_they_declare_the_guards_range() -> None:
     assert not [d for d in EXTRAS["dependencies"] if d.lower().startswith("pyspark")]
     extras = EXTRAS["optional-dependencies"]
-    assert extras["spark"] == [f"pyspark{_require.SPARK_RANGE}"]
+    # the spark extra: from the guard's floor to the first Spark minor without a Delta release
+    minors = sorted(DELTA_FOR_SPARK)
+    first_without = (minors[-1][0], minors[-1][1] + 1)
+    assert first_without not in DELTA_FOR_SPARK
+    assert extras["spark"] == [
+        f"pyspark>={_require.SPARK_FLOOR},<{first_without[0]}.{first_without[1]}"]
+    assert minors[0] == version_tuple(_require.SPARK_FLOOR)[:2]
+    assert all((4, m) in DELTA_FOR_SPARK for m in range(minors[0][1], first_without[1]))
     assert extras["connect"][0].startswith(f"pyspark[connect]{_require.SPARK_RANGE}")
     for name, deps in extras.items():
         if name in ("spark", "connect", "dev"):

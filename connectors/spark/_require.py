@@ -28,16 +28,17 @@ from connectors.core.errors import DependencyError
 __all__ = ["SPARK_FLOOR", "SPARK_RANGE", "SPARK_UPPER", "require_spark", "spark_version"]
 
 #: The oldest pyspark the package runs on (CI's oldest lane runs exactly it) and the first
-#: it does not; ``pyproject.toml``'s ``spark`` extra declares the same range
-#: (tests/test_spark_requirement.py holds them together).
+#: it does not. ``pyproject.toml``'s ``spark`` extra has the same floor and stops earlier,
+#: below the first Spark minor without a Delta Lake release (tests/test_spark_requirement.py
+#: holds them together).
 SPARK_FLOOR = "4.0.1"
 SPARK_UPPER = "5"
 SPARK_RANGE = f">={SPARK_FLOOR},<{SPARK_UPPER}"
 
 _HOW = (
-    "Install it with the package: pip install 'spark-exactly-once[spark]' (pyspark "
-    f"{SPARK_RANGE}), or run where your platform provides Spark (Databricks, a cluster "
-    "image: $SPARK_HOME/python and its py4j zip on PYTHONPATH, or spark-submit)"
+    "Install it with the package: pip install 'spark-exactly-once[spark]' (or a pyspark "
+    f"{SPARK_RANGE} of your choice), or run where your platform provides Spark (Databricks, "
+    "a cluster image: $SPARK_HOME/python and its py4j zip on PYTHONPATH, or spark-submit)"
 )
 
 
