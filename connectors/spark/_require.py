@@ -7,14 +7,15 @@ has ``pyspark`` importable but no pip distribution of it; a cluster image puts
 ``$SPARK_HOME/python`` on ``PYTHONPATH``). So the version is read from the module
 (``pyspark.__version__``), never from the installed distributions' metadata.
 
-Called where the package meets Spark: the Spark sinks' constructors (PostgresSink,
-KafkaSink, DeltaSink), the first use of :mod:`connectors.spark`'s public names and of
-:mod:`connectors.spark.jars`, and the engine front end when a batch arrives. Importing this
-module imports no pyspark.
+Called where the package meets Spark: the constructors of the sinks that hold Spark
+code themselves (KafkaSink, DeltaSink), the first use of :mod:`connectors.spark`'s public
+names and of :mod:`connectors.spark.jars`, and the engine front end when a Spark batch
+arrives (PostgresSink meets it there: the PostgreSQL package never depends on Spark).
+Importing this module imports no pyspark.
 
 Example::
 
-    >>> require_spark("PostgresSink") == spark_version()
+    >>> require_spark("KafkaSink") == spark_version()
     True
 """
 
