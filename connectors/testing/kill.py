@@ -119,7 +119,8 @@ class DriverRun:
 def run_driver(
     args: Sequence[str],
     *,
-    module: str,
+    module: str | None = None,
+    command: Sequence[str] | None = None,
     crash: str | None = None,
     crash_log: Path | None = None,
     kill_after: float | None = None,
@@ -129,7 +130,14 @@ def run_driver(
     env: Mapping[str, str] | None = None,
     kill_signal: int = signal.SIGKILL,
 ) -> DriverRun:
-    """Run ``python -m module args`` to its end, or SIGKILL it.
+    """Run ``python -m module args`` (or ``command args``) to its end, or SIGKILL it.
+
+    ``command``: what starts the driver instead of ``python -m module``, e.g. a
+    ``spark-submit`` line ending in the program's file (``[spark_submit, "--master",
+    "spark://host:7077", "--archives", "env.tar.gz#environment", "job.py"]``); exactly one
+    of ``module`` and ``command``. A kill from outside goes to ``command``'s whole process
+    group (spark-submit's JVM and the Python driver it started: the JVM alone would leave
+    the driver running), to the ``python -m`` process alone otherwise (its JVM follows it).
 
     ``crash``: a ``CONNECTORS_CRASH_AT`` spec armed in the driver and its tasks (any spec
     already in the environment is dropped). ``crash_log``: the file every crash point
@@ -164,20 +172,24 @@ def run_driver(
     if not environ.get(ENV_SPARK_LOCAL_DIRS):
         scratch = tempfile.mkdtemp(prefix="connectors-driver-")
         environ[ENV_SPARK_LOCAL_DIRS] = scratch
+    if (module is None) == (command is None):
+        raise ValueError("run_driver: give exactly one of module and command")
+    argv = [*command] if command is not None else [sys.executable, "-m", str(module)]
     try:
-        return _run(args, module, cwd, environ, kill_after, kill_when, timeout, kill_signal)
+        return _run([*argv, *args], cwd, environ, kill_after, kill_when, timeout, kill_signal,
+                    group=command is not None)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run(args: Sequence[str], module: str, cwd: Path, environ: dict[str, str],
+def _run(argv: Sequence[str], cwd: Path, environ: dict[str, str],
          kill_after: float | None, kill_when: Callable[[], bool] | None, timeout: float,
-         kill_signal: int) -> DriverRun:
+         kill_signal: int, *, group: bool) -> DriverRun:
     """:func:`run_driver`'s process: started, killed when asked, and reaped."""
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args], cwd=cwd, env=environ, stdout=subprocess.PIPE,
+        list(argv), cwd=cwd, env=environ, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:
@@ -190,7 +202,10 @@ def _run(args: Sequence[str], module: str, cwd: Path, environ: dict[str, str],
             try:
                 out, _ = proc.communicate(timeout=kill_after)
             except subprocess.TimeoutExpired:
-                proc.send_signal(kill_signal)
+                if group:
+                    os.killpg(proc.pid, kill_signal)
+                else:
+                    proc.send_signal(kill_signal)
                 out, _ = proc.communicate(timeout=timeout)
         else:
             out, _ = proc.communicate(timeout=timeout)

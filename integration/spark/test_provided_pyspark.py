@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -29,9 +28,9 @@ import psycopg
 import pyspark
 import pytest
 
-pytestmark = pytest.mark.integration
+from integration.support._wheel import clean_environ, installed, package_wheel, user_venv
 
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 
 REFUSED = textwrap.dedent("""
     import json, sys
@@ -81,18 +80,6 @@ JOB = textwrap.dedent("""
 """)
 
 
-def _wheel(tmp_path: Path) -> Path:
-    """The package's wheel: ``$EOS_WHEEL_DIR``'s (CI's wheel lane built it) or one built here."""
-    given = os.environ.get("EOS_WHEEL_DIR")
-    out = Path(given) if given else tmp_path / "dist"
-    if not given:
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                        "--disable-pip-version-check", "-w", str(out), str(REPO)],
-                       check=True, timeout=600)
-    (wheel,) = out.glob("spark_exactly_once-*.whl")
-    return wheel
-
-
 def _provided(tmp_path: Path) -> Path:
     """A directory holding pyspark and py4j as a platform provides them: the packages
     only, no distribution metadata."""
@@ -109,19 +96,11 @@ def _provided(tmp_path: Path) -> Path:
 def test_the_wheel_runs_on_a_platforms_pyspark_and_refuses_clearly_without_one(
     tmp_path: Path, postgres_conninfo: str
 ) -> None:
-    wheel = _wheel(tmp_path)
+    wheel = package_wheel(tmp_path)
     env_dir = tmp_path / "env"
-    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, timeout=300)
-    python = env_dir / "bin" / "python"
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("PYTHONPATH", "VIRTUAL_ENV", "SPARK_HOME", "PYSPARK_PYTHON",
-                          "PYSPARK_DRIVER_PYTHON")}
-    clean["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", f"{wheel}[postgres,kafka,delta]"],
-                   check=True, timeout=900, env=clean)
-    listed = subprocess.run([str(python), "-m", "pip", "list", "--format", "json"],
-                            capture_output=True, text=True, check=True, env=clean).stdout
-    names = {p["name"].lower().replace("_", "-") for p in json.loads(listed)}
+    python = user_venv(env_dir, [f"{wheel}[postgres,kafka,delta]"])
+    clean = clean_environ()
+    names = installed(python)
     assert "spark-exactly-once" in names
     assert not {"pyspark", "delta-spark", "py4j"} & names, sorted(names)
 

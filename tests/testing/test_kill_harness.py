@@ -8,6 +8,8 @@ whose point is never reached, and the output must be exact row by row.
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,32 @@ def test_a_killed_drivers_spark_scratch_is_removed_unless_it_is_the_callers(
                      env={"SPARK_LOCAL_DIRS": str(own)})
     assert run.returncode == -9 and f"SCRATCH {own}" in run.output
     assert (own / "spark-1" / "userFiles-1" / "delta-spark.jar").is_file()
+
+
+def test_a_command_instead_of_a_module_runs_in_its_own_group_and_is_killed_whole(
+    tmp_path: Path,
+) -> None:
+    """``command=``: a ``spark-submit``-like launcher whose child is the driver; a kill from
+    outside takes the whole process group, the child too."""
+    child_pid = tmp_path / "child.pid"
+    launcher = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(child_pid)!r}, 'w').write(str(child.pid))\n"
+        "print('ARGS', sys.argv[1:], flush=True)\n"
+        "child.wait()\n"
+    )
+    run = run_driver(["--a", "1"], command=[sys.executable, "-c", launcher],
+                     kill_after=0.2, kill_when=child_pid.exists, timeout=60)
+    assert run.returncode == -9
+    assert "ARGS ['--a', '1']" in run.output
+    pid = int(child_pid.read_text())
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    status = Path(f"/proc/{pid}/status")
+    assert not status.exists() or "zombie" in status.read_text(), "the launcher's child lives"
+    with pytest.raises(ValueError, match="exactly one of module and command"):
+        run_driver([], module="m", command=["true"])
+    with pytest.raises(ValueError, match="exactly one of module and command"):
+        run_driver([])
