@@ -15,7 +15,8 @@ Importing this module imports no pyspark.
 
 Example::
 
-    >>> require_spark("KafkaSink") == spark_version()
+    >>> import pyspark
+    >>> require_spark("KafkaSink") == pyspark.__version__
     True
 """
 
@@ -26,7 +27,7 @@ from functools import cache
 
 from connectors.core.errors import DependencyError
 
-__all__ = ["SPARK_FLOOR", "SPARK_RANGE", "SPARK_UPPER", "require_spark", "spark_version"]
+__all__ = ["SPARK_FLOOR", "SPARK_RANGE", "SPARK_UPPER", "require_spark"]
 
 #: The oldest pyspark the package runs on (CI's oldest lane runs exactly it) and the first
 #: it does not. ``pyproject.toml``'s ``spark`` extra has the same floor and stops earlier,
@@ -47,11 +48,6 @@ def _release(version: str) -> tuple[int, ...]:
     """``4.1.0.dev1`` -> ``(4, 1, 0)``: the release numbers, padded to three."""
     numbers = [int(n) for n in re.findall(r"\d+", re.split(r"[^\d.]", version, maxsplit=1)[0])]
     return tuple([*numbers, 0, 0, 0][:3])
-
-
-def spark_version() -> str:
-    """The importable pyspark's ``__version__`` (``DependencyError`` when there is none)."""
-    return require_spark("connectors.spark")
 
 
 @cache

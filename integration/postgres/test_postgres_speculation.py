@@ -10,11 +10,7 @@ JVM SIGKILLed while a task holds its prepared transaction.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +25,11 @@ from integration.core.test_speculation import (
 from integration.postgres.test_postgres_datasource import DataSourceJob
 from integration.postgres.test_postgres_kill import FILES, PgJob
 from integration.support._pg import DRIVER_PGOPTIONS, PgTarget
-from integration.support._standalone import StandaloneCluster, executor_env_conf
+from integration.support._standalone import (
+    StandaloneCluster,
+    executor_env_conf,
+    kill_executors_once,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,21 +76,6 @@ def test_speculative_attempts_prepare_but_only_the_accepted_one_commits(
     assert pg.prepared() == []
 
 
-def _executor_jvms(cluster: StandaloneCluster) -> list[int]:
-    """The pids of this cluster's executor JVMs (``CoarseGrainedExecutorBackend``), told
-    from other clusters' by its root in their environment (``SPARK_CONF_DIR``), as
-    :func:`processes_under` finds the cluster's processes."""
-    found = []
-    needle = str(cluster.root).encode()
-    for proc in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError):
-            cmdline = (proc / "cmdline").read_bytes()
-            if b"CoarseGrainedExecutorBackend" in cmdline and (
-                    needle in cmdline or needle in (proc / "environ").read_bytes()):
-                found.append(int(proc.name))
-    return found
-
-
 #: The executor kill below runs in wide runs only: CI's default run has the same kill (every
 #: executor JVM SIGKILLed while a task holds its prepared transaction, then exact and
 #: nothing prepared) in integration/spark/test_cluster_submit.py, on a job submitted with
@@ -113,20 +98,7 @@ def test_executor_jvms_sigkilled_while_a_task_holds_its_prepared_transaction_the
     job = PgJob(tmp_path, pg)
     once = tmp_path / "stall-once"
     stall = f"after_precommit:batch=1:partition=0:action=stall:seconds=40:once={once}"
-    killed: list[int] = []
-
-    def kill_executors_once_stalled() -> None:
-        deadline = time.monotonic() + 240
-        while not once.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)  # the stall has begun: the transaction is prepared
-        for pid in _executor_jvms(cluster):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-
-    killer = threading.Thread(target=kill_executors_once_stalled, daemon=True)
-    killer.start()
+    killer, killed = kill_executors_once(cluster, once, timeout=240)
     run = job.run(
         "--master", cluster.master_url, *cluster.driver_conf(),
         *executor_env_conf(CONNECTORS_TEST_MODE="1", CONNECTORS_CRASH_AT=stall,

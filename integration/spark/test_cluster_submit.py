@@ -22,14 +22,9 @@ back by the batch's sweep).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +34,8 @@ import pytest
 
 from connectors.core.states import CrashPoint
 from connectors.testing.kill import DriverRun, point_reached, run_driver
-from integration.postgres.test_postgres_speculation import _executor_jvms
 from integration.support._pg import PgTarget
-from integration.support._standalone import StandaloneCluster, conf_args
+from integration.support._standalone import StandaloneCluster, conf_args, kill_executors_once
 from integration.support._wheel import installed, package_wheel, user_venv
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -147,20 +141,7 @@ def test_submitted_with_a_packed_environment_driver_and_executors_killed_then_ex
     once = tmp_path / "stall-once"
     stall = (f"{CrashPoint.AFTER_PRECOMMIT.value}:batch=2:partition=0:action=stall:"
              f"seconds=40:once={once}")
-    killed: list[int] = []
-
-    def kill_executors_once_stalled() -> None:
-        deadline = time.monotonic() + 300
-        while not once.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.5)  # the stall has begun: the transaction is prepared
-        for pid in _executor_jvms(cluster):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-
-    killer = threading.Thread(target=kill_executors_once_stalled, daemon=True)
-    killer.start()
+    killer, killed = kill_executors_once(cluster, once)
     second = sub.run(executor_env={"CONNECTORS_TEST_MODE": "1", "CONNECTORS_CRASH_AT": stall,
                                    "CONNECTORS_CRASH_LOG": str(sub.crash_log)})
     killer.join(timeout=10)

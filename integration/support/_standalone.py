@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -359,3 +360,41 @@ def processes_under(root: Path) -> list[str]:
                 line = cmdline.replace(b"\0", b" ").decode(errors="replace")
                 found.append(f"{proc.name}: {line[:300]}")
     return found
+
+
+def executor_jvms(cluster: StandaloneCluster) -> list[int]:
+    """The pids of this cluster's executor JVMs (``CoarseGrainedExecutorBackend``), told
+    from other clusters' by its root in their environment (``SPARK_CONF_DIR``), as
+    :func:`processes_under` finds the cluster's processes."""
+    found = []
+    needle = str(cluster.root).encode()
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            cmdline = (proc / "cmdline").read_bytes()
+            if b"CoarseGrainedExecutorBackend" in cmdline and (
+                    needle in cmdline or needle in (proc / "environ").read_bytes()):
+                found.append(int(proc.name))
+    return found
+
+
+def kill_executors_once(cluster: StandaloneCluster, fired: Path,
+                        timeout: float = 300.0) -> tuple[threading.Thread, list[int]]:
+    """Start a thread that SIGKILLs every executor JVM of ``cluster`` once ``fired`` exists
+    (the ``once=`` file of a task's ``action=stall`` crash point: the task has prepared and
+    stalls), half a second after. Returns the thread and the list of pids it killed (filled
+    in when it has); join the thread before reading the list."""
+    killed: list[int] = []
+
+    def kill() -> None:
+        deadline = time.monotonic() + timeout
+        while not fired.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the stall has begun: the transaction is prepared
+        for pid in executor_jvms(cluster):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread, killed

@@ -58,7 +58,12 @@ def spark_conf(components: Iterable[str] = DEFAULT_COMPONENTS, *, packages: bool
         >>> sorted(conf)
         ['spark.jars.packages']
     """
-    names = _names(components)
+    return _conf_and_jars(_names(components), packages, cache_dir)[0]
+
+
+def _conf_and_jars(names: tuple[str, ...], packages: bool,
+                   cache_dir: str | None) -> tuple[dict[str, str], list[str]]:
+    """:func:`spark_conf`'s settings and the resolved jars they came from (one resolution)."""
     conf: dict[str, str] = {}
     jars = resolve_jars(names, cache_dir=cache_dir)
     if packages:
@@ -68,7 +73,7 @@ def spark_conf(components: Iterable[str] = DEFAULT_COMPONENTS, *, packages: bool
     elif jars:
         conf["spark.jars"] = ",".join(jars)
     conf.update(component_settings(names))
-    return conf
+    return conf, jars
 
 
 def configure(builder: SparkSession.Builder, components: Iterable[str] = DEFAULT_COMPONENTS,
@@ -86,10 +91,11 @@ def configure(builder: SparkSession.Builder, components: Iterable[str] = DEFAULT
         spark = configure(SparkSession.builder.appName("events"), ["delta"]).getOrCreate()
     """
     names = _names(components)
-    for key, value in spark_conf(names, packages=packages, cache_dir=cache_dir).items():
+    conf, jars = _conf_and_jars(names, packages, cache_dir)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     if "delta" in names:  # the driver is this process: DeltaSink's `delta` module from the jar
-        delta_python_from_jars(resolve_jars(names, cache_dir=cache_dir))
+        delta_python_from_jars(jars)
     return builder
 
 
