@@ -50,16 +50,23 @@ class Proxy:
                 client, _ = listener.accept()
             except OSError:
                 return
-            try:
-                server = socket.create_connection(self.upstream, timeout=10)
-            except OSError:
-                client.close()
-                continue
-            server.settimeout(None)
+            pair = forward(client, self.upstream)
             with self._lock:
-                self._open += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+                self._open += pair
+
+
+def forward(client: socket.socket, upstream: tuple[str, int]) -> list[socket.socket]:
+    """Connect ``client`` to ``upstream`` and pump both ways (daemon threads): the two open
+    sockets, or none (``client`` closed) when ``upstream`` does not answer."""
+    try:
+        server = socket.create_connection(upstream, timeout=10)
+    except OSError:
+        client.close()
+        return []
+    server.settimeout(None)
+    for a, b in ((client, server), (server, client)):
+        threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+    return [client, server]
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:
