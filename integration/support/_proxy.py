@@ -4,8 +4,10 @@ client, without restarting the shared service the other tests use."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import threading
+import time
 
 
 class Proxy:
@@ -23,7 +25,16 @@ class Proxy:
     def restore(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        deadline = time.monotonic() + 10
+        while True:  # the cut listener's accepting thread may hold the port a moment longer
+            try:
+                listener.bind(("127.0.0.1", self.port))
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    listener.close()
+                    raise
+                time.sleep(0.05)
         listener.listen(16)
         self.port = listener.getsockname()[1]
         self._listener = listener
