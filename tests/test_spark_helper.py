@@ -29,7 +29,8 @@ from connectors.spark.jars import _components, _maven, _releases, _session
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SPARK = pyspark.__version__
-KAFKA_DIR = f"kafka-{SPARK}_2.13"
+SCALA = _components._scala_binary_version(_components.pyspark_home() / "jars")  # 2.12 on 3.5
+KAFKA_DIR = f"kafka-{SPARK}_{SCALA}"
 FAKE_JARS = ["/jars/a.jar", "/jars/b.jar"]
 
 
@@ -283,7 +284,7 @@ def test_missing_mvn_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     assert "'mvn'" in message
     assert "apt-get install maven" in message
     assert "EOS_MVN" in message
-    assert f"spark-sql-kafka-0-10_2.13:{SPARK}" in message
+    assert f"spark-sql-kafka-0-10_{SCALA}:{SPARK}" in message
 
 
 def test_bad_eos_mvn_names_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -366,7 +367,7 @@ def fake_mvn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("FAKE_MVN_LOG", str(log))
     monkeypatch.setenv(
         "FAKE_MVN_JARS",
-        f"kafka-clients-3.9.2.jar spark-sql-kafka-0-10_2.13-{SPARK}.jar slf4j-api-2.0.17.jar",
+        f"kafka-clients-3.9.2.jar spark-sql-kafka-0-10_{SCALA}-{SPARK}.jar slf4j-api-2.0.17.jar",
     )
     monkeypatch.setenv("FAKE_MVN_MISSING", "")
     return log
@@ -377,10 +378,10 @@ def test_fetch_drops_what_pyspark_ships_and_writes_a_stamp(fake_mvn: Path, tmp_p
     target = tmp_path / "c" / "jars" / KAFKA_DIR
     assert jars == [
         str(target / "kafka-clients-3.9.2.jar"),
-        str(target / f"spark-sql-kafka-0-10_2.13-{SPARK}.jar"),
+        str(target / f"spark-sql-kafka-0-10_{SCALA}-{SPARK}.jar"),
     ]  # slf4j-api is in pyspark/jars
     stamp = json.loads((target / ".complete.json").read_text())
-    assert stamp["requested"] == [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK}"]
+    assert stamp["requested"] == [f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}:{SPARK}"]
     assert stamp["substituted"] == {}
     assert sorted(os.listdir(target)) == sorted([".complete.json", *map(os.path.basename, jars)])
     # The generated POM excludes pyspark's artifacts by id, with any group.
@@ -391,7 +392,7 @@ def test_fetch_drops_what_pyspark_ships_and_writes_a_stamp(fake_mvn: Path, tmp_p
         for e in pom.iterfind(".//m:exclusion", ns)
         if e.findtext("m:groupId", namespaces=ns) == "*"
     }
-    assert {"slf4j-api", "scala-library", "spark-core_2.13"} <= excluded
+    assert {"slf4j-api", "scala-library", f"spark-core_{SCALA}"} <= excluded
     # Second call: the stamp answers, Maven is not run again.
     assert cs.resolve_jars(["kafka"], cache_dir=str(tmp_path / "c")) == jars
     assert fake_mvn.read_text().count("call") == 1
@@ -401,6 +402,7 @@ def test_fetch_drops_what_pyspark_ships_and_writes_a_stamp(fake_mvn: Path, tmp_p
 def spark_42(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plan as pyspark 4.2.0 would, whatever pyspark runs the tests (CI runs several)."""
     monkeypatch.setattr(_components, "_spark_version", lambda: "4.2.0")
+    monkeypatch.setattr(_components, "_scala_binary_version", lambda jars: "2.13")
 
 
 def test_an_unpublished_version_falls_back_to_the_newest_older_release(
@@ -480,6 +482,7 @@ def test_no_delta_jar_for_this_spark_minor_says_so(
     fake_mvn: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_components, "_spark_version", lambda: "4.3.0")
+    monkeypatch.setattr(_components, "_scala_binary_version", lambda jars: "2.13")
     monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
     monkeypatch.setenv("FAKE_MVN_MISSING", "io.delta:delta-spark_4.3_2.13@4.4.1")
 
@@ -523,10 +526,10 @@ def test_the_jars_are_printed_at_session_start(
     target = tmp_path / "cache" / "jars" / KAFKA_DIR  # EOS_CACHE_DIR of _clean_env
     assert opts["spark.jars"].split(",") == [
         str(target / "kafka-clients-3.9.2.jar"),
-        str(target / f"spark-sql-kafka-0-10_2.13-{SPARK}.jar"),
+        str(target / f"spark-sql-kafka-0-10_{SCALA}-{SPARK}.jar"),
     ]
     assert capsys.readouterr().err.splitlines() == [
-        f"connectors.spark: jars for kafka: org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK} "
+        f"connectors.spark: jars for kafka: org.apache.spark:spark-sql-kafka-0-10_{SCALA}:{SPARK} "
         f"(2 jars in {target})"
     ]
 
@@ -543,9 +546,9 @@ def test_jar_report_needs_no_maven_and_no_delta_spark(
     delta, kafka = cs.jar_report(cache_dir=str(tmp_path))
     # no delta-spark (the delta extra brings none): the Delta release for this Spark minor
     # (none known for the newest lane's Spark: the part below)
-    minor = ".".join(SPARK.split(".")[:2])
     release = _components.DELTA_FOR_SPARK.get(_components.version_tuple(SPARK)[:2])
-    assert delta.used == ((f"io.delta:delta-spark_{minor}_2.13:{release}",) if release else ())
+    artifact = release and _components._delta_artifact_id(release, SPARK, SCALA)
+    assert delta.used == ((f"io.delta:{artifact}:{release}",) if release else ())
     assert delta.jars is None
     # a Spark minor without a Delta release (4.3 today): said, and a session is refused
     monkeypatch.setattr(_components, "_spark_version", lambda: "4.3.0")
@@ -555,10 +558,10 @@ def test_jar_report_needs_no_maven_and_no_delta_spark(
         "delta: no jars (no Delta Lake release is known for this Spark, and neither "
         "delta-spark nor EOS_DELTA_VERSION names one: sessions with 'delta' are refused)")
     with pytest.raises(ConfigurationError, match=r"No Delta Lake release is known for Spark "
-                       r"4\.3\.0 \(known: Spark 4\.0, 4\.1, 4\.2\)\. Set EOS_DELTA_VERSION"):
+                       r"4\.3\.0 \(known: Spark 3\.5, 4\.0, 4\.1, 4\.2\)\. Set EOS_DELTA_VERSION"):
         _components.component_plan("delta", _components.pyspark_home())
     monkeypatch.setattr(_components, "_spark_version", lambda: SPARK)
-    coords = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK}"
+    coords = f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}:{SPARK}"
     assert kafka.used == (coords,) and kafka.jars is None
     assert kafka.line().startswith(f"kafka: {coords} (not resolved yet: the first session "
                                    "fetches it with Maven into ")

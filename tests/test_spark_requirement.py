@@ -47,7 +47,8 @@ def test_only_the_spark_extras_bring_pyspark_and_they_declare_the_guards_range()
     assert extras["spark"] == [
         f"pyspark>={_require.SPARK_FLOOR},<{first_without[0]}.{first_without[1]}"]
     assert minors[0] == version_tuple(_require.SPARK_FLOOR)[:2]
-    assert all((4, m) in DELTA_FOR_SPARK for m in range(minors[0][1], first_without[1]))
+    assert (3, 5) in DELTA_FOR_SPARK
+    assert all((4, m) in DELTA_FOR_SPARK for m in range(0, first_without[1]))
     assert extras["connect"][0].startswith(f"pyspark[connect]{_require.SPARK_RANGE}")
     for name, deps in extras.items():
         if name in ("spark", "connect", "dev"):
@@ -62,8 +63,9 @@ def test_the_installed_pyspark_passes() -> None:
 
 
 @pytest.mark.parametrize(("version", "ok"), [
-    ("4.0.1", True), ("4.1.0.dev1", True), ("4.3.0", True), ("4.99.9", True),
-    ("4.0.0", False), ("3.5.9", False), ("5.0.0", False), ("5.0.0.dev0", False),
+    ("3.5.3", True), ("3.5.9", True), ("4.0.0", True), ("4.1.0.dev1", True), ("4.3.0", True),
+    ("4.99.9", True), ("3.5.2", False), ("3.4.4", False), ("5.0.0", False),
+    ("5.0.0.dev0", False),
 ])
 def test_the_range_is_checked_on_the_modules_version(
     monkeypatch: pytest.MonkeyPatch, version: str, ok: bool
@@ -75,7 +77,7 @@ def test_the_range_is_checked_on_the_modules_version(
     with pytest.raises(DependencyError) as err:
         _require.require_spark("KafkaSink")
     message = str(err.value)
-    assert message.startswith(f"KafkaSink needs PySpark >=4.0.1,<5, and the pyspark imported "
+    assert message.startswith(f"KafkaSink needs PySpark >=3.5.3,<5, and the pyspark imported "
                               f"here is {version} (from ")
     assert "pip install 'spark-exactly-once[spark]'" in message
     assert "where your platform provides Spark" in message
@@ -87,10 +89,10 @@ def test_a_pyspark_out_of_range_refuses_the_spark_sinks_and_names(
     from connectors import DeltaSink, KafkaSink
     from connectors.kafka import admin
 
-    monkeypatch.setattr(pyspark, "__version__", "3.5.9")
-    with pytest.raises(DependencyError, match=r"^KafkaSink needs PySpark >=4\.0\.1,<5.* 3\.5\.9"):
+    monkeypatch.setattr(pyspark, "__version__", "3.5.2")
+    with pytest.raises(DependencyError, match=r"^KafkaSink needs PySpark >=3\.5\.3,<5.* 3\.5\.2"):
         KafkaSink("t", {"bootstrap.servers": "localhost:1"}, sink_id="k")
-    with pytest.raises(DependencyError, match=r"^DeltaSink needs PySpark >=4\.0\.1,<5.* 3\.5\.9"):
+    with pytest.raises(DependencyError, match=r"^DeltaSink needs PySpark >=3\.5\.3,<5.* 3\.5\.2"):
         DeltaSink(str(tmp_path / "t"), sink_id="d")
     import connectors.spark as cs
 
@@ -122,7 +124,7 @@ def test_without_pyspark_the_sinks_and_names_refuse_clearly_and_the_rest_imports
     assert [ln.split(" needs ")[0] for ln in out] == [
         "KafkaSink", "DeltaSink", "connectors.spark.get_session", "connectors.spark.register"]
     for line in out:
-        assert "needs PySpark >=4.0.1,<5, and no pyspark module can be imported here" in line
+        assert "needs PySpark >=3.5.3,<5, and no pyspark module can be imported here" in line
         assert "pip install 'spark-exactly-once[spark]'" in line
 
 

@@ -29,11 +29,12 @@ from connectors.core.errors import DependencyError
 
 __all__ = ["SPARK_FLOOR", "SPARK_RANGE", "SPARK_UPPER", "require_spark"]
 
-#: The oldest pyspark the package runs on (CI's oldest lane runs exactly it) and the first
-#: it does not. ``pyproject.toml``'s ``spark`` extra has the same floor and stops earlier,
-#: below the first Spark minor without a Delta Lake release (tests/test_spark_requirement.py
-#: holds them together).
-SPARK_FLOOR = "4.0.1"
+#: The oldest pyspark the package runs on (CI's oldest lane runs exactly it; the first 3.5
+#: release Delta Lake 3.3 runs on) and the first it does not. ``pyproject.toml``'s ``spark``
+#: extra has the same floor and stops earlier, below the first Spark minor without a Delta
+#: Lake release (tests/test_spark_requirement.py holds them together). What 3.5 lacks (the
+#: DataSource form) is refused where it is asked for, naming the version.
+SPARK_FLOOR = "3.5.3"
 SPARK_UPPER = "5"
 SPARK_RANGE = f">={SPARK_FLOOR},<{SPARK_UPPER}"
 

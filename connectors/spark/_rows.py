@@ -57,32 +57,48 @@ def arrow_schema(schema: StructType, *, timezone: str, large_types: bool = False
 
     Spark's JVM writes every ``TimestampType`` value, nested ones too, as
     ``timestamp[us, tz=<session time zone>]`` (``TimestampNTZType`` without a zone). PySpark's
-    ``to_arrow_schema`` says so only from 4.2 on (its ``timezone`` argument); 4.0 and 4.1
-    take ``timestamp_utc`` and name UTC instead, so there the zone is set afterwards.
+    ``to_arrow_schema`` says so only from 4.2 on (its ``timezone`` argument); 3.5 to 4.1
+    take ``timestamp_utc`` and name UTC instead, so there the zone is set afterwards. With
+    ``large_types`` (``spark.sql.execution.arrow.useLargeVarTypes``) strings and binaries are
+    ``large_string`` and ``large_binary``: 4.0 on say so (``prefers_large_types``); on 3.5,
+    whose ``to_arrow_schema`` has no such argument, they are widened afterwards too.
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    if "timezone" in inspect.signature(to_arrow_schema).parameters:  # pyspark >= 4.2
+    parameters = inspect.signature(to_arrow_schema).parameters
+    if "timezone" in parameters:  # pyspark >= 4.2
         return to_arrow_schema(schema, timezone=timezone, prefers_large_types=large_types)
-    converted = to_arrow_schema(schema, prefers_large_types=large_types)
-    return pa.schema([f.with_type(_zoned(f.type, timezone)) for f in converted],
+    if "prefers_large_types" in parameters:  # pyspark 4.0 and 4.1
+        converted = to_arrow_schema(schema, prefers_large_types=large_types)
+        widen = False
+    else:  # pyspark 3.5
+        converted = to_arrow_schema(schema)
+        widen = large_types
+    return pa.schema([f.with_type(_as_written(f.type, timezone, widen)) for f in converted],
                      metadata=converted.metadata)
 
 
-def _zoned(t: pa.DataType, timezone: str) -> pa.DataType:
-    """``t`` with every zoned timestamp in it, at any depth, in ``timezone``."""
+def _as_written(t: pa.DataType, timezone: str, widen: bool) -> pa.DataType:
+    """``t`` with every zoned timestamp in it, at any depth, in ``timezone``, and with
+    ``widen`` every string and binary large."""
     if pa.types.is_timestamp(t):
         return pa.timestamp(t.unit, tz=timezone) if t.tz is not None else t
+    if widen and pa.types.is_string(t):
+        return pa.large_string()
+    if widen and pa.types.is_binary(t):
+        return pa.large_binary()
+
+    def inner(f: pa.Field) -> pa.Field:
+        return f.with_type(_as_written(f.type, timezone, widen))
+
     if pa.types.is_map(t):
-        return pa.map_(t.key_field.with_type(_zoned(t.key_type, timezone)),
-                       t.item_field.with_type(_zoned(t.item_type, timezone)),
-                       keys_sorted=t.keys_sorted)
+        return pa.map_(inner(t.key_field), inner(t.item_field), keys_sorted=t.keys_sorted)
     if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_zoned(t.value_type, timezone)))
+        return pa.large_list(inner(t.value_field))
     if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_zoned(t.value_type, timezone)))
+        return pa.list_(inner(t.value_field))
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_zoned(f.type, timezone)) for f in t])
+        return pa.struct([inner(f) for f in t])
     return t
 
 

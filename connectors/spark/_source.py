@@ -31,7 +31,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import pyarrow as pa
-from pyspark.sql.datasource import WriterCommitMessage
+
+try:
+    from pyspark.sql.datasource import WriterCommitMessage
+except ImportError:  # pyspark 3.5 has no Python data sources: data_source_for refuses
+    WriterCommitMessage = object  # type: ignore[misc,assignment]
 
 from connectors.core.batch import TaskOutcome
 from connectors.core.driver.planned import RunTicket
@@ -178,14 +182,19 @@ def data_source_for(sink_class: type[PreparedTransactionSink[Any]], name: str,
     ``from_options``); its workers log at ``log_level`` (``None``: not at all) and its
     commit worker hands each batch's metrics to ``exporters`` (those of the registering
     process that travel, e.g. a Prometheus text file)."""
-    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter
-
     try:
-        from pyspark.sql.datasource import DataSourceStreamArrowWriter
-    except ImportError:  # pyspark 4.0: streaming writers get Row objects, not Arrow
+        from pyspark.sql.datasource import (
+            DataSource,
+            DataSourceArrowWriter,
+            DataSourceStreamArrowWriter,
+        )
+    except ImportError:  # 3.5: no Python data sources; 4.0: streaming writers get Rows
+        import pyspark
+
         raise ConfigurationError(
             "the DataSource form needs pyspark >= 4.1 (its streaming writers take Arrow "
-            "batches); with this pyspark use df.writeStream.foreachBatch(sink)") from None
+            f"batches), and this pyspark is {pyspark.__version__}; with it use "
+            "df.writeStream.foreachBatch(sink)") from None
 
     class StreamWriter(DataSourceStreamArrowWriter):
         def __init__(self, sink: PreparedTransactionSink[Any], ticket: RunTicket | None,
@@ -341,7 +350,8 @@ def register(spark: Any, sink_class: type | None = None, *, name: str | None = N
             raise ConfigurationError(
                 f"{cls.__name__} has no data_source_name: pass name= to register")
         travelling = tuple(e for e in registered_exporters() if e.travels)
-        spark.dataSource.register(data_source_for(cls, source, _driver_log_level(),
-                                                  travelling))
+        # built first: it refuses a pyspark without the form, whose session has no dataSource
+        form = data_source_for(cls, source, _driver_log_level(), travelling)
+        spark.dataSource.register(form)
         names.append(source)
     return names

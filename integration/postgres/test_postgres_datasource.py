@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyspark.sql.datasource
 import pytest
 from pyspark.sql import SparkSession
 
@@ -31,8 +30,12 @@ from integration.support._pg import DRIVER_PGOPTIONS, PgTarget, check_restart, w
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROWS = 600  # rows per input file (one file per batch)
+try:
+    from pyspark.sql import datasource
+except ImportError:  # pyspark 3.5: no Python data sources
+    datasource = None  # type: ignore[assignment]
 #: pyspark >= 4.1: streaming writers take Arrow batches (the form needs them).
-ARROW_STREAM_WRITERS = hasattr(pyspark.sql.datasource, "DataSourceStreamArrowWriter")
+ARROW_STREAM_WRITERS = hasattr(datasource, "DataSourceStreamArrowWriter")
 
 
 class DataSourceJob(PgJob):
@@ -132,8 +135,9 @@ def test_driver_sigkilled_in_the_commit_worker_at_every_point_then_exact(
 
 
 def _refused_before_anything(job: DataSourceJob, pg: PgTarget) -> None:
-    """pyspark < 4.1 (CI's oldest lane): the form refuses the query, naming the version it
-    needs, before any row, prepared transaction or ledger entry."""
+    """pyspark < 4.1 (3.5 in CI's oldest lane, 4.0 in a wide run): the form refuses the
+    query, naming the version it needs, before any row, prepared transaction or ledger
+    entry."""
     run = job.run()
     assert run.returncode != 0 and "needs pyspark >= 4.1" in run.output, run.tail()
     assert pg.count() == 0 and pg.prepared() == [] and pg.ledger_states() == {}
@@ -141,7 +145,7 @@ def _refused_before_anything(job: DataSourceJob, pg: PgTarget) -> None:
 
 def test_driver_killed_at_a_random_moment_then_exact(tmp_path: Path, pg: PgTarget) -> None:
     """One kill at a random moment after a decision, then a run to the end: exact, nothing
-    prepared. (CI's version lanes run this test: on pyspark 4.0 the form is refused.)"""
+    prepared. (CI's version lanes run this test: before pyspark 4.1 the form is refused.)"""
     job = DataSourceJob(tmp_path, pg, files=8)
     if not ARROW_STREAM_WRITERS:
         _refused_before_anything(job, pg)

@@ -14,6 +14,7 @@ from connectors.cli._doctor import Checkpoint, check, offset_log_findings, read_
 from connectors.cli._model import EXIT_ATTENTION, EXIT_OK
 from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, LedgerEntry
 from connectors.core.states import BatchState
+from connectors.spark.jars import _components
 
 C, D = BatchState.COMMITTED, BatchState.DECIDED
 Q = "3f2a-query"
@@ -123,7 +124,12 @@ def test_what_a_killed_first_offset_write_left_is_named_with_the_exact_fix(
 # ------------------------------------------------------------------ the jars section
 
 SPARK = pyspark.__version__
-DELTA_COORD = f"io.delta:delta-spark_{'.'.join(SPARK.split('.')[:2])}_2.13"
+SCALA = _components._scala_binary_version(_components.pyspark_home() / "jars")
+# Delta's release line for this Spark (3.3 on Spark 3.5, 4.4 on 4.x), one release asked for,
+# one of the same line it may be substituted by, one of another line (refused)
+LINE = "4.4" if _components.version_tuple(SPARK) >= (4,) else "3.3"
+WANT, SUB, OTHER = f"{LINE}.1", f"{LINE}.0", ("4.3.1" if LINE == "4.4" else "3.2.1")
+DELTA_COORD = f"io.delta:{_components._delta_artifact_id(WANT, SPARK, SCALA)}"
 
 
 def _stamp(cache: Path, dirname: str, jars: list[str], **fields: object) -> Path:
@@ -139,7 +145,7 @@ def _stamp(cache: Path, dirname: str, jars: list[str], **fields: object) -> Path
 def doctor_args(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A healthy empty pair (a Delta table, a checkpoint) and a private jar cache."""
     monkeypatch.setenv("EOS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("EOS_DELTA_VERSION", "4.4.1")
+    monkeypatch.setenv("EOS_DELTA_VERSION", WANT)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no Maven, no java: none needed
     (tmp_path / "table" / "_delta_log").mkdir(parents=True)
     (tmp_path / "ckpt").mkdir()
@@ -150,17 +156,17 @@ def doctor_args(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_doctor_shows_the_jars_a_session_would_get_without_starting_spark(
     doctor_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    delta = _stamp(tmp_path / "cache", f"delta-4.4.1-spark{SPARK}_2.13",
-                   ["delta-spark-4.4.0.jar", "delta-storage-4.4.0.jar"],
-                   substituted={DELTA_COORD: "4.4.0"})
+    delta = _stamp(tmp_path / "cache", f"delta-{WANT}-spark{SPARK}_{SCALA}",
+                   [f"delta-spark-{SUB}.jar", f"delta-storage-{SUB}.jar"],
+                   substituted={DELTA_COORD: SUB})
     assert main(doctor_args) == EXIT_OK
     rows = {line.split()[0]: line.split(None, 2)[1:] for line in
             capsys.readouterr().out.splitlines() if line.startswith("jars:")}
     assert rows["jars:delta"] == [
-        "ok", f"{DELTA_COORD}:4.4.0; substituted 4.4.0 for 4.4.1 (2 jars in {delta})"]
-    kafka = tmp_path / "cache" / "jars" / f"kafka-{SPARK}_2.13"
+        "ok", f"{DELTA_COORD}:{SUB}; substituted {SUB} for {WANT} (2 jars in {delta})"]
+    kafka = tmp_path / "cache" / "jars" / f"kafka-{SPARK}_{SCALA}"
     assert rows["jars:kafka"] == [
-        "ok", f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK} (not resolved yet: the "
+        "ok", f"org.apache.spark:spark-sql-kafka-0-10_{SCALA}:{SPARK} (not resolved yet: the "
         f"first session fetches it with Maven into {kafka})"]
     assert not kafka.exists()
     (hadoop,) = {n[len("hadoop-client-api-"):-len(".jar")] for n in
@@ -174,21 +180,21 @@ def test_doctor_shows_the_jars_a_session_would_get_without_starting_spark(
     assert main([*doctor_args, "--json"]) == EXIT_OK
     found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
     assert found["jars:delta"]["ok"] is True
-    assert "substituted 4.4.0 for 4.4.1" in found["jars:delta"]["detail"]
+    assert f"substituted {SUB} for {WANT}" in found["jars:delta"]["detail"]
 
 
 def test_doctor_flags_a_cached_delta_jar_of_another_minor_version(
     doctor_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _stamp(tmp_path / "cache", f"delta-4.4.1-spark{SPARK}_2.13", ["delta-spark-4.3.1.jar"],
-           substituted={DELTA_COORD: "4.3.1"})
+    _stamp(tmp_path / "cache", f"delta-{WANT}-spark{SPARK}_{SCALA}", [f"delta-spark-{OTHER}.jar"],
+           substituted={DELTA_COORD: OTHER})
     assert main([*doctor_args, "--json"]) == EXIT_ATTENTION
     found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}
     assert found["jars:delta"]["ok"] is False
     assert found["jars:delta"]["severity"] == "error"
-    assert f"{DELTA_COORD}:4.3.1" in found["jars:delta"]["detail"]
-    assert "install delta-spark 4.3.x" in found["jars:delta"]["detail"]
-    assert "EOS_DELTA_VERSION=4.3.1" in found["jars:delta"]["detail"]
+    assert f"{DELTA_COORD}:{OTHER}" in found["jars:delta"]["detail"]
+    assert f"install delta-spark {OTHER[:3]}.x" in found["jars:delta"]["detail"]
+    assert f"EOS_DELTA_VERSION={OTHER}" in found["jars:delta"]["detail"]
     assert found["jars:kafka"]["ok"] is True
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyspark.sql.datasource
+import pyspark
 import pytest
 from pyspark import cloudpickle
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType
@@ -25,10 +25,14 @@ from connectors.spark._source import Prepared, data_source_for, register
 from examples.fs_sink import FileSystemSink
 
 FLAT = StructType([StructField("id", LongType()), StructField("name", StringType())])
-#: pyspark 4.0 has no DataSource form (refused: the last test but one, on every version).
+try:
+    import pyspark.sql.datasource as datasource
+except ImportError:  # pyspark 3.5: no Python data sources at all
+    datasource = None  # type: ignore[assignment]
+#: pyspark 3.5 and 4.0 have no DataSource form (refused: tested below, on every version).
 needs_the_form = pytest.mark.skipif(
-    not hasattr(pyspark.sql.datasource, "DataSourceStreamArrowWriter"),
-    reason="pyspark < 4.1: the DataSource form is refused (tested below)")
+    not hasattr(datasource, "DataSourceStreamArrowWriter"),
+    reason=f"pyspark {pyspark.__version__} < 4.1: the DataSource form is refused (tested below)")
 
 
 class _Registry:
@@ -62,11 +66,15 @@ def test_only_prepared_transaction_sinks_register(cls: type) -> None:
 
 def test_pyspark_without_arrow_stream_writers_is_refused(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    import pyspark.sql.datasource as datasource
-
-    monkeypatch.delattr(datasource, "DataSourceStreamArrowWriter", raising=False)
-    with pytest.raises(ConfigurationError, match=r"needs pyspark >= 4\.1"):
+    """4.0 (no Arrow stream writer) and 3.5 (no data sources at all): refused, naming the
+    version; register() goes through data_source_for."""
+    if datasource is not None:
+        monkeypatch.delattr(datasource, "DataSourceStreamArrowWriter", raising=False)
+    with pytest.raises(ConfigurationError, match=r"needs pyspark >= 4\.1 .*, and this pyspark "
+                       rf"is {pyspark.__version__}; with it use df\.writeStream\.foreachBatch"):
         data_source_for(PostgresSink, "connectors.postgres")
+    with pytest.raises(ConfigurationError, match=r"needs pyspark >= 4\.1"):
+        register(object())  # a 3.5 session has no dataSource: refused before it is asked
 
 
 def _source_of(tmp_path: Path, **options: str) -> Any:

@@ -34,7 +34,7 @@ from connectors.spark._handover import (
     session_settings,
 )
 from connectors.spark._plan import narrow_plan
-from connectors.spark._rows import _zoned, arrow_schema, flat_schema
+from connectors.spark._rows import _as_written, arrow_schema, flat_schema
 
 
 def _schema(*types: object) -> StructType:
@@ -192,7 +192,8 @@ NY = "America/New_York"
 def test_arrow_schema_zones_every_timestamp_like_the_jvm_on_any_pyspark() -> None:
     """The batches ``mapInArrow`` hands tasks carry the session's zone on every timestamp,
     nested ones too (measured with a session in America/New_York on pyspark 4.0.1 and
-    4.3.0); pyspark < 4.2's ``to_arrow_schema`` names UTC, 4.2+ takes ``timezone``."""
+    4.3.0); pyspark < 4.2's ``to_arrow_schema`` names UTC, 4.2+ takes ``timezone``; 3.5's
+    takes no ``prefers_large_types`` either."""
     ts = TimestampType()
     spark_schema = StructType([
         StructField("ts", ts),
@@ -216,7 +217,7 @@ def test_arrow_schema_zones_every_timestamp_like_the_jvm_on_any_pyspark() -> Non
     assert large.field("ts").type == pa.timestamp("us", tz="UTC")
 
 
-def test_zoned_keeps_everything_but_the_zone() -> None:
+def test_as_written_keeps_everything_but_the_zone_and_widens_only_when_asked() -> None:
     utc = pa.timestamp("us", tz="UTC")
     t = pa.struct([
         pa.field("l", pa.large_list(pa.field("e", utc, nullable=False)), nullable=False),
@@ -225,10 +226,18 @@ def test_zoned_keeps_everything_but_the_zone() -> None:
         ("d", pa.decimal128(10, 2)),
     ])
     z = pa.timestamp("us", tz=NY)
-    assert _zoned(t, NY) == pa.struct([
+    assert _as_written(t, NY, False) == pa.struct([
         pa.field("l", pa.large_list(pa.field("e", z, nullable=False)), nullable=False),
         ("m", pa.map_(pa.string(), pa.list_(z), keys_sorted=True)),
         ("naive", pa.timestamp("ms")),
         ("d", pa.decimal128(10, 2)),
     ])
-    assert _zoned(pa.int64(), NY) == pa.int64()
+    assert _as_written(pa.int64(), NY, False) == pa.int64()
+    assert _as_written(t, NY, True) == pa.struct([  # pyspark 3.5 with useLargeVarTypes
+        pa.field("l", pa.large_list(pa.field("e", z, nullable=False)), nullable=False),
+        ("m", pa.map_(pa.large_string(), pa.list_(z), keys_sorted=True)),
+        ("naive", pa.timestamp("ms")),
+        ("d", pa.decimal128(10, 2)),
+    ])
+    assert _as_written(pa.struct([("b", pa.binary())]), "UTC", True) == pa.struct(
+        [("b", pa.large_binary())])

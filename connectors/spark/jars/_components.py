@@ -157,8 +157,10 @@ def minor_version(version: str) -> str:
 #: Without delta-spark installed (pyspark is the user's; the ``delta`` extra brings no
 #: delta-spark): the Delta Lake release for each Spark minor, the newest one whose Maven jar
 #: exists for it (checked on Maven Central: ``delta-spark_4.0_2.13`` .. ``_4.2_2.13`` at
-#: 4.4.0). A Spark minor missing here has no Delta release yet.
+#: 4.4.0; Spark 3.5's line is 3.3, Scala 2.12, one artifact ``delta-spark_2.12``, its
+#: Python API in the jar too). A Spark minor missing here has no Delta release yet.
 DELTA_FOR_SPARK: dict[tuple[int, ...], str] = {
+    (3, 5): "3.3.3",
     (4, 0): "4.4.0",
     (4, 1): "4.4.0",
     (4, 2): "4.4.0",
