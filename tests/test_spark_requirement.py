@@ -83,6 +83,19 @@ def test_the_range_is_checked_on_the_modules_version(
     assert "where your platform provides Spark" in message
 
 
+def test_spark_35_on_python_312_is_refused_naming_both(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """pyspark 3.5 imports distutils (gone in Python 3.12) and lists Python 3.11 at most."""
+    monkeypatch.setattr(pyspark, "__version__", "3.5.3")
+    monkeypatch.setattr(_require.sys, "version_info", (3, 12, 1, "final", 0))
+    with pytest.raises(DependencyError, match=r"^KafkaSink: pyspark 3\.5\.3 runs on Python "
+                       r"3\.11 at most .* this is Python 3\.12\. Use Python 3\.10 or 3\.11"):
+        _require.require_spark("KafkaSink")
+    _require.require_spark.cache_clear()
+    monkeypatch.setattr(pyspark, "__version__", "4.0.1")
+    assert _require.require_spark("KafkaSink") == "4.0.1"
+
+
 def test_a_pyspark_out_of_range_refuses_the_spark_sinks_and_names(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -38,7 +38,7 @@ def _path_table(location: str) -> str:
 
 
 def _not_a_table(exc: Exception) -> bool:
-    condition = getattr(exc, "getCondition", None)
+    condition = getattr(exc, "getCondition", None) or getattr(exc, "getErrorClass", None)
     found = str(condition() or "") if callable(condition) else ""
     return found in _NOT_A_TABLE or any(c in str(exc).split("\n", 1)[0] for c in _NOT_A_TABLE)
 

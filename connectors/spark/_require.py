@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import re
+import sys
 from functools import cache
 
 from connectors.core.errors import DependencyError
@@ -72,5 +73,12 @@ def require_spark(feature: str) -> str:
         raise DependencyError(
             f"{feature} needs PySpark {SPARK_RANGE}, and the pyspark imported here is "
             f"{version} (from {getattr(pyspark, '__file__', '?')}). {_HOW}."
+        )
+    if _release(version) < (4, 0, 0) and sys.version_info >= (3, 12):
+        raise DependencyError(
+            f"{feature}: pyspark {version} runs on Python 3.11 at most (Spark 3.5 imports "
+            f"distutils, which Python 3.12 removed), and this is Python "
+            f"{sys.version_info[0]}.{sys.version_info[1]}. Use Python 3.10 or 3.11 with Spark "
+            "3.5, or pyspark 4.0 or newer."
         )
     return version

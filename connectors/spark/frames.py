@@ -40,6 +40,7 @@ from connectors.spark._binding import (
     connect_barrier_refusal,
     connect_task_slots,
     is_connect,
+    is_spark_frame,
     publish_metrics,
     query_id_for,
     stop_flag,
@@ -90,9 +91,7 @@ def front_end(data: Any, call: EngineCall) -> tuple[BatchInput, str | None] | No
     """The engine front end of classic PySpark and Spark Connect
     (:mod:`connectors.core.engine`): a Spark DataFrame as a :class:`SparkBatch`, with its
     streaming query's id; ``None`` for anything else."""
-    from pyspark.sql import DataFrame as SparkDataFrame
-
-    if not isinstance(data, SparkDataFrame):
+    if not is_spark_frame(data):
         return None
     require_spark("a sink called with a Spark DataFrame")  # the version: cached after once
     query_id = query_id_for(data, call)

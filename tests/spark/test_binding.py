@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import pyspark
 import pytest
 
 from connectors import ConfigurationError
@@ -93,8 +94,10 @@ ConnectFrame.__module__ = "pyspark.sql.connect.dataframe"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache() -> None:
+def _fresh_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     _binding._connect_ids.clear()
+    # the Connect binding as on Spark 4, whatever pyspark runs the tests (3.5 refuses it)
+    monkeypatch.setattr(pyspark, "__version__", "4.2.0")
 
 
 def call(name: str | None = None, *, batch_job: bool = False) -> EngineCall:
@@ -130,6 +133,39 @@ def test_connect_with_a_name_no_active_query_bears_is_refused() -> None:
 def test_connect_batch_job_said_explicitly_binds_to_no_query() -> None:
     df = ConnectFrame(Session(Streams([])))
     assert query_id_for(df, call(batch_job=True)) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("batch_job", [False, True])
+def test_connect_on_spark_35_is_refused_naming_the_version_and_the_way_out(
+    monkeypatch: pytest.MonkeyPatch, batch_job: bool
+) -> None:
+    monkeypatch.setattr(pyspark, "__version__", "3.5.3")
+    df = ConnectFrame(Session(Streams([Query("q-1", "orders")])))
+    with pytest.raises(ConfigurationError) as err:
+        query_id_for(df, call("orders", batch_job=batch_job))  # type: ignore[arg-type]
+    message = str(err.value)
+    assert "Spark 4.0 or newer under Spark Connect" in message and "pyspark 3.5.3" in message
+    assert "classic PySpark" in message
+    session = Session(Streams([Query("q-1", None)]), local_query_id="q-1")
+    assert query_id_for(ClassicFrame(session), call()) == "q-1"  # type: ignore[arg-type]
+
+
+def test_a_spark_35_connect_frame_is_a_spark_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyspark 3.5's Connect DataFrame is no pyspark.sql.DataFrame: the front end still
+    takes it (and then refuses Connect on 3.5, above) instead of calling it no DataFrame."""
+    import sys
+    import types
+
+    module = types.ModuleType("pyspark.sql.connect.dataframe")
+
+    class DataFrame:
+        pass
+
+    module.DataFrame = DataFrame  # type: ignore[attr-defined]
+    assert not _binding.is_spark_frame(DataFrame())
+    monkeypatch.setitem(sys.modules, "pyspark.sql.connect.dataframe", module)
+    assert _binding.is_spark_frame(DataFrame())
+    assert not _binding.is_spark_frame(object())
 
 
 # ----------------------------------------------------------------------------- classic

@@ -46,7 +46,8 @@ def session_builder(
 
     ``connect=True`` builds a Spark Connect client instead (``pyspark[connect]``): with a
     ``local[...]`` master, PySpark starts a local Connect server in a JVM of its own and
-    every setting below applies to that server (its jars included); with a server's
+    every setting below applies to that server (its jars included, and on Spark 3.5, whose
+    pyspark ships no Connect server, the ``"connect"`` component's); with a server's
     address (``master="sc://host:15002"``) the server's class path and static settings
     are the server's, and only ``conf`` is sent (runtime SQL settings).
 
@@ -95,6 +96,8 @@ def session_builder(
         settings = dict(conf or {})
         builder = builder.remote(master)
     else:
+        if connect and "connect" not in names:  # the server itself (a jar on 3.5 only)
+            names = (*names, "connect")
         settings = _session_conf(app_name, master, names, dict(conf or {}))
         if connect:  # a local Connect server: the settings are its own
             builder = builder.remote(settings.pop("spark.master"))
