@@ -56,20 +56,27 @@ class Observed:
         from pyspark.sql import Observation
 
         self._observation = Observation(name)
+        self._source = df
         self.df = df.observe(self._observation, *_aggregates(df))
 
     def result(self, wait_s: float = OBSERVATION_WAIT_S) -> Fingerprint | None:
         """The fingerprint of what the write read, or ``None`` if it did not run.
 
         Never blocks longer than ``wait_s`` (``Observation.get`` alone would wait forever
-        for a write that Delta skipped).
+        for a write that Delta skipped). Spark 3.5's Observation has no future to wait on
+        with a bound: there the fingerprint is computed as one job of its own
+        (:func:`fingerprint_now`, what the template's default does for every batch).
         """
         jo = getattr(self._observation, "_jo", None)
         if jo is None:
             return None
-        deadline = time.monotonic() + wait_s
         try:
             future = jo.future()
+        except Exception as exc:  # Spark 3.5: no future (its get() has no timeout)
+            logger.debug("no bounded wait for the observed fingerprint (%s): one job", exc)
+            return fingerprint_now(self._source)
+        deadline = time.monotonic() + wait_s
+        try:
             while not future.isCompleted():
                 if time.monotonic() > deadline:
                     return None
