@@ -112,7 +112,16 @@ class LocalBatch(BatchInput):
         if self.spark is None:
             return None
         if self._frame is None:
-            self._frame = self.spark.createDataFrame(self.to_arrow())
+            import pyspark
+
+            table = self.to_arrow()
+            if int(pyspark.__version__.split(".", 1)[0]) >= 4:
+                self._frame = self.spark.createDataFrame(table)
+            else:  # pyspark 3.5 takes no Arrow table: pandas, with the Arrow schema's types
+                from pyspark.sql.pandas.types import from_arrow_schema
+
+                self._frame = self.spark.createDataFrame(
+                    table.to_pandas(), schema=from_arrow_schema(table.schema))
         return self._frame
 
     @property

@@ -31,6 +31,18 @@ def ids(spark: SparkSession, path: Path) -> list[int]:
     return sorted(r[0] for r in spark.read.format("delta").load(str(path)).collect())
 
 
+def verified_delta(spark: SparkSession) -> None:
+    """The accelerator is allow-listed for Delta 4.4.0's classes: on Spark 3.5 (Delta 3.3)
+    it is refused by design, which is no failure of these tests' subject (skipped there,
+    naming why); on Spark 4 a refusal is a failure."""
+    import pyspark
+
+    problem = seed_problem(spark)
+    if problem is not None and int(pyspark.__version__.split(".", 1)[0]) < 4:
+        pytest.skip(f"pyspark {pyspark.__version__}: {problem}")
+    assert problem is None, "not the verified Delta 4.4.0 classes"
+
+
 @pytest.fixture
 def accelerators_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about the accelerator itself: a CI lane's CONNECTORS_ACCELERATORS=off
@@ -41,7 +53,7 @@ def accelerators_on(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_seeded_lookup_still_skips_replays(
     spark: SparkSession, tmp_path: Path, accelerators_on: None
 ) -> None:
-    assert seed_problem(spark) is None, "not the verified Delta 4.4.0 classes"
+    verified_delta(spark)
     path = tmp_path / "t"
     sink = DeltaSink(str(path), sink_id="seed", create_table=True, delta_txn_id=True)
     for b in range(3):
@@ -79,6 +91,7 @@ def txn_write(spark: SparkSession, path: Path, start: int, version: int) -> None
 def test_nothing_is_seeded_with_a_txn_retention(
     spark: SparkSession, tmp_path: Path, retention: bool, accelerators_on: None
 ) -> None:
+    verified_delta(spark)
     path = tmp_path / "r"
     rows(spark, 0).write.format("delta").save(str(path))
     if retention:
