@@ -8,12 +8,15 @@ in milliseconds. (The integration tests prove the same on real Spark, ``local[N,
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from connectors.core.batch import BatchInput, TaskFunction, TaskInfo, TaskOutcome
 from connectors.core.errors import TransientError
@@ -103,6 +106,7 @@ class LocalBatch(BatchInput):
         self.max_failures = max_failures
         self.spark = spark
         self._frame: Any = None
+        self._files: tempfile.TemporaryDirectory[str] | None = None  # pyspark 3.5's frame
         #: Every attempt that ran, in order (what a Spark listener would have seen).
         self.attempts: list[Attempt] = []
 
@@ -112,16 +116,14 @@ class LocalBatch(BatchInput):
         if self.spark is None:
             return None
         if self._frame is None:
-            import pyspark
-
             table = self.to_arrow()
-            if int(pyspark.__version__.split(".", 1)[0]) >= 4:
+            try:
                 self._frame = self.spark.createDataFrame(table)
-            else:  # pyspark 3.5 takes no Arrow table: pandas, with the Arrow schema's types
-                from pyspark.sql.pandas.types import from_arrow_schema
-
-                self._frame = self.spark.createDataFrame(
-                    table.to_pandas(), schema=from_arrow_schema(table.schema))
+            except TypeError:  # pyspark 3.5 takes no Arrow table: a Parquet file keeps types
+                self._files = tempfile.TemporaryDirectory(prefix="connectors-local-")
+                path = os.path.join(self._files.name, "rows.parquet")
+                pq.write_table(table, path)
+                self._frame = self.spark.read.parquet(path)
         return self._frame
 
     @property
