@@ -28,6 +28,7 @@ import psycopg
 import pyspark
 import pytest
 
+from connectors.spark._require import SPARK_RANGE
 from integration.support._wheel import clean_environ, installed, package_wheel, user_venv
 
 pytestmark = pytest.mark.integration
@@ -114,7 +115,7 @@ def test_the_wheel_runs_on_a_platforms_pyspark_and_refuses_clearly_without_one(
     found = json.loads(line.removeprefix("REFUSED "))
     assert found.pop("pyspark_loaded") is False
     for name, message in found.items():
-        assert ">=4.0.1,<5" in message, (name, message)
+        assert SPARK_RANGE in message, (name, message)
         assert "pip install 'spark-exactly-once[spark]'" in message, (name, message)
         assert "no pyspark module can be imported" in message, (name, message)
     # The platform's pyspark, on PYTHONPATH only: both sinks run, exactly once.
