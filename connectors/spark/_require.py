@@ -52,6 +52,11 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple([*numbers, 0, 0, 0][:3])
 
 
+def _python() -> tuple[int, int]:
+    """This interpreter's ``(major, minor)``."""
+    return sys.version_info[0], sys.version_info[1]
+
+
 @cache
 def require_spark(feature: str) -> str:
     """Return the importable pyspark's version, or raise :class:`DependencyError` naming
@@ -74,11 +79,12 @@ def require_spark(feature: str) -> str:
             f"{feature} needs PySpark {SPARK_RANGE}, and the pyspark imported here is "
             f"{version} (from {getattr(pyspark, '__file__', '?')}). {_HOW}."
         )
-    if _release(version) < (4, 0, 0) and sys.version_info >= (3, 12):
+    python = _python()
+    if _release(version) < (4, 0, 0) and python >= (3, 12):
         raise DependencyError(
             f"{feature}: pyspark {version} runs on Python 3.11 at most (Spark 3.5 imports "
             f"distutils, which Python 3.12 removed), and this is Python "
-            f"{sys.version_info[0]}.{sys.version_info[1]}. Use Python 3.10 or 3.11 with Spark "
-            "3.5, or pyspark 4.0 or newer."
+            f"{python[0]}.{python[1]}. Use Python 3.10 or 3.11 with Spark 3.5, or pyspark "
+            "4.0 or newer."
         )
     return version
