@@ -83,7 +83,7 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
     for name, home in homes.items():
         assert getattr(cs, name).__module__ == f"connectors.spark.{home}"
     # not in __all__; connectors doctor uses them
-    assert cs.COMPONENTS == ("delta", "kafka", "s3", "connect")
+    assert cs.COMPONENTS == ("delta", "kafka", "s3")
     assert cs.DEFAULT_COMPONENTS == ("delta", "kafka")  # "s3" (650 MB and more) by name only
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         cs.nothing_here  # noqa: B018
@@ -211,8 +211,9 @@ def test_s3a_settings_pass_through_and_secrets_are_not_logged(
 
 
 def test_connect_server_settings_are_masked_too(
-    fake_jars: list[Any], caplog: pytest.LogCaptureFixture
+    fake_jars: list[Any], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(pyspark, "__version__", "4.2.0")  # Connect: refused on 3.5 (below)
     with caplog.at_level("DEBUG", logger="connectors.spark.jars._session"):
         cs.session_builder(master="sc://localhost:15002", connect=True,
                            conf={"spark.hadoop.fs.s3a.secret.key": "SECRET-9"})
@@ -220,15 +221,18 @@ def test_connect_server_settings_are_masked_too(
     assert "SECRET-9" not in caplog.text
 
 
-def test_a_local_connect_server_gets_the_connect_component_a_remote_one_nothing(
-    fake_jars: list[Any]
+def test_a_connect_session_on_spark_35_is_refused_where_the_client_sees_it(
+    fake_jars: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """PySpark starts a local Connect server from the builder's settings: its jars must
-    hold the server (on Spark 3.5; on 4.x the component is no jars)."""
-    cs.session_builder(master="local[2]", components=["delta"], connect=True)
-    cs.session_builder(master="sc://localhost:15002", components=["delta"], connect=True)
-    cs.session_builder(master="local[2]", components=["delta"])
-    assert fake_jars == [("delta", "connect"), ("delta",)]
+    """The sinks refuse Spark Connect on 3.5, and there a foreachBatch worker's error reaches
+    only the server's log: the session helper refuses first, in the client."""
+    monkeypatch.setattr(pyspark, "__version__", "3.5.3")
+    for master in ("local[2]", "sc://localhost:15002"):
+        with pytest.raises(ConfigurationError, match=r"Spark 4\.0 or newer under Spark "
+                           r"Connect, and this is pyspark 3\.5\.3.*classic PySpark"):
+            cs.session_builder(master=master, components=["delta"], connect=True)
+    cs.session_builder(master="local[2]", components=["delta"])  # classic: as before
+    assert fake_jars == [("delta",)]
 
 
 def test_check_components_knows_the_s3a_file_system() -> None:
@@ -872,27 +876,3 @@ def test_jar_report_says_s3_is_fetched_only_when_asked_for(
         f"s3: org.apache.hadoop:hadoop-aws:{HADOOP} (not resolved yet: the first session with "
         f"'s3' in components fetches it with Maven into {tmp_path / 'jars' / S3_DIR})")
 
-
-def test_connect_is_a_jar_on_spark_35_and_nothing_where_pyspark_ships_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Spark 3.5's pyspark ships no Connect server: one shaded jar of the same Spark minor
-    (nothing transitive: Spark is provided). pyspark 4 ships it: no plan, no Maven."""
-    home = tmp_path / "home"
-    (home / "jars").mkdir(parents=True)
-    (home / "jars" / "scala-library-2.12.18.jar").write_bytes(b"")
-    monkeypatch.setattr(_components, "_spark_version", lambda: "3.5.3")
-    plan = _components.component_plan("connect", home)
-    assert [str(r) for r in plan.roots] == ["org.apache.spark:spark-connect_2.12:3.5.3"]
-    assert plan.pinned_group == "org.apache.spark" and not plan.pinned_exact
-    assert plan.excluded == (("*", "*"),)
-    assert plan.dirname == "connect-3.5.3_2.12"
-    (home / "jars" / "spark-connect_2.12-3.5.3.jar").write_bytes(b"")  # a build that has it
-    _components.provided_artifact_ids.cache_clear()
-    assert _components.component_plan("connect", home).roots == ()
-    monkeypatch.setenv("SPARK_HOME", str(home))
-    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # any Maven call would fail
-    assert cs.resolve_jars(["connect"], cache_dir=str(tmp_path / "c")) == []
-    (choice,) = cs.jar_report(["connect"], cache_dir=str(tmp_path / "c"))
-    assert choice.line() == "connect: no jars (pyspark 3.5.3 ships it)"
-    _components.provided_artifact_ids.cache_clear()

@@ -6,8 +6,6 @@ An error is classified by what Spark and Delta say it is, never by its message t
   ``SparkThrowable.getCondition()`` on every Java throwable of the cause chain of a
   ``Py4JJavaError`` (a failed task's ``DeltaInvariantViolationException`` sits below the
   ``SparkException`` that aborted the job). A sub-condition ``A.B`` matches a rule for ``A``.
-  pyspark 3.5's Spark Connect errors carry none (``getErrorClass()`` is ``None``): there the
-  ``[CONDITION]`` their message begins with is taken, that token alone (never the text).
 - its *exception class*: the Java class of every throwable of the chain and their
   superclasses (Delta's ``io.delta.exceptions.DeltaConcurrentModificationException``, the
   base of every concurrent-commit conflict).
@@ -34,9 +32,6 @@ from connectors.core.errors import BadInputError, ConnectorError, TransientError
 __all__ = ["ErrorFacts", "error_facts", "translate"]
 
 _LOST_CONDITION = re.compile(r"Cannot find main error class '([A-Z0-9_]+)'")
-#: The condition a pyspark 3.5 Spark Connect error's message begins with ("[PATH_NOT_FOUND]
-#: Path does not exist: ..."): the only part of a message ever read.
-_LEADING_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
 
 #: Causes followed along a Java exception chain (a job failure nests 3-5 deep).
 _MAX_CHAIN = 12
@@ -208,11 +203,6 @@ def error_facts(exc: BaseException) -> ErrorFacts:
             facts.conditions.append(str(condition))
             facts.params[str(condition)] = dict(_call(exc, "getMessageParameters") or {})
             facts.messages[str(condition)] = str(_call(exc, "getMessage") or "")
-        elif type(exc).__module__.startswith("pyspark.errors.exceptions.connect"):
-            leading = _LEADING_CONDITION.match(str(_call(exc, "getMessage") or exc))
-            if leading:  # pyspark 3.5 under Connect: the condition only in the message
-                facts.conditions.append(leading.group(1))
-                facts.params[leading.group(1)] = {}
     if java is not None:
         _java_facts(java, facts)
     for params in list(facts.params.values()):

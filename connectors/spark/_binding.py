@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.core.engine import EngineCall
 from connectors.core.errors import ConfigurationError
+from connectors.spark._require import release
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,15 +90,17 @@ def query_id_for(df: DataFrame, call: EngineCall) -> str | None:
     return classic_query_id(df)
 
 
-def refuse_connect_before_4(sink_id: str) -> None:
+def refuse_connect_before_4(sink_id: str | None = None) -> None:
     """Spark Connect with pyspark 3.5: refused. Its foreachBatch worker drops the Python
     error it ends with (the query fails with ``STREAM_FAILED`` and no message), so a
     graceful stop cannot be told from a failure, and the Connect kill tests do not pass on
-    3.5 (measured on 3.5.9; a plain run did write exactly once)."""
+    3.5 (measured on 3.5.9; a plain run did write exactly once). Called where a sink meets a
+    Connect DataFrame (the refusal then reaches only the server's log, for that reason) and
+    by ``session_builder(connect=True)``, where the client sees it."""
     import pyspark
 
     version = str(pyspark.__version__)
-    if version.split(".", 1)[0].isdigit() and int(version.split(".", 1)[0]) < 4:
+    if release(version) < (4, 0, 0):
         raise ConfigurationError(
             f"the sinks need Spark 4.0 or newer under Spark Connect, and this is pyspark "
             f"{version}: 3.5's foreachBatch worker drops the sink's errors (a graceful stop "

@@ -28,7 +28,7 @@ from functools import cache
 
 from connectors.core.errors import DependencyError
 
-__all__ = ["SPARK_FLOOR", "SPARK_RANGE", "SPARK_UPPER", "require_spark"]
+__all__ = ["SPARK_FLOOR", "SPARK_RANGE", "SPARK_UPPER", "release", "require_spark"]
 
 #: The oldest pyspark the package runs on (CI's oldest lane runs exactly it; the first 3.5
 #: release Delta Lake 3.3 runs on) and the first it does not. ``pyproject.toml``'s ``spark``
@@ -46,7 +46,7 @@ _HOW = (
 )
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release(version: str) -> tuple[int, ...]:
     """``4.1.0.dev1`` -> ``(4, 1, 0)``: the release numbers, padded to three."""
     numbers = [int(n) for n in re.findall(r"\d+", re.split(r"[^\d.]", version, maxsplit=1)[0])]
     return tuple([*numbers, 0, 0, 0][:3])
@@ -74,13 +74,13 @@ def require_spark(feature: str) -> str:
             f"{feature} needs PySpark {SPARK_RANGE}, and the pyspark module imported from "
             f"{getattr(pyspark, '__file__', '?')} declares no __version__. {_HOW}."
         )
-    if not _release(SPARK_FLOOR) <= _release(version) < _release(SPARK_UPPER):
+    if not release(SPARK_FLOOR) <= release(version) < release(SPARK_UPPER):
         raise DependencyError(
             f"{feature} needs PySpark {SPARK_RANGE}, and the pyspark imported here is "
             f"{version} (from {getattr(pyspark, '__file__', '?')}). {_HOW}."
         )
     python = _python()
-    if _release(version) < (4, 0, 0) and python >= (3, 12):
+    if release(version) < (4, 0, 0) and python >= (3, 12):
         raise DependencyError(
             f"{feature}: pyspark {version} runs on Python 3.11 at most (Spark 3.5 imports "
             f"distutils, which Python 3.12 removed), and this is Python "

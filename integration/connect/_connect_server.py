@@ -1,13 +1,13 @@
 """A separate Spark Connect server process from pip pyspark, for the Connect kill tests.
 
 ``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer`` (pip
-pyspark 4 bundles the Connect server jar, 3.5 gets it as the ``connect`` component's; the
-launcher needs no application jar for that class) on a free port of 127.0.0.1, with Delta's
-jars and SQL extension (and the settings ``connectors.spark`` gives a local server: 2
-partitions for shuffles and Delta snapshots), the repository on the Python workers' path and
-this interpreter as their Python. The foreachBatch worker is a child of the server JVM and
-inherits its environment: ``env`` arms crash points there. Clients connect with ``--master
-sc://127.0.0.1:<port> --connect``.
+pyspark 4 bundles the Connect server jar; the launcher needs no application jar for that
+class) on a free port of 127.0.0.1, with Delta's jars and SQL extension (and the settings
+``connectors.spark`` gives a local server: 2 partitions for shuffles and Delta snapshots),
+the repository on the Python workers' path and this interpreter as their Python. The
+foreachBatch worker is a child of the server JVM and inherits its environment: ``env`` arms
+crash points there.
+Clients connect with ``--master sc://127.0.0.1:<port> --connect``.
 
 The server runs in a process group of its own: :meth:`ConnectServer.kill` SIGKILLs it (the
 JVM, its foreachBatch workers and its Python workers) the way a lost host would.
@@ -81,7 +81,7 @@ def start_server(root: Path, env: Mapping[str, str] | None = None,
 
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    jars = ",".join(resolve_jars(["delta", "connect"]))  # connect: the server, on Spark 3.5
+    jars = ",".join(resolve_jars(["delta"]))
     environ = dict(os.environ)
     for key in ("CONNECTORS_CRASH_AT", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
                 "SPARK_LOCAL_REMOTE", "PYSPARK_SUBMIT_ARGS"):

@@ -204,42 +204,6 @@ def test_message_text_classifies_nothing() -> None:
     assert type(err) is ConnectorError, err
 
 
-def test_a_spark_35_connect_error_is_classified_by_its_leading_condition_alone() -> None:
-    """pyspark 3.5 under Spark Connect: getErrorClass() is None and the condition only
-    leads the message ("[PATH_NOT_FOUND] Path does not exist: ...", measured): that token
-    is read, nothing else of the text."""
-    from pyspark.errors import AnalysisException
-
-    class Connect35Error(AnalysisException):
-        __module__ = "pyspark.errors.exceptions.connect"
-
-        def __init__(self, text: str) -> None:
-            Exception.__init__(self, text)
-            self.text = text
-
-        def getCondition(self) -> None:  # PySpark's names
-            return None
-
-        def getErrorClass(self) -> None:
-            return None
-
-        def getMessage(self) -> str:
-            return self.text
-
-        def __str__(self) -> str:
-            return self.text
-
-    exc = Connect35Error("[DELTA_TABLE_NOT_FOUND] Delta table `/t/secret-417` doesn't exist.")
-    err = translate(exc, doing="reading the table's schema", sink_id="s")
-    assert isinstance(err, BadInputError), err
-    assert "DELTA_TABLE_NOT_FOUND" in str(err) and "secret-417" not in str(err)
-    # a condition not at the start is no condition; nor is anything from another module
-    later = Connect35Error("boom: [DELTA_TABLE_NOT_FOUND] x")
-    assert translate(later, doing="x", sink_id="s") is later
-    plain = RuntimeError("[DELTA_TABLE_NOT_FOUND] x")
-    assert translate(plain, doing="x", sink_id="s") is plain
-
-
 def test_row_values_only_with_values_in_errors() -> None:
     exc = job_failure(CHECK)
     hidden = translate(exc, doing="writing batch 1", sink_id="s", batch_id=1)

@@ -24,9 +24,8 @@ from connectors.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
-#: Components :func:`connectors.spark.resolve_jars` knows. ``"connect"``: Spark Connect's
-#: server, which pip's pyspark ships from 4.0 on (no jars then) and 3.5 does not.
-COMPONENTS: tuple[str, ...] = ("delta", "kafka", "s3", "connect")
+#: Components :func:`connectors.spark.resolve_jars` knows.
+COMPONENTS: tuple[str, ...] = ("delta", "kafka", "s3")
 #: What a session gets when no ``components`` are named. ``"s3"`` is asked for by name: its
 #: AWS SDK bundle is 650 MB and more.
 DEFAULT_COMPONENTS: tuple[str, ...] = ("delta", "kafka")
@@ -222,15 +221,6 @@ def component_plan(component: str, spark_home: Path) -> Plan:
     if component == "kafka":
         artifact = Artifact("org.apache.spark", f"spark-sql-kafka-0-10_{scala}", spark)
         return Plan("kafka", f"kafka-{spark}_{scala}", (artifact,), spark_version=spark)
-    if component == "connect":
-        # One shaded jar (gRPC and Connect's protocol inside); Spark itself is provided. Only
-        # a release of the same Spark minor may stand in for a missing patch release.
-        artifact_id = f"spark-connect_{scala}"
-        if artifact_id in provided_artifact_ids(spark_home / "jars"):
-            return Plan("connect", "", (), spark_version=spark)  # pyspark 4 ships it
-        artifact = Artifact("org.apache.spark", artifact_id, spark)
-        return Plan("connect", f"connect-{spark}_{scala}", (artifact,),
-                    pinned_group=artifact.group, excluded=(("*", "*"),), spark_version=spark)
     if component == "s3":
         # hadoop-aws must match pyspark's hadoop-client-api/runtime to the patch version;
         # those stand in for hadoop-common & co, so no Hadoop artifact but the root is taken.

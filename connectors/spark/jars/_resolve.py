@@ -68,10 +68,7 @@ def resolve_jars(
     ``"delta"`` is ``io.delta:delta-spark_<spark minor>_<scala>`` at the installed
     delta-spark Python package's version (none installed: the Delta release for the running
     Spark, ``_components.DELTA_FOR_SPARK``); ``"kafka"`` is
-    ``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at pyspark's version; ``"connect"``
-    (Spark Connect's server, for a Connect server started from this pyspark; never a
-    default) is ``org.apache.spark:spark-connect_<scala>`` at pyspark's version on Spark
-    3.5, and nothing on 4.x, whose pyspark ships it; ``"s3"`` (the
+    ``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at pyspark's version; ``"s3"`` (the
     ``s3a://`` file system; never a default) is ``org.apache.hadoop:hadoop-aws`` at exactly
     the Hadoop version pyspark ships (``jars/hadoop-client-api-<version>.jar``), with the
     AWS SDK v2 ``bundle`` its POM names (650 MB and more). Each comes with its runtime
@@ -91,8 +88,8 @@ def resolve_jars(
     resolving anything).
 
     Args:
-        components: any of ``"delta"``, ``"kafka"``, ``"s3"`` and ``"connect"`` (default:
-            ``"delta"`` and ``"kafka"``); a single string is one component.
+        components: any of ``"delta"``, ``"kafka"`` and ``"s3"`` (default: ``"delta"`` and
+            ``"kafka"``); a single string is one component.
         cache_dir: cache root instead of ``$EOS_CACHE_DIR`` or ``~/.cache/connectors``;
             jars go to ``<cache_dir>/jars/<component>-<version>/``.
 
@@ -121,8 +118,6 @@ def resolve_jars(
     out: list[str] = []
     seen: set[str] = set()
     for plan in plans:
-        if not plan.roots:  # shipped with pyspark (Spark Connect's server on 4.x)
-            continue
         paths, stamp = resolve_plan(plan, jars_root, spark_home)
         choice = _choice(plan, jars_root / plan.dirname, stamp, len(paths))
         print(f"connectors.spark: jars for {choice.line()}", file=sys.stderr, flush=True)
@@ -164,10 +159,6 @@ def jar_report(
             out.append(JarChoice("delta", (), (), note=(
                 "no Delta Lake release is known for this Spark, and neither delta-spark nor "
                 "EOS_DELTA_VERSION names one: sessions with 'delta' are refused")))
-            continue
-        if not plan.roots:
-            out.append(JarChoice(plan.component, (), (), note=(
-                f"pyspark {plan.spark_version} ships it")))
             continue
         target = jars_root / plan.dirname
         stamp = read_stamp(target)

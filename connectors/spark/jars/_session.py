@@ -21,6 +21,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from connectors.core.errors import ConfigurationError
+from connectors.spark._binding import refuse_connect_before_4
 from connectors.spark._pyapi import delta_python_from_jars
 from connectors.spark.jars._components import (
     DEFAULT_COMPONENTS,
@@ -46,10 +47,10 @@ def session_builder(
 
     ``connect=True`` builds a Spark Connect client instead (``pyspark[connect]``): with a
     ``local[...]`` master, PySpark starts a local Connect server in a JVM of its own and
-    every setting below applies to that server (its jars included, and on Spark 3.5, whose
-    pyspark ships no Connect server, the ``"connect"`` component's); with a server's
+    every setting below applies to that server (its jars included); with a server's
     address (``master="sc://host:15002"``) the server's class path and static settings
-    are the server's, and only ``conf`` is sent (runtime SQL settings).
+    are the server's, and only ``conf`` is sent (runtime SQL settings). On pyspark 3.5 it
+    raises :class:`ConfigurationError`: the sinks refuse Spark Connect there.
 
     Settings, in order (later wins):
 
@@ -90,14 +91,14 @@ def session_builder(
         'Builder'
     """
     names = (components,) if isinstance(components, str) else tuple(components)
+    if connect:  # pyspark 3.5: refused here, where the client sees why
+        refuse_connect_before_4()
     _ensure_python_exec()
     builder: SparkSession.Builder = SparkSession.builder
     if connect and master.startswith("sc://"):
         settings = dict(conf or {})
         builder = builder.remote(master)
     else:
-        if connect and "connect" not in names:  # the server itself (a jar on 3.5 only)
-            names = (*names, "connect")
         settings = _session_conf(app_name, master, names, dict(conf or {}))
         if connect:  # a local Connect server: the settings are its own
             builder = builder.remote(settings.pop("spark.master"))
