@@ -28,7 +28,9 @@ to_records), delta, sink_id="events-fan")`` (``docs/fan-out.md``).
 
 Stopping (``stop_gracefully``, ``stop_on_sigterm``, ``await_termination``; see
 ``docs/stopping.md``) finishes the batch in flight and refuses the next one, so nothing is
-left prepared or open. The sinks of each target load lazily: ``PostgresSink`` needs the
+left prepared or open. ``stop_with_savepoint`` (or ``take_savepoint`` after any stop) gives
+the last decided batch and the option that starts a changed query right after it
+(``docs/design/savepoints.md``). The sinks of each target load lazily: ``PostgresSink`` needs the
 ``postgres`` extra, ``KafkaSink`` the ``kafka`` extra, ``DeltaSink`` the ``delta`` extra;
 naming one without its extra raises an ImportError that says which extra to install.
 
@@ -75,12 +77,15 @@ if TYPE_CHECKING:
     from connectors.delta import DeltaSink, DeltaSinks
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
+    from connectors.savepoints import Savepoint, load_savepoint, take_savepoint
     from connectors.spark import (
+        SavepointStop,
         StopReport,
         await_termination,
         register,
         stop_gracefully,
         stop_on_sigterm,
+        stop_with_savepoint,
     )
 
 __version__ = "0.1.0.dev0"
@@ -119,6 +124,11 @@ _LAZY = {
     "await_termination": "connectors.spark",
     "stop_gracefully": "connectors.spark",
     "stop_on_sigterm": "connectors.spark",
+    "stop_with_savepoint": "connectors.spark",
+    "SavepointStop": "connectors.spark",
+    "Savepoint": "connectors.savepoints",
+    "load_savepoint": "connectors.savepoints",
+    "take_savepoint": "connectors.savepoints",
 }
 
 
@@ -159,11 +169,16 @@ __all__ = [
     "QueryBindingError",
     "RetriesExhaustedError",
     "RetryPolicy",
+    "Savepoint",
+    "SavepointStop",
     "StopReport",
     "TransientError",
     "await_termination",
     "export_metrics",
+    "load_savepoint",
     "register",
     "stop_gracefully",
     "stop_on_sigterm",
+    "stop_with_savepoint",
+    "take_savepoint",
 ]

@@ -66,7 +66,10 @@ ROLES: dict[str, str] = {
              "ledger topic",
     "delta": "`DeltaSink` (COMMIT_ON_DRIVER): one Delta commit per batch, keyed by "
              "(`app_id`, batch); ledger next to the table",
-    "cli": "the `connectors` command (`demo`, `status [--watch]`, `recover`, `doctor`): one target "
+    "savepoints": "savepoints: a sink's last decided batch and, read from the query's "
+                  "checkpoint, each source's position and starting option (no pyspark)",
+    "cli": "the `connectors` command (`demo`, `status [--watch]`, `recover`, `doctor`, "
+           "`savepoint`): one target "
            "per participant",
     "observe": "metrics exporters (`export_metrics`): Prometheus (`prometheus_client`) and "
                "OpenTelemetry (the API) behind the core's registration point; the names",

@@ -18,7 +18,7 @@ import connectors.core
 import connectors.sdk
 import connectors.testing
 
-# For people who run queries: sinks, stopping, errors, retry policies, metrics.
+# For people who run queries: sinks, stopping, savepoints, errors, retry policies, metrics.
 CONNECTORS_ALL = [
     "DEFAULT_COMMIT_RETRY",
     "BadInputError",
@@ -47,13 +47,18 @@ CONNECTORS_ALL = [
     "QueryBindingError",
     "RetriesExhaustedError",
     "RetryPolicy",
+    "Savepoint",
+    "SavepointStop",
     "StopReport",
     "TransientError",
     "await_termination",
     "export_metrics",
+    "load_savepoint",
     "register",
     "stop_gracefully",
     "stop_on_sigterm",
+    "stop_with_savepoint",
+    "take_savepoint",
 ]
 
 # For connector authors: templates, ledgers, transactions, fingerprints, the batch, the

@@ -11,6 +11,7 @@
     connectors status  --delta s3a://bucket/table     # store settings from AWS_* variables
     connectors status  --postgres-env PGCONN --watch --interval 5 --prometheus-port 9464
     connectors submit-args --components delta,kafka     # --packages/--conf for spark-submit
+    connectors savepoint --checkpoint PATH --sink-id ID --postgres-env PGCONN [--stop-pid PID]
 
 Every command prints human-readable tables, or JSON with ``--json``. Exit codes: 0 all is
 well, 1 something needs an operator (lingering transactions, unfinished batches, a broken
@@ -309,6 +310,14 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
     _add_target_args(doctor)
 
+    savepoint = sub.add_parser("savepoint", help="the sink's last decided batch and, per "
+                               "source, the option a new query starts right after it "
+                               "(--stop-pid: stop the driver first)")
+    from connectors.cli._savepoint import add_arguments as add_savepoint_arguments
+
+    add_savepoint_arguments(savepoint)
+    _add_target_args(savepoint)
+
     submit = sub.add_parser("submit-args", help="the spark-submit arguments the components "
                             "need (--packages and --conf) for this Spark version; your "
                             "master and settings stay yours")
@@ -331,11 +340,18 @@ def cmd_submit_args(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_savepoint(args: argparse.Namespace) -> int:
+    from connectors.cli._savepoint import run
+
+    return run(args, _targets(args))
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": cmd_status,
     "recover": cmd_recover,
     "doctor": cmd_doctor,
     "submit-args": cmd_submit_args,
+    "savepoint": cmd_savepoint,
 }
 
 

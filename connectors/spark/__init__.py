@@ -33,7 +33,8 @@ cluster :func:`spark_conf`, :func:`configure`, :func:`submit_args`; documented i
 :func:`last_metrics` (under Spark Connect, a sink's last metrics read on the client), and
 the Spark side of the API that :mod:`connectors` exports (the same objects):
 :func:`register` (the DataSource form) and the graceful stop (:func:`stop_gracefully`,
-:func:`stop_on_sigterm`, :func:`await_termination`, :class:`StopReport`). What the sinks
+:func:`stop_on_sigterm`, :func:`await_termination`, :class:`StopReport`) and the stop
+with a savepoint (:func:`stop_with_savepoint`, :class:`SavepointStop`). What the sinks
 that work on a DataFrame themselves use from the adapter is :mod:`connectors.spark.toolkit`.
 """
 
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         stop_gracefully,
         stop_on_sigterm,
     )
+    from connectors.spark._stop_savepoint import SavepointStop, stop_with_savepoint
     from connectors.spark.jars import COMPONENTS as COMPONENTS
     from connectors.spark.jars import DEFAULT_COMPONENTS as DEFAULT_COMPONENTS
     from connectors.spark.jars import (
@@ -68,9 +70,10 @@ if TYPE_CHECKING:
         submit_args,
     )
 
-__all__ = ["JarChoice", "StopReport", "await_termination", "check_components", "configure",
-           "get_session", "jar_report", "last_metrics", "register", "resolve_jars",
-           "session_builder", "spark_conf", "stop_gracefully", "stop_on_sigterm", "submit_args"]
+__all__ = ["JarChoice", "SavepointStop", "StopReport", "await_termination", "check_components",
+           "configure", "get_session", "jar_report", "last_metrics", "register",
+           "resolve_jars", "session_builder", "spark_conf", "stop_gracefully",
+           "stop_on_sigterm", "stop_with_savepoint", "submit_args"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +97,8 @@ _HOMES = {
     "await_termination": "_stop",
     "stop_gracefully": "_stop",
     "stop_on_sigterm": "_stop",
+    "SavepointStop": "_stop_savepoint",
+    "stop_with_savepoint": "_stop_savepoint",
 }
 
 
