@@ -61,10 +61,11 @@ def options(builder: Any) -> dict[str, str]:
 
 # ------------------------------------------------------------------ public names
 
-SPARK_ALL = sorted(["JarChoice", "StopReport", "await_termination", "check_components",
-                    "configure", "get_session", "jar_report", "last_metrics", "register",
-                    "resolve_jars", "session_builder", "spark_conf", "stop_gracefully",
-                    "stop_on_sigterm", "submit_args"])
+SPARK_ALL = sorted(["JarChoice", "SavepointStop", "StopReport", "await_termination",
+                    "check_components", "configure", "get_session", "jar_report",
+                    "last_metrics", "register", "resolve_jars", "session_builder",
+                    "spark_conf", "stop_gracefully", "stop_on_sigterm", "stop_with_savepoint",
+                    "submit_args"])
 
 
 def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
@@ -79,6 +80,7 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
              "last_metrics": "_binding", "register": "_source", "StopReport": "_stop",
              "await_termination": "_stop", "stop_gracefully": "_stop",
              "stop_on_sigterm": "_stop", "configure": "jars._submit",
+             "SavepointStop": "_stop_savepoint", "stop_with_savepoint": "_stop_savepoint",
              "spark_conf": "jars._submit", "submit_args": "jars._submit"}
     for name, home in homes.items():
         assert getattr(cs, name).__module__ == f"connectors.spark.{home}"

@@ -40,17 +40,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs: an ended process its parent has not reaped yet (a
+    zombie) has ended."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    try:  # a child of this process that ended is a zombie until reaped
+    try:  # a child of this process: reap it
         done, _ = os.waitpid(pid, os.WNOHANG)
         return done == 0
     except ChildProcessError:
+        pass
+    try:  # Linux: the state field of /proc/PID/stat ("Z": ended, not reaped)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def stop_driver(pid: int, timeout: float) -> None:

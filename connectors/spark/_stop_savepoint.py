@@ -40,9 +40,11 @@ def stop_with_savepoint(query: Any, sink: Any, checkpoint: str, timeout: float =
     reads a checkpoint that is not local); ``output``: a local file the savepoint's JSON
     document is written to as well.
 
-    Example (``df`` reads files: the savepoint names its batch, and says why a file source
-    cannot be resumed; a Kafka source's ``done.savepoint.options(0)`` is the new query's
-    ``startingOffsets``)::
+    ``df`` below reads files: the savepoint names its batch and says why a file source
+    cannot be resumed (a Kafka source's ``done.savepoint.options(0)`` is the new query's
+    ``startingOffsets``; docs/savepoints.md has the whole workflow).
+
+    Example::
 
         from connectors import DeltaSink, stop_with_savepoint
 

@@ -191,6 +191,18 @@ def check_postgres_profiles(page: Page, run: sn.Run) -> None:
                     for i in range(3)], "public.profiles after the column types example")
 
 
+def check_postgres_orders_savepoint(page: Page, run: sn.Run) -> None:
+    rows = sn.postgres_rows(page.conninfo, "SELECT id, item FROM public.orders_sp")
+    sn.exact(rows, [(i, f"item-{i}") for i in range(1000)],
+             "public.orders_sp after the old query, its savepoint and the changed query")
+    assert "savepoint of sink orders-sp" in run.stdout and "resumable: yes" in run.stdout, (
+        run.stdout[-2000:])
+    saved = json.loads((page.work / "orders-savepoint.json").read_text())
+    assert saved["sink_id"] == "orders-sp" and saved["resumable"] is True, saved
+    check_nothing_prepared(page, sn.postgres_rows(
+        page.conninfo, "SELECT gid, database FROM pg_prepared_xacts"))
+
+
 def check_postgres_status_json(page: Page, run: sn.Run) -> None:
     assert '"users-pg"' in run.stdout, f"status --json does not list users-pg:\n{run.stdout}"
 
@@ -331,6 +343,8 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/delta.md", "delta_cdc.py"): Expect(check_delta_cdc),
     ("docs/delta.md", "delta_overwrite.py"): Expect(check_delta_overwrite),
     ("docs/stopping.md", "graceful_stop.py"): Expect(check_delta_events),
+    ("docs/savepoints.md", "savepoint_kafka_postgres.py"):
+        Expect(check_postgres_orders_savepoint),
     ("docs/spark-jars.md", "bash#0"): Expect(check_submit_args),
     ("docs/fan-out.md", "fan_out.py"):
         Expect(check_fan_out, "after_decision:batch=1", "events-fan"),

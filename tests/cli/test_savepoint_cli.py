@@ -142,3 +142,24 @@ def test_a_driver_that_does_not_end_gets_no_savepoint(tmp_path: Path) -> None:
         _savepoint.stop_driver(proc.pid, 1)
     with pytest.raises(ConfigurationError, match="not a driver's process id"):
         _savepoint.stop_driver(1, 1)
+
+
+def test_a_driver_its_parent_has_not_reaped_yet_has_ended() -> None:
+    # The driver is the child of another process (a supervisor, a shell) that reaps it
+    # later: the command sees a zombie, and a zombie has ended.
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time\n"
+         "p = subprocess.Popen([sys.executable, '-c', 'pass'])\n"
+         "print(p.pid, flush=True)\n"
+         "time.sleep(30)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        deadline = time.monotonic() + 10
+        while _savepoint._alive(child):
+            assert time.monotonic() < deadline, "an unreaped child counted as running"
+            time.sleep(0.05)
+        assert _savepoint._alive(parent.pid)
+    finally:
+        parent.kill()
+        parent.wait()

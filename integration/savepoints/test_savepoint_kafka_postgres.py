@@ -1,0 +1,173 @@
+"""Savepoints on the real services (issue 52, steps 1-3): a Kafka source into PostgresSink.
+
+Each test runs the old query (``integration/savepoints/_job.py --variant 1``) as a driver
+process, ends it, takes the savepoint with ``connectors savepoint`` and starts the changed
+query (``--variant 2``: another projection, 5 shuffle partitions instead of 2, a shuffle on
+``id``) on a new checkpoint from the savepoint's ``startingOffsets``, after more records
+arrived. Then the table, row by row: every id exactly once, each source partition's rows
+exactly the records below the savepoint's offset for the old query; nothing left prepared.
+
+- stopped with a savepoint: ``--stop-pid`` sends SIGTERM to the driver, whose
+  ``stop_on_sigterm`` stops it gracefully, waits for it to end, then reads the ledger and
+  the checkpoint;
+- SIGKILLed right after batch 2's decision (its transactions prepared, not committed): the
+  savepoint taken afterwards names batch 2, decided; the changed query's sink commits
+  batch 2 first, then reads on from where batch 2 ended (an offset one record too early
+  would write a record twice, one too late lose one: the row-by-row check sees both).
+
+Until ``resume_from=`` (step 4) the changed query's sink is rebound with
+``reset_binding=True``: what this proves is the savepoint's positions, not the resume checks.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connectors.sdk import CrashPoint
+from connectors.testing.kill import point_reached, run_driver
+from integration.support._driver import REPO
+from integration.support._kafka import KafkaTarget
+from integration.support._pg import PgTarget
+
+pytestmark = pytest.mark.integration
+
+JOB = "integration.savepoints._job"
+OLD_RECORDS = 1500
+NEW_RECORDS = 1000
+
+
+@pytest.fixture
+def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTarget]:
+    monkeypatch.setenv("EOS_POSTGRES_CONNINFO", postgres_conninfo)  # the CLI reads it
+    target = PgTarget(postgres_conninfo, prefix="savepoint")
+    yield target
+    target.cleanup()
+
+
+@pytest.fixture
+def source(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[KafkaTarget]:
+    monkeypatch.setenv("EOS_KAFKA_BOOTSTRAP", kafka_bootstrap)  # the drivers read it
+    target = KafkaTarget(kafka_bootstrap, prefix="savepoint-in", partitions=3)
+    target.create()
+    target.produce_input(target.topic, OLD_RECORDS)
+    yield target
+    target.cleanup()
+
+
+def _job_args(pg: PgTarget, source: KafkaTarget, checkpoint: Path, variant: int,
+              starting: str, *extra: str) -> list[str]:
+    return ["--conninfo", pg.conninfo, "--table", pg.table, "--sink-id", pg.sink_id,
+            "--ledger-table", pg.ledger, "--topic", source.topic, "--checkpoint",
+            str(checkpoint), "--variant", str(variant), "--starting-offsets", starting,
+            *extra]
+
+
+def _savepoint_cli(pg: PgTarget, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "connectors", "savepoint", "--postgres-env",
+         "EOS_POSTGRES_CONNINFO", "--ledger-table", pg.ledger, "--checkpoint",
+         str(checkpoint), "--sink-id", pg.sink_id, "--json", *extra],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _rows(pg: PgTarget) -> list[tuple[int, int]]:
+    return [(int(i), int(p)) for i, p in pg.execute(
+        f'SELECT id, src_partition FROM "{pg.table}"')]
+
+
+def _assert_savepoint_matches_the_table(savepoint: dict, rows: list[tuple[int, int]]) -> None:
+    """The old query's rows, per source partition, are exactly the records below the
+    savepoint's end offset of that partition (every partition starts at offset 0)."""
+    (position,) = savepoint["sources"]
+    assert position["kind"] == "kafka" and position["refusal"] is None, position
+    (ends,) = json.loads(position["options"]["startingOffsets"]).values()
+    per_partition = collections.Counter(p for _, p in rows)
+    assert {int(p): n for p, n in ends.items() if n} == dict(per_partition), (ends,
+                                                                            per_partition)
+
+
+def _resume_and_check(pg: PgTarget, source: KafkaTarget, tmp_path: Path, sp_file: Path
+                      ) -> None:
+    source.produce_input(source.topic, NEW_RECORDS, start=OLD_RECORDS)
+    savepoint = json.loads(sp_file.read_text())
+    starting = savepoint["sources"][0]["options"]["startingOffsets"]
+    run = run_driver(_job_args(pg, source, tmp_path / "ck2", 2, starting, "--reset"),
+                     module=JOB)
+    assert run.returncode == 0, run.tail()
+    ids = collections.Counter(i for i, _ in _rows(pg))
+    total = OLD_RECORDS + NEW_RECORDS
+    missing = [i for i in range(total) if ids[i] == 0]
+    twice = sorted(i for i, n in ids.items() if n > 1)
+    assert not missing and not twice and len(ids) == total, (missing[:20], twice[:20])
+    assert pg.prepared() == []
+    assert set(pg.ledger_states().values()) == {"COMMITTED"}
+
+
+def test_stopped_with_a_savepoint_then_a_changed_query_from_it_is_exact(
+        pg: PgTarget, source: KafkaTarget, tmp_path: Path) -> None:
+    ck1 = tmp_path / "ck1"
+    log = (tmp_path / "old.log").open("w")
+    driver = subprocess.Popen(
+        [sys.executable, "-m", JOB, *_job_args(pg, source, ck1, 1, "earliest", "--trigger",
+                                               "continuous", "--max-offsets", "200",
+                                               "--on-sigterm")],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable})
+    try:
+        deadline = time.monotonic() + 240
+        while len(pg.ledger_states()) < 3:  # a few batches in, more records waiting
+            assert driver.poll() is None, (tmp_path / "old.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the old query wrote no 3 batches"
+            time.sleep(0.5)
+        sp_file = tmp_path / "savepoint.json"
+        done = _savepoint_cli(pg, ck1, "--stop-pid", str(driver.pid), "--output", str(sp_file))
+        assert done.returncode == 0, done.stderr
+        assert driver.wait(30) == 0  # stopped gracefully by its SIGTERM handler
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        log.close()
+    savepoint = json.loads(done.stdout)
+    assert savepoint == json.loads(sp_file.read_text())
+    states = pg.ledger_states()
+    assert savepoint["batch_id"] == max(states) and savepoint["committed"] is True
+    assert savepoint["batch_id"] >= 2 and states[savepoint["batch_id"]] == "COMMITTED"
+    rows = _rows(pg)
+    assert 0 < len(rows) < OLD_RECORDS  # stopped midway: the rest is the new query's
+    _assert_savepoint_matches_the_table(savepoint, rows)
+    _resume_and_check(pg, source, tmp_path, sp_file)
+
+
+def test_sigkilled_after_a_decision_the_savepoint_taken_afterwards_is_exact(
+        pg: PgTarget, source: KafkaTarget, tmp_path: Path) -> None:
+    ck1 = tmp_path / "ck1"
+    crash_log = tmp_path / "crash.log"
+    run = run_driver(_job_args(pg, source, ck1, 1, "earliest"), module=JOB,
+                     crash=f"after_decision:batch=2:sink={pg.sink_id}", crash_log=crash_log)
+    assert run.returncode == -9, run.tail()
+    assert point_reached(crash_log, CrashPoint.AFTER_DECISION, pg.sink_id, 2)
+    assert pg.ledger_states() == {0: "COMMITTED", 1: "COMMITTED", 2: "DECIDED"}
+    assert pg.prepared(), "batch 2's transactions are prepared, not committed"
+    sp_file = tmp_path / "savepoint.json"
+    done = _savepoint_cli(pg, ck1, "--output", str(sp_file))
+    assert done.returncode == 0, done.stderr
+    savepoint = json.loads(done.stdout)
+    assert (savepoint["batch_id"], savepoint["committed"]) == (2, False)
+    # The savepoint ends after batch 2, whose rows are prepared (not visible yet): an
+    # offset too early would write them twice after the resume, one too late lose some.
+    (ends,) = json.loads(savepoint["sources"][0]["options"]["startingOffsets"]).values()
+    visible = len(_rows(pg))
+    assert 0 < visible < sum(ends.values()) < OLD_RECORDS, (visible, ends)
+    _resume_and_check(pg, source, tmp_path, sp_file)
