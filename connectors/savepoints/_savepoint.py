@@ -32,6 +32,7 @@ from connectors.savepoints._offset_log import (
     read_query_id,
 )
 from connectors.savepoints._positions import SourcePosition, position_of
+from connectors.savepoints._start_check import check_start
 
 __all__ = ["Savepoint", "load_savepoint", "savepoint_from_ledger"]
 
@@ -97,6 +98,13 @@ class Savepoint:
                    bool(data["committed"]), str(data["checkpoint"]),
                    tuple(SourcePosition.from_json(s) for s in data["sources"]),
                    float(data["taken_at"]))
+
+    def check_start(self, checkpoint: str, query_id: str) -> list[str]:
+        """Whether the query ``query_id`` (its checkpoint: ``checkpoint``) starts where
+        this savepoint ended: :class:`~connectors.core.errors.QueryBindingError` naming
+        both positions for a gap or an overlap; the notes of sources whose start cannot be
+        checked (what a sink's ``resume_from`` calls before it rebinds)."""
+        return check_start(self.sources, checkpoint, query_id)
 
     def dumps(self) -> str:
         """The savepoint as a JSON document (what :func:`load_savepoint` reads)."""

@@ -27,6 +27,7 @@ from connectors.core.driver.execution import Execution
 from connectors.core.errors import ConnectorError, DecisionUnknown, TransientError
 from connectors.core.ledgers.ledger import LedgerEntry
 from connectors.core.naming import TransactionId
+from connectors.core.policies.binding import resume_rebinds
 from connectors.core.protocol.commands import (
     Abort,
     AdoptDecision,
@@ -116,7 +117,10 @@ class LedgerPerformer:
 
     def bind_query(self, command: BindQuery) -> int:
         state = self.run.state
-        generation = state.ledger.bind_query(command.query_id, reset=command.reset)
+        reset, resume = command.binding.reset, command.binding.resume
+        if resume is not None:
+            reset = resume_rebinds(state.ledger, command.query_id, resume)
+        generation = state.ledger.bind_query(command.query_id, reset=reset)
         state.generation, state.query_id = generation, command.query_id
         state.started = True
         return generation

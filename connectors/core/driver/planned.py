@@ -126,7 +126,7 @@ def split_commit(coordinator: Coordinator, ticket: RunTicket, batch_id: int) -> 
     what the tasks wrote again."""
     query_id = coordinator.query_id
     yield from coordinator.step(ResumeRun(ticket.run_id, ticket.token))
-    yield from coordinator.step(BindQuery(query_id, coordinator.reset_binding))
+    yield from coordinator.step(BindQuery(query_id, coordinator.binding))
     yield from coordinator.open(batch_id, RunFacts(started=True, query_id=query_id,
                                                    swept=True))
     part = yield from coordinator.prepare(batch_id, swept=True)

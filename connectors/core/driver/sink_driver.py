@@ -50,6 +50,7 @@ from connectors.core.driver.planned import (
 from connectors.core.errors import ConfigurationError
 from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, Ledger, LedgerEntry
 from connectors.core.metrics import BatchMetrics, adopt_exporters
+from connectors.core.policies.binding import Binding
 from connectors.core.policies.restarts import BatchRestarts, Outage
 from connectors.core.policies.retry import RetryPolicy
 from connectors.core.policies.stopping import streaming_batch
@@ -87,7 +88,8 @@ def _coordinator(sink: TwoPhaseCommitSink, run_id: str, query_id: str,
                  metrics: BatchMetrics) -> Coordinator:
     return Coordinator(
         sink.family, sink.sink_id, run_id=run_id, query_id=query_id,
-        reset_binding=sink.reset_binding, on_replay_mismatch=sink.on_replay_mismatch,
+        binding=Binding(sink.reset_binding, sink.resume),
+        on_replay_mismatch=sink.on_replay_mismatch,
         fingerprint_in_commit=sink.fingerprint_in_commit,
         keep_batches=sink.keep_batches, metrics=metrics,
     )

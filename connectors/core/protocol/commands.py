@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
+from connectors.core.policies.binding import BOUND, Binding
 from connectors.core.protocol.transactions import SlotPlan
 from connectors.core.states import CrashPoint
 
@@ -130,11 +131,11 @@ class ResumeRun(Command):
 
 @dataclass(frozen=True)
 class BindQuery(Command):
-    """Bind the sink to its query (refusing another one unless ``reset``) -> the binding's
-    generation, ``int``."""
+    """Bind the sink to its query (refusing another one unless ``binding`` resets it or
+    resumes it from a savepoint) -> the binding's generation, ``int``."""
 
     query_id: str
-    reset: bool
+    binding: Binding = BOUND
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,11 @@ from collections.abc import Generator, Sequence
 from typing import Any, TypeVar, cast
 
 from connectors.core.batch import TaskOutcome
-from connectors.core.errors import ProtocolStateError, QueryBindingError
+from connectors.core.errors import ProtocolStateError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledgers.ledger import LedgerEntry
 from connectors.core.metrics import BatchMetrics
+from connectors.core.policies.binding import BOUND, Binding, went_backwards
 from connectors.core.protocol.commands import (
     Abort,
     AdoptDecision,
@@ -88,8 +89,9 @@ class Coordinator:
         family, sink_id: the sink's (transaction ids of other sinks are never touched).
         run_id: this driver run's id (written into transaction ids and decisions).
         query_id: the query the sink is bound to (recorded with decisions).
-        reset_binding, on_replay_mismatch, keep_batches, fingerprint_in_commit: the
-            template's options (the last: COMMIT_ON_DRIVER's commit observes it).
+        binding, on_replay_mismatch, keep_batches, fingerprint_in_commit: the template's
+            options (``binding``: its ``reset_binding`` or ``resume_from``; the last:
+            COMMIT_ON_DRIVER's commit observes it).
         metrics: counts (outcome, rows, reconciled, aborted); timings are the executor's.
     """
 
@@ -100,7 +102,7 @@ class Coordinator:
         *,
         run_id: str,
         query_id: str,
-        reset_binding: bool = False,
+        binding: Binding = BOUND,
         on_replay_mismatch: str = "fail",
         fingerprint_in_commit: bool = False,
         keep_batches: int = 100,
@@ -110,7 +112,7 @@ class Coordinator:
         self.sink_id = sink_id
         self.run_id = run_id
         self.query_id = query_id
-        self.reset_binding = reset_binding
+        self.binding = binding
         self.on_replay_mismatch = on_replay_mismatch
         self.fingerprint_in_commit = fingerprint_in_commit
         self.keep_batches = keep_batches
@@ -155,15 +157,7 @@ class Coordinator:
             swept = True
         last = cast("int | None", (yield from self.step(LastBatchId())))
         if last is not None and batch_id < last:
-            raise QueryBindingError(
-                f"batch id went backwards: got {batch_id}, but batch {last} is already "
-                "decided. Spark only replays the last batch; this is another query or a "
-                "reused run id. Use the original checkpoint or a new sink_id; "
-                "reset_binding=True forgets the ledger, and rows the new query reads "
-                "again are then written again (duplicates)",
-                sink_id=self.sink_id,
-                batch_id=batch_id,
-            )
+            raise went_backwards(self.sink_id, batch_id, last)
         return swept
 
     def start(self, batch_id: int, adopt: Sequence[LedgerEntry] = ()) -> Steps[int]:
@@ -178,7 +172,7 @@ class Coordinator:
         for entry in adopt:
             yield from self.step(AdoptDecision(entry))
         yield from self.reconcile()
-        generation = yield from self.step(BindQuery(self.query_id, self.reset_binding))
+        generation = yield from self.step(BindQuery(self.query_id, self.binding))
         return cast("int", generation)
 
     def reconcile(self) -> Steps[None]:

@@ -38,6 +38,7 @@ from connectors.core.errors import ProtocolStateError, QueryBindingError, Transi
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
 from connectors.core.naming import TransactionId
+from connectors.core.policies.binding import Binding
 from connectors.core.protocol.commands import (
     Abort,
     AwaitChecks,
@@ -240,7 +241,7 @@ class FanOutProgram:
                 part = parts_of(decision, target.sink_id) if target.prepares else None
                 if part is not None:
                     adopt.setdefault(target.sink_id, []).append(part)
-        yield from self.step(BindQuery(self.query_id, self.reset_binding))
+        yield from self.step(BindQuery(self.query_id, Binding(reset=self.reset_binding)))
         return {sink_id: tuple(parts) for sink_id, parts in adopt.items()}
 
     def _prepare(self, batch_id: int, swept: Sequence[bool], *, check: bool

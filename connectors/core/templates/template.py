@@ -44,6 +44,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledgers.ledger import Ledger
 from connectors.core.metrics import BatchMetrics, registered_exporters
 from connectors.core.naming import validate_sink_id
+from connectors.core.policies.binding import Resume, ResumePoint
 from connectors.core.policies.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
 from connectors.core.policies.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
 from connectors.core.states import Family
@@ -68,6 +69,16 @@ class TwoPhaseCommitSink(ABC):
         retry: retry policy for transient commit errors (bounded; then the batch fails).
         reset_binding: bind the sink to a new streaming query (a new checkpoint) and forget
             its ledger. Without it, a sink bound to another query refuses to write.
+        resume_from: a savepoint of the sink (:class:`connectors.savepoints.Savepoint`,
+            e.g. ``load_savepoint("sp.json")``): the new query (a new checkpoint, changed
+            code) takes the sink over where the savepoint ended, checked before anything is
+            written: the sink's last decision is the savepoint's batch and the new query's
+            sources start exactly where the savepoint's ended (a gap or an overlap is
+            refused, naming both positions). Needs ``checkpoint_location``; excludes
+            ``reset_binding``. A restart of the resumed query resumes nothing.
+        checkpoint_location: the new query's checkpoint (as given to
+            ``.option("checkpointLocation", ...)``), where ``resume_from`` reads the
+            sources' starting positions: a local directory or ``file:`` URI.
         on_replay_mismatch: ``"fail"`` (default) raises
             :class:`~connectors.core.errors.NonDeterministicReplayError` when a replayed
             batch differs from the committed one; ``"warn"`` logs and keeps the committed
@@ -111,6 +122,8 @@ class TwoPhaseCommitSink(ABC):
         sink_id: str,
         retry: RetryPolicy = DEFAULT_COMMIT_RETRY,
         reset_binding: bool = False,
+        resume_from: ResumePoint | None = None,
+        checkpoint_location: str | None = None,
         on_replay_mismatch: ReplayPolicy = "fail",
         keep_batches: int = DEFAULT_KEEP_BATCHES,
         values_in_errors: bool = False,
@@ -140,6 +153,8 @@ class TwoPhaseCommitSink(ABC):
             raise ConfigurationError(f"outage_timeout: {exc}", sink_id=sink_id) from None
         self.retry = retry
         self.reset_binding = bool(reset_binding)
+        #: ``resume_from`` and the new query's checkpoint (see the arguments).
+        self.resume = _resume(sink_id, resume_from, checkpoint_location, self.reset_binding)
         self.on_replay_mismatch: ReplayPolicy = on_replay_mismatch
         self.keep_batches = keep_batches
         #: Whether errors and logs may quote row values (see ``values_in_errors``).
@@ -322,3 +337,28 @@ class TwoPhaseCommitSink(ABC):
         if self._driver is not None:
             self._driver.close()
             self._driver = None
+
+
+def _resume(sink_id: str, point: ResumePoint | None, checkpoint: str | None,
+            reset: bool) -> Resume | None:
+    """The template's ``resume_from`` and ``checkpoint_location``, checked."""
+    if point is None:
+        if checkpoint is not None:
+            raise ConfigurationError("checkpoint_location is read by resume_from only: pass "
+                                     "both, or neither", sink_id=sink_id)
+        return None
+    if reset:
+        raise ConfigurationError("resume_from and reset_binding exclude each other: "
+                                 "resume_from rebinds the sink where the savepoint ended, "
+                                 "reset_binding wherever the new query starts", sink_id=sink_id)
+    if not all(hasattr(point, a) for a in ("query_id", "batch_id", "check_start")):
+        raise ConfigurationError("resume_from must be a savepoint (connectors.load_savepoint("
+                                 "path) or connectors.take_savepoint(...))", sink_id=sink_id)
+    if (owner := getattr(point, "sink_id", None)) != sink_id:
+        raise ConfigurationError(f"resume_from is a savepoint of sink {owner!r}, not of this "
+                                 "sink", sink_id=sink_id)
+    if not checkpoint:
+        raise ConfigurationError("resume_from needs checkpoint_location: the new query's "
+                                 "checkpoint, where its sources' starting positions are "
+                                 "read and checked against the savepoint", sink_id=sink_id)
+    return Resume(point, checkpoint)
