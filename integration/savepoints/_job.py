@@ -3,8 +3,10 @@
 ``--variant 1`` is the old query; ``--variant 2`` the changed one (another projection that
 gives the same columns, 5 shuffle partitions instead of 2 and a shuffle on ``id``): what a
 savepoint lets a user deploy on a new checkpoint. ``--starting-offsets`` is the Kafka
-source's ``startingOffsets`` (a savepoint's, or ``earliest``); ``--reset`` rebinds the sink
-to the new query. ``--on-sigterm`` installs ``connectors.stop_on_sigterm``.
+source's ``startingOffsets`` (a savepoint's, or ``earliest``); ``--resume-from FILE`` passes
+the savepoint in FILE to the sink (``resume_from``, with the query's checkpoint);
+``--reset`` rebinds the sink instead. ``--on-sigterm`` installs
+``connectors.stop_on_sigterm``.
 
     python -m integration.savepoints._job --conninfo ... --table t --sink-id s --topic in \\
         --checkpoint /ck --variant 1 --starting-offsets earliest
@@ -30,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", type=int, choices=[1, 2], default=1)
     p.add_argument("--max-offsets", type=int, default=300)
     p.add_argument("--reset", action="store_true")
+    p.add_argument("--resume-from", metavar="FILE")
     p.add_argument("--on-sigterm", action="store_true")
     p.add_argument("--trigger", choices=["available-now", "continuous"],
                    default="available-now")
@@ -37,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    from connectors import PostgresSink, await_termination, stop_on_sigterm
+    from connectors import PostgresSink, await_termination, load_savepoint, stop_on_sigterm
     from connectors.spark import get_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -62,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
                 .select(sf.col("v.id").alias("id"),
                         sf.col("partition").cast("int").alias("src_partition"))
                 .repartition("id"))
+    resume = {} if args.resume_from is None else {
+        "resume_from": load_savepoint(args.resume_from), "checkpoint_location": args.checkpoint}
     sink = PostgresSink(args.conninfo, args.table, sink_id=args.sink_id, create_table=True,
-                        ledger_table=args.ledger_table, reset_binding=args.reset)
+                        ledger_table=args.ledger_table, reset_binding=args.reset, **resume)
     writer = rows.writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint)
     if args.trigger == "available-now":
         writer = writer.trigger(availableNow=True)

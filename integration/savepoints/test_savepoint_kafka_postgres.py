@@ -1,11 +1,12 @@
-"""Savepoints on the real services (issue 52, steps 1-3): a Kafka source into PostgresSink.
+"""Savepoints on the real services (issue 52, steps 1-4): a Kafka source into PostgresSink.
 
 Each test runs the old query (``integration/savepoints/_job.py --variant 1``) as a driver
 process, ends it, takes the savepoint with ``connectors savepoint`` and starts the changed
 query (``--variant 2``: another projection, 5 shuffle partitions instead of 2, a shuffle on
-``id``) on a new checkpoint from the savepoint's ``startingOffsets``, after more records
-arrived. Then the table, row by row: every id exactly once, each source partition's rows
-exactly the records below the savepoint's offset for the old query; nothing left prepared.
+``id``) on a new checkpoint from the savepoint's ``startingOffsets``, its sink given the
+savepoint (``resume_from``), after more records arrived. Then the table, row by row: every
+id exactly once, each source partition's rows exactly the records below the savepoint's
+offset for the old query; nothing left prepared; the sink bound to the new query.
 
 - stopped with a savepoint: ``--stop-pid`` sends SIGTERM to the driver, whose
   ``stop_on_sigterm`` stops it gracefully, waits for it to end, then reads the ledger and
@@ -15,8 +16,9 @@ exactly the records below the savepoint's offset for the old query; nothing left
   batch 2 first, then reads on from where batch 2 ended (an offset one record too early
   would write a record twice, one too late lose one: the row-by-row check sees both).
 
-Until ``resume_from=`` (step 4) the changed query's sink is rebound with
-``reset_binding=True``: what this proves is the savepoint's positions, not the resume checks.
+A resume one record too early and one too late in a partition: each refused before
+anything is written (the driver fails naming both positions; the table, the ledger's
+binding and the prepared transactions unchanged), then the right start is exact.
 """
 
 from __future__ import annotations
@@ -97,13 +99,14 @@ def _assert_savepoint_matches_the_table(savepoint: dict, rows: list[tuple[int, i
                                                                             per_partition)
 
 
-def _resume_and_check(pg: PgTarget, source: KafkaTarget, tmp_path: Path, sp_file: Path
-                      ) -> None:
-    source.produce_input(source.topic, NEW_RECORDS, start=OLD_RECORDS)
+def _resume_and_check(pg: PgTarget, source: KafkaTarget, tmp_path: Path, sp_file: Path,
+                      produce: bool = True) -> None:
+    if produce:
+        source.produce_input(source.topic, NEW_RECORDS, start=OLD_RECORDS)
     savepoint = json.loads(sp_file.read_text())
     starting = savepoint["sources"][0]["options"]["startingOffsets"]
-    run = run_driver(_job_args(pg, source, tmp_path / "ck2", 2, starting, "--reset"),
-                     module=JOB)
+    run = run_driver(_job_args(pg, source, tmp_path / "ck2", 2, starting, "--resume-from",
+                               str(sp_file)), module=JOB)
     assert run.returncode == 0, run.tail()
     ids = collections.Counter(i for i, _ in _rows(pg))
     total = OLD_RECORDS + NEW_RECORDS
@@ -112,6 +115,13 @@ def _resume_and_check(pg: PgTarget, source: KafkaTarget, tmp_path: Path, sp_file
     assert not missing and not twice and len(ids) == total, (missing[:20], twice[:20])
     assert pg.prepared() == []
     assert set(pg.ledger_states().values()) == {"COMMITTED"}
+    assert _bound(pg) != savepoint["query_id"]  # the new query's, from now on
+
+
+def _bound(pg: PgTarget) -> str:
+    ((query,),) = pg.execute(f'SELECT query_id FROM "{pg.ledger}_bindings" WHERE sink_id = %s',
+                             [pg.sink_id])
+    return str(query)
 
 
 def test_stopped_with_a_savepoint_then_a_changed_query_from_it_is_exact(
@@ -171,3 +181,32 @@ def test_sigkilled_after_a_decision_the_savepoint_taken_afterwards_is_exact(
     visible = len(_rows(pg))
     assert 0 < visible < sum(ends.values()) < OLD_RECORDS, (visible, ends)
     _resume_and_check(pg, source, tmp_path, sp_file)
+
+
+@pytest.mark.parametrize("shift", [-1, +1], ids=["one-record-too-early", "one-too-late"])
+def test_a_resume_one_record_off_is_refused_before_anything_is_written(
+        pg: PgTarget, source: KafkaTarget, tmp_path: Path, shift: int) -> None:
+    run = run_driver(_job_args(pg, source, tmp_path / "ck1", 1, "earliest"), module=JOB)
+    assert run.returncode == 0, run.tail()
+    sp_file = tmp_path / "savepoint.json"
+    done = _savepoint_cli(pg, tmp_path / "ck1", "--output", str(sp_file))
+    assert done.returncode == 0, done.stderr
+    savepoint = json.loads(done.stdout)
+    ((topic, ends),) = json.loads(savepoint["sources"][0]["options"]["startingOffsets"]).items()
+    assert sum(ends.values()) == OLD_RECORDS  # the old query read everything there was
+    source.produce_input(source.topic, NEW_RECORDS, start=OLD_RECORDS)
+    before = sorted(_rows(pg))
+    wrong = dict(ends, **{"1": ends["1"] + shift})
+    bad = run_driver(_job_args(pg, source, tmp_path / "ck-wrong", 2, json.dumps({topic: wrong}),
+                               "--resume-from", str(sp_file)), module=JOB)
+    assert bad.returncode != 0, bad.tail()
+    what = (f"records {wrong['1']}..{ends['1'] - 1} would be written twice (an overlap)"
+            if shift < 0 else
+            f"records {ends['1']}..{wrong['1'] - 1} would never be written (a gap)")
+    expected = (f"topic {topic} partition 1: the new query starts at offset {wrong['1']}, "
+                f"the savepoint ends at {ends['1']}: {what}")
+    assert expected in bad.output and "nothing was written" in bad.output, bad.tail()
+    assert sorted(_rows(pg)) == before and pg.prepared() == []
+    assert _bound(pg) == savepoint["query_id"]  # still the old query's
+    # The right start, on a new checkpoint, is exact.
+    _resume_and_check(pg, source, tmp_path, sp_file, produce=False)
