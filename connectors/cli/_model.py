@@ -51,6 +51,9 @@ class SinkStatus:
     notes: list[str] = field(default_factory=list)
     #: A fan-out's ledger (``connectors.FanOut``): the targets its decisions name.
     fan_out_targets: list[str] = field(default_factory=list)
+    #: How the bound query came to the sink: each ``resume_from`` link, oldest first
+    #: (``Lineage.to_json()``: query, the query it resumed, the savepoint's batch, times).
+    lineage: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def needs_attention(self) -> bool:

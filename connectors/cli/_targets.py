@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from connectors.cli._model import Lingering, RecoverReport, SinkStatus
-from connectors.core.ledgers.ledger import Ledger, LedgerEntry
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, lineage_chain
 from connectors.core.naming import TransactionId
 from connectors.core.protocol.fanout_program import TARGET_PREFIX, parts_of
 from connectors.core.states import BatchState
@@ -62,6 +62,8 @@ class Target(ABC):
         try:
             entries = ledger.entries()
             status = SinkStatus(sink_id, self.describe(), query_id=ledger.bound_query())
+            status.lineage = [link.to_json()
+                              for link in lineage_chain(ledger.lineage(), status.query_id)]
         finally:
             ledger.close()
         committed = [e.batch_id for e in entries if e.state is BatchState.COMMITTED]
@@ -69,6 +71,8 @@ class Target(ABC):
         status.unfinished = [e.batch_id for e in entries if e.state is BatchState.DECIDED]
         status.lingering = self.lingering(sink_id)
         status.fan_out_targets = fan_out_targets(entries, sink_id)
+        if status.lineage:
+            status.notes.append("lineage: " + describe_lineage(status.lineage))
         if status.fan_out_targets:
             status.notes.append(
                 f"a fan-out (connectors.FanOut) of {', '.join(status.fan_out_targets)}: one "
@@ -92,6 +96,14 @@ class Target(ABC):
             finally:
                 ledger.close()
         return parts
+
+
+def describe_lineage(links: Sequence[dict[str, object]]) -> str:
+    """``query A -> savepoint at batch N -> query B -> ...`` for people."""
+    parts = [f"query {links[0]['from_query_id']}"]
+    for link in links:
+        parts += [f"savepoint at batch {link['batch_id']}", f"query {link['query_id']}"]
+    return " -> ".join(parts)
 
 
 def fan_out_targets(entries: Sequence[LedgerEntry], sink_id: str) -> list[str]:

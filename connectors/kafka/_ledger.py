@@ -6,6 +6,7 @@ Records (key -> JSON value)::
     binding                 {"query_id", "generation", "slots", "placement"}
     batch/<batch_id:020d>   a LedgerEntry (COMMITTED, with every slot's fingerprint)
     abort/<batch>/<run>     "run may never decide batch" (operator tools)
+    lineage/<query_id>      query took the sink over from a savepoint (resume_from)
     <any key> -> null       a tombstone: pruned, or forgotten by a reset of the binding
 
 Only the driver writes it, through its own transactional producer (``transactional.id``
@@ -33,7 +34,7 @@ from connectors.core.errors import (
     ProtocolStateError,
     TransientError,
 )
-from connectors.core.ledgers.ledger import Ledger, LedgerEntry, check_binding
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, Lineage, check_binding
 from connectors.core.states import BatchState
 from connectors.kafka._config import KafkaConfig
 from connectors.kafka._errors import FENCED_CODES, kafka_error, translate
@@ -90,6 +91,7 @@ class KafkaLedger(Ledger):
         self._binding: dict[str, Any] | None = None
         self._entries: dict[int, LedgerEntry] = {}
         self._aborts: set[tuple[int, str]] = set()
+        self._lineage: dict[str, Lineage] = {}
         self._prunes = 0
 
     def __repr__(self) -> str:
@@ -133,6 +135,7 @@ class KafkaLedger(Ledger):
         binding: dict[str, Any] | None = None
         entries: dict[int, LedgerEntry] = {}
         aborts: set[tuple[int, str]] = set()
+        lineage: dict[str, Lineage] = {}
         for record in records:
             key = (record.key or b"").decode()
             value = json.loads(record.value) if record.value is not None else None
@@ -150,7 +153,10 @@ class KafkaLedger(Ledger):
                     aborts.discard((int(batch), run))
                 else:
                     aborts.add((int(batch), run))
+            elif key.startswith("lineage/") and value is not None:
+                lineage[key.split("/", 1)[1]] = Lineage.from_json(value)
         self._binding, self._entries, self._aborts = binding, entries, aborts
+        self._lineage = lineage
 
     def _write(self, records: list[tuple[str, dict[str, Any] | None]], doing: str,
                **ids: Any) -> None:
@@ -251,6 +257,16 @@ class KafkaLedger(Ledger):
         binding["placement"] = placement
         self._write([("binding", binding)], "recording the slot count and placement")
         self._binding = binding
+
+    def record_lineage(self, link: Lineage) -> None:
+        self._ready()
+        self._write([(f"lineage/{link.query_id}", link.to_json())],
+                    "recording where the query took the sink over")
+        self._lineage[link.query_id] = link
+
+    def lineage(self) -> list[Lineage]:
+        self._ready()
+        return list(self._lineage.values())
 
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:
         self._ready()

@@ -29,7 +29,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from connectors.core.errors import ConnectorError, FencedError, ProtocolStateError
-from connectors.core.ledgers.ledger import Ledger, LedgerEntry, check_binding
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, Lineage, check_binding
 from connectors.core.states import BatchState
 from connectors.postgres._config import Conninfo, TableName
 from connectors.postgres._errors import raise_translated, translate
@@ -38,6 +38,7 @@ from connectors.postgres._ledger_sql import (
     decide_statement,
     entry_of,
     ledger_ddl,
+    lineage_ddl,
     prune_statement,
 )
 
@@ -197,6 +198,37 @@ class PostgresLedger(Ledger):
             sql.SQL("SELECT query_id FROM {} WHERE sink_id = %s").format(
                 self.table.sql("_bindings")), (self.sink_id,)).fetchone())
         return row[0] if row else None
+
+    def record_lineage(self, link: Lineage) -> None:
+        # Its table is made here, on the first resume_from, never at a run's start: a
+        # ledger an administrator created for a role without CREATE keeps working.
+        def record(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                if not self._has_lineage(conn):
+                    conn.execute(lineage_ddl(self.table))
+                conn.execute(sql.SQL(
+                    "INSERT INTO {} (sink_id, query_id, link) VALUES (%s, %s, %s) ON CONFLICT "
+                    "(sink_id, query_id) DO UPDATE SET link = EXCLUDED.link").format(
+                        self.table.sql("_lineage")),
+                    (self.sink_id, link.query_id, Jsonb(link.to_json())))
+
+        self._run("recording where the query took the sink over", record)
+
+    def lineage(self) -> list[Lineage]:
+        def read(conn: psycopg.Connection[Any]) -> list[Lineage]:
+            if not self._has_lineage(conn):
+                return []
+            rows = conn.execute(sql.SQL("SELECT link FROM {} WHERE sink_id = %s").format(
+                self.table.sql("_lineage")), (self.sink_id,)).fetchall()
+            return [Lineage.from_json(r[0]) for r in rows]
+
+        found: list[Lineage] = self._run("reading the sink's lineage", read)
+        return found
+
+    def _has_lineage(self, conn: psycopg.Connection[Any]) -> bool:
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                           (self.table.sql("_lineage").as_string(conn),)).fetchone()
+        return bool(row and row[0])
 
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:
         def bind(conn: psycopg.Connection[Any]) -> int:

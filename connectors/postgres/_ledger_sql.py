@@ -22,7 +22,7 @@ from connectors.core.states import BatchState
 from connectors.postgres._config import TableName
 
 __all__ = ["ENTRY_COLUMNS", "LEDGER_NAME_RESERVE", "decide_statement", "entry_of", "ledger_ddl",
-           "prune_statement"]
+           "lineage_ddl", "prune_statement"]
 
 #: The longest name the ledger derives from its table's (an index), and the bytes that
 #: leaves for ``ledger_table``'s name: PostgreSQL would truncate a longer one.
@@ -60,6 +60,16 @@ def ledger_ddl(ledger: TableName) -> dict[str, list[sql.Composed]]:
                 sql.Identifier(ledger.name + _RECEIPTS_INDEX), ledger.sql("_receipts")),
         ],
     }
+
+
+def lineage_ddl(ledger: TableName) -> sql.Composed:
+    """``<ledger>_lineage``: which query took the sink over from which savepoint (made on
+    the first ``resume_from`` only, not with the other ledger tables)."""
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, query_id text NOT NULL, "
+        "link jsonb NOT NULL, recorded_at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (sink_id, query_id))"
+    ).format(ledger.sql("_lineage"))
 
 
 #: The columns of a decision, in the order :func:`entry_of` reads them.

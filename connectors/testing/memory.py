@@ -22,7 +22,13 @@ import pyarrow as pa
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.errors import DataLossError, FencedError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledgers.ledger import Ledger, LedgerEntry, TaskCommit, check_binding
+from connectors.core.ledgers.ledger import (
+    Ledger,
+    LedgerEntry,
+    Lineage,
+    TaskCommit,
+    check_binding,
+)
 from connectors.core.states import BatchState
 from connectors.core.templates.families import (
     DriverCommitSink,
@@ -55,6 +61,7 @@ class _LedgerStore:
     generation: int = 0
     decisions: dict[int, LedgerEntry] = field(default_factory=dict)
     aborts: set[tuple[int, str]] = field(default_factory=set)
+    lineage: dict[str, Lineage] = field(default_factory=dict)
 
 
 class InMemoryTarget:
@@ -96,6 +103,14 @@ class InMemoryLedger(Ledger):
 
     def bound_query(self) -> str | None:
         return self._store.binding
+
+    def record_lineage(self, link: Lineage) -> None:
+        with self._lock:
+            self._store.lineage[link.query_id] = link
+
+    def lineage(self) -> list[Lineage]:
+        with self._lock:
+            return list(self._store.lineage.values())
 
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:
         with self._lock:

@@ -76,7 +76,7 @@ def check_restart(run: Any) -> None:
 
 #: Columns of the events table the example job writes (both sources).
 EVENTS_DDL = "id bigint NOT NULL, name text, amount double precision, ts timestamptz"
-LEDGER_SUFFIXES = ("", "_aborts", "_bindings", "_receipts")
+LEDGER_SUFFIXES = ("", "_aborts", "_bindings", "_receipts", "_lineage")
 
 
 def wait_for(predicate: Any, timeout: float, interval: float = 0.1) -> bool:

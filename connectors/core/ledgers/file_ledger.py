@@ -7,6 +7,8 @@ Layout (one directory per sink)::
     <root>/decisions/<batch>.committed       every transaction of it committed (a decision
                                              recorded COMMITTED says so itself)
     <root>/aborts/<batch>-<run>.json         run <run> may never decide <batch>
+    <root>/lineage/<query>.json              query <query> took the sink over from a
+                                             savepoint (resume_from)
     <root>/.lock                             flock: decide / abort / bind are serialized
 
 Every file is written to a temporary name, fsynced, renamed, and the directory fsynced, so
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from connectors.core.errors import FencedError
-from connectors.core.ledgers.ledger import Ledger, LedgerEntry, check_binding
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, Lineage, check_binding
 from connectors.core.naming import validate_sink_id
 from connectors.core.states import BatchState
 
@@ -43,6 +45,14 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def validate_query_file(query_id: str) -> str:
+    """``query_id`` as a file name (Spark's query ids are UUIDs); anything else refused."""
+    if not query_id or not all(c.isalnum() or c in "-_." for c in query_id) \
+            or query_id.startswith("."):
+        raise ValueError(f"not a query id: {query_id!r}")
+    return query_id
 
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
@@ -130,6 +140,19 @@ class FileLedger(Ledger):
         """How many times ``reset_binding`` rebound the sink (0 before the first)."""
         binding = self._binding()
         return int(binding.get("generation", 0)) if binding else 0
+
+    def record_lineage(self, link: Lineage) -> None:
+        name = f"{validate_query_file(link.query_id)}.json"
+        folder = self.root / "lineage"
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(self.root)
+        write_atomic(folder / name, json.dumps(link.to_json()).encode())
+
+    def lineage(self) -> list[Lineage]:
+        folder = self.root / "lineage"
+        return [Lineage.from_json(self._read_json(p)) for p in sorted(folder.glob("*.json"))
+                ] if folder.is_dir() else []
 
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:
         with self._locked():

@@ -27,8 +27,10 @@ __all__ = [
     "BATCH_JOB_QUERY_ID",
     "Ledger",
     "LedgerEntry",
+    "Lineage",
     "TaskCommit",
     "check_binding",
+    "lineage_chain",
 ]
 
 #: The query id a sink is bound to when it is called from a batch job (no streaming query).
@@ -144,6 +146,45 @@ class LedgerEntry:
         )
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """One link of a sink's lineage: query ``query_id`` took the sink over from the
+    savepoint of query ``from_query_id`` at batch ``batch_id`` (``resume_from``).
+
+    ``taken_at``: when the savepoint was taken; ``resumed_at``: when the new query took
+    the sink over (seconds since the epoch)."""
+
+    query_id: str
+    from_query_id: str
+    batch_id: int
+    taken_at: float
+    resumed_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"query_id": self.query_id, "from_query_id": self.from_query_id,
+                "batch_id": self.batch_id, "taken_at": self.taken_at,
+                "resumed_at": self.resumed_at}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Lineage:
+        return cls(str(data["query_id"]), str(data["from_query_id"]), int(data["batch_id"]),
+                   float(data.get("taken_at", 0.0)), float(data.get("resumed_at", 0.0)))
+
+
+def lineage_chain(links: Sequence[Lineage], bound: str | None) -> list[Lineage]:
+    """The links that lead to the query ``bound``, oldest first: from ``bound`` back
+    through each query's savepoint to the first query (a link recorded for a query that
+    never took the sink over, a resume refused later, is no part of it)."""
+    by_query = {link.query_id: link for link in links}
+    chain: list[Lineage] = []
+    current = bound
+    while current is not None and current in by_query and len(chain) < len(by_query):
+        link = by_query[current]
+        chain.append(link)
+        current = link.from_query_id
+    return chain[::-1]
+
+
 class Ledger(ABC):
     """Durable decisions of one sink. Called on the driver only.
 
@@ -231,6 +272,17 @@ class Ledger(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the ledger may be used again afterwards."""
+
+    def record_lineage(self, link: Lineage) -> None:  # noqa: B027 - optional hook
+        """Record ``link`` durably, keyed by its ``query_id`` (recording one again replaces
+        it). Called by ``resume_from`` before the sink is rebound to that query, so a
+        crash in between leaves a link a restart records again. Optional: a ledger that
+        keeps none (the default) shows no lineage."""
+
+    def lineage(self) -> list[Lineage]:
+        """Every link :meth:`record_lineage` recorded (in no particular order);
+        :func:`lineage_chain` orders those of the current binding. Default: none."""
+        return []
 
     # Derived queries, written once here.
     def unfinished(self) -> list[LedgerEntry]:

@@ -6,6 +6,8 @@ The same layout as :class:`~connectors.core.ledgers.file_ledger.FileLedger` (one
     <root>/decisions/<batch>.json            the decision (created if absent: first wins)
     <root>/decisions/<batch>.committed       every transaction of it committed
     <root>/aborts/<batch>-<run>.json         run <run> may never decide <batch>
+    <root>/lineage/<query>.json              query <query> took the sink over from a
+                                             savepoint (resume_from; replaced if recorded again)
 
 No ``flock``, no rename: an object store has neither. Every record is written with the
 store's own atomic primitives, through :class:`ObjectStore`: *create* (only if absent: S3
@@ -32,7 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from connectors.core.errors import FencedError
-from connectors.core.ledgers.ledger import Ledger, LedgerEntry, check_binding
+from connectors.core.ledgers.file_ledger import validate_query_file
+from connectors.core.ledgers.ledger import Ledger, LedgerEntry, Lineage, check_binding
 from connectors.core.naming import validate_sink_id
 from connectors.core.states import BatchState
 
@@ -144,6 +147,20 @@ class ObjectLedger(Ledger):
         """How many times ``reset_binding`` rebound the sink (0 before the first)."""
         binding = self._binding()
         return int(binding[0].get("generation", 0)) if binding else 0
+
+    def record_lineage(self, link: Lineage) -> None:
+        key = f"lineage/{validate_query_file(link.query_id)}.json"
+        payload = json.dumps(link.to_json()).encode()
+        while True:
+            found = self.store.read(key)
+            written = (self.store.create(key, payload) if found is None
+                       else self.store.replace(key, payload, found[1]))
+            if written is not None:
+                return
+
+    def lineage(self) -> list[Lineage]:
+        found = [self._json(key) for key in self.store.keys("lineage/")]
+        return [Lineage.from_json(f[0]) for f in found if f is not None]
 
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:
         while True:

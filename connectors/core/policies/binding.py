@@ -23,11 +23,12 @@ checkpoints); the core sees it through :class:`ResumePoint` only.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
 from connectors.core.errors import QueryBindingError
-from connectors.core.ledgers.ledger import Ledger
+from connectors.core.ledgers.ledger import Ledger, Lineage
 
 __all__ = ["BOUND", "Binding", "Resume", "ResumePoint", "resume_rebinds", "went_backwards"]
 
@@ -112,6 +113,8 @@ def resume_rebinds(ledger: Ledger, query_id: str, resume: Resume) -> bool:
             "stopped) and resume from that one", sink_id=sink_id)
     for note in point.check_start(resume.checkpoint, query_id):
         logger.warning("sink %s: resume_from: %s", sink_id, note)
+    ledger.record_lineage(Lineage(query_id, point.query_id, point.batch_id,
+                                  float(getattr(point, "taken_at", 0.0)), time.time()))
     logger.info("sink %s: resuming from the savepoint of query %s at batch %d: bound to "
                 "query %s from now on", sink_id, point.query_id, point.batch_id, query_id)
     return True
