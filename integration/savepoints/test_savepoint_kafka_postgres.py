@@ -36,7 +36,7 @@ import pytest
 
 from connectors.sdk import CrashPoint
 from connectors.testing.kill import point_reached, run_driver
-from integration.support._driver import REPO
+from integration.support._driver import REPO, run_cli
 from integration.support._kafka import KafkaTarget
 from integration.support._pg import PgTarget
 
@@ -116,6 +116,15 @@ def _resume_and_check(pg: PgTarget, source: KafkaTarget, tmp_path: Path, sp_file
     assert pg.prepared() == []
     assert set(pg.ledger_states().values()) == {"COMMITTED"}
     assert _bound(pg) != savepoint["query_id"]  # the new query's, from now on
+    # The operator sees where the bound query came from.
+    code, statuses, err = run_cli("status", "--postgres-env", "EOS_POSTGRES_CONNINFO",
+                                  "--ledger-table", pg.ledger, "--sink-id", pg.sink_id)
+    assert code == 0, err
+    (status,) = statuses
+    (link,) = status["lineage"]
+    assert (link["from_query_id"], link["batch_id"], link["query_id"]) == (
+        savepoint["query_id"], savepoint["batch_id"], _bound(pg))
+    assert any(note.startswith("lineage: query ") for note in status["notes"])
 
 
 def _bound(pg: PgTarget) -> str:
