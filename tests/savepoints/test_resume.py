@@ -155,3 +155,13 @@ def test_the_options_are_checked_when_the_sink_is_built(
     with pytest.raises(ConfigurationError, match="must be a savepoint"):
         InMemoryPreparedSink(target, sink_id="orders", resume_from="sp.json",  # type: ignore[arg-type]
                              checkpoint_location="/c")
+
+
+def test_a_fan_out_refuses_a_target_that_resumes(old: tuple[InMemoryTarget, Savepoint]) -> None:
+    from connectors import FanOut
+
+    target, sp = old
+    resumed = _new(target, sp, "/ck")
+    other = InMemoryPreparedSink(InMemoryTarget(), sink_id="audit")
+    with pytest.raises(ConfigurationError, match="a FanOut cannot resume from a savepoint yet"):
+        FanOut(resumed, other, sink_id="fan")

@@ -109,6 +109,12 @@ class FanOut:
             if transform is not None and not callable(transform):
                 raise ConfigurationError(f"the transform of {sink.sink_id} is not callable",
                                          sink_id=sink_id)
+            if sink.resume is not None:
+                raise ConfigurationError(
+                    f"target {sink.sink_id} has resume_from: a FanOut cannot resume from a "
+                    "savepoint yet (its ledger and each target's would have to move "
+                    "together); take the targets out of the FanOut to resume them one by one, "
+                    "or rebind the FanOut with reset_binding", sink_id=sink_id)
             pairs.append((sink, transform))
         ids = [s.sink_id for s, _ in pairs]
         if len(pairs) < self.min_targets:
