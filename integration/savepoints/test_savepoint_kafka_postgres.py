@@ -67,10 +67,10 @@ def source(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ka
 
 def _job_args(pg: PgTarget, source: KafkaTarget, checkpoint: Path, variant: int,
               starting: str, *extra: str) -> list[str]:
-    return ["--conninfo", pg.conninfo, "--table", pg.table, "--sink-id", pg.sink_id,
-            "--ledger-table", pg.ledger, "--topic", source.topic, "--checkpoint",
-            str(checkpoint), "--variant", str(variant), "--starting-offsets", starting,
-            *extra]
+    return ["--sink", "postgres", "--conninfo", pg.conninfo, "--table", pg.table,
+            "--sink-id", pg.sink_id, "--ledger-table", pg.ledger, "--topic", source.topic,
+            "--checkpoint", str(checkpoint), "--variant", str(variant), "--starting-offsets",
+            starting, *extra]
 
 
 def _savepoint_cli(pg: PgTarget, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess[str]:
