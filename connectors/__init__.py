@@ -60,6 +60,9 @@ from connectors.core.errors import (
     TransientError,
 )
 from connectors.core.metrics import BatchMetrics
+from connectors.core.policies.binding import (
+    register_savepoint_loader as _register_savepoint_loader,
+)
 from connectors.core.policies.retry import (
     DEFAULT_COMMIT_RETRY,
     ExponentialBackoff,
@@ -73,6 +76,7 @@ from connectors.observe import OpenTelemetryMetrics, PrometheusMetrics, export_m
 if TYPE_CHECKING:
     from connectors.core.batch import BatchInput
     from connectors.core.engine import EngineCall
+    from connectors.core.policies.binding import ResumePoint
     from connectors.core.templates.fanout import FanOut
     from connectors.delta import DeltaSink, DeltaSinks
     from connectors.kafka import KafkaSink
@@ -104,6 +108,17 @@ def _spark_front_end(
 
 
 _register_front_end(_spark_front_end)
+
+
+def _load_savepoint(text: str) -> "ResumePoint":
+    """``resume_from`` given as a path (or JSON): :func:`connectors.savepoints.load_savepoint`,
+    imported on first use (the core imports no other package)."""
+    from connectors.savepoints import load_savepoint
+
+    return load_savepoint(text)
+
+
+_register_savepoint_loader(_load_savepoint)
 
 # Every module logs through ``logging.getLogger(__name__)``, below this package's logger
 # (as does the "connectors.metrics" channel). As the logging HOWTO advises libraries, the

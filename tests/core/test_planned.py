@@ -175,6 +175,7 @@ def test_template_options_and_a_sink_without_the_form() -> None:
     opts = Options({"reset_binding": "true", "keep_batches": "7", "outage_timeout": "0"})
     assert InMemoryPreparedSink.template_options(opts) == {
         "reset_binding": True, "on_replay_mismatch": "fail", "keep_batches": 7,
-        "values_in_errors": False, "outage_timeout": 0.0}
+        "values_in_errors": False, "outage_timeout": 0.0, "resume_from": None,
+        "checkpoint_location": None}
     with pytest.raises(ConfigurationError, match="InMemoryPreparedSink has no DataSource"):
         InMemoryPreparedSink.from_options(opts)

@@ -153,7 +153,7 @@ def test_the_options_are_checked_when_the_sink_is_built(
     with pytest.raises(ConfigurationError, match="a savepoint of sink 'orders', not of this"):
         InMemoryPreparedSink(target, sink_id="other", resume_from=sp, checkpoint_location="/c")
     with pytest.raises(ConfigurationError, match="must be a savepoint"):
-        InMemoryPreparedSink(target, sink_id="orders", resume_from="sp.json",  # type: ignore[arg-type]
+        InMemoryPreparedSink(target, sink_id="orders", resume_from=42,  # type: ignore[arg-type]
                              checkpoint_location="/c")
 
 
@@ -165,3 +165,32 @@ def test_a_fan_out_refuses_a_target_that_resumes(old: tuple[InMemoryTarget, Save
     other = InMemoryPreparedSink(InMemoryTarget(), sink_id="audit")
     with pytest.raises(ConfigurationError, match="a FanOut cannot resume from a savepoint yet"):
         FanOut(resumed, other, sink_id="fan")
+
+
+def test_resume_from_a_savepoint_file_and_as_the_data_source_forms_option(
+        old: tuple[InMemoryTarget, Savepoint], tmp_path: Path) -> None:
+    from connectors.core.templates.options import Options
+    from connectors.postgres import PostgresSink
+
+    target, sp = old
+    path = tmp_path / "sp.json"
+    path.write_text(sp.dumps())
+    ckpt = _ckpt(tmp_path / "ck2", "q-2", kafka_start=ENDS)
+    sink = InMemoryPreparedSink(target, sink_id="orders", resume_from=str(path),
+                                checkpoint_location=ckpt)
+    assert sink.resume is not None and sink.resume.point == sp
+    sink.write_batch(_rows(10, 30), 0, query_id="q-2")
+    assert len(target.committed_rows()) == 40
+    built = PostgresSink.from_options(Options({
+        "conninfo": "host=db dbname=app", "table": "public.orders", "sink_id": "orders",
+        "resume_from": str(path), "checkpoint_location": ckpt}))
+    assert built.resume is not None and built.resume.point == sp
+    assert built.resume.checkpoint == ckpt
+    with pytest.raises(ConfigurationError, match=r"resume_from: the savepoint '.*nope.json' "
+                                                 "cannot be read"):
+        InMemoryPreparedSink(target, sink_id="orders", resume_from=str(tmp_path / "nope.json"),
+                             checkpoint_location=ckpt)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigurationError, match="holds no savepoint"):
+        InMemoryPreparedSink(target, sink_id="orders", resume_from=str(tmp_path / "bad.json"),
+                             checkpoint_location=ckpt)

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from connectors.core.errors import QueryBindingError
+from connectors.core.errors import ConfigurationError, QueryBindingError
 from connectors.core.ledgers.ledger import Ledger, Lineage
 
-__all__ = ["BOUND", "Binding", "Resume", "ResumePoint", "resume_rebinds", "went_backwards"]
+__all__ = ["BOUND", "Binding", "Resume", "ResumePoint", "load_resume_point",
+           "register_savepoint_loader", "resume_rebinds", "went_backwards"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +57,32 @@ class ResumePoint(Protocol):
         :class:`~connectors.core.errors.QueryBindingError` naming both positions for a gap
         or an overlap; return a note for each source whose start cannot be checked."""
         ...
+
+
+#: Reads a savepoint document (a path or its JSON text): :func:`connectors.load_savepoint`,
+#: registered by ``connectors/__init__.py`` (the core imports no other package).
+_loaders: list[Callable[[str], ResumePoint]] = []
+
+
+def register_savepoint_loader(loader: Callable[[str], ResumePoint]) -> None:
+    """Let ``resume_from`` take a savepoint's file (or JSON) as text: the DataSource form's
+    option, and a path in the API."""
+    if loader not in _loaders:
+        _loaders.append(loader)
+
+
+def load_resume_point(text: str) -> ResumePoint:
+    """The savepoint in the file ``text`` names (or in ``text`` itself, as JSON)."""
+    if not _loaders:  # pragma: no cover - connectors/__init__.py registers one
+        raise ConfigurationError("no savepoint reader is registered: import connectors")
+    try:
+        return _loaders[0](text)
+    except OSError as exc:
+        raise ConfigurationError(f"resume_from: the savepoint {text!r} cannot be read "
+                                 f"({exc.strerror or exc})") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(f"resume_from: {text!r} holds no savepoint ({exc!r})"
+                                 ) from None
 
 
 @dataclass(frozen=True)

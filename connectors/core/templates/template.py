@@ -44,7 +44,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledgers.ledger import Ledger
 from connectors.core.metrics import BatchMetrics, registered_exporters
 from connectors.core.naming import validate_sink_id
-from connectors.core.policies.binding import Resume, ResumePoint
+from connectors.core.policies.binding import Resume, ResumePoint, load_resume_point
 from connectors.core.policies.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
 from connectors.core.policies.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
 from connectors.core.states import Family
@@ -70,7 +70,8 @@ class TwoPhaseCommitSink(ABC):
         reset_binding: bind the sink to a new streaming query (a new checkpoint) and forget
             its ledger. Without it, a sink bound to another query refuses to write.
         resume_from: a savepoint of the sink (:class:`connectors.savepoints.Savepoint`,
-            e.g. ``load_savepoint("sp.json")``): the new query (a new checkpoint, changed
+            or the path of its JSON document, ``connectors savepoint --output``; the
+            DataSource form's option of the same name): the new query (a new checkpoint, changed
             code) takes the sink over where the savepoint ended, checked before anything is
             written: the sink's last decision is the savepoint's batch and the new query's
             sources start exactly where the savepoint's ended (a gap or an overlap is
@@ -122,7 +123,7 @@ class TwoPhaseCommitSink(ABC):
         sink_id: str,
         retry: RetryPolicy = DEFAULT_COMMIT_RETRY,
         reset_binding: bool = False,
-        resume_from: ResumePoint | None = None,
+        resume_from: ResumePoint | str | None = None,
         checkpoint_location: str | None = None,
         on_replay_mismatch: ReplayPolicy = "fail",
         keep_batches: int = DEFAULT_KEEP_BATCHES,
@@ -196,6 +197,8 @@ class TwoPhaseCommitSink(ABC):
         mismatch = options.text("on_replay_mismatch", "fail")
         return {
             "reset_binding": options.flag("reset_binding"),
+            "resume_from": options.optional("resume_from"),
+            "checkpoint_location": options.optional("checkpoint_location"),
             "on_replay_mismatch": mismatch,
             "keep_batches": options.integer("keep_batches", DEFAULT_KEEP_BATCHES),
             "values_in_errors": options.flag("values_in_errors"),
@@ -339,9 +342,13 @@ class TwoPhaseCommitSink(ABC):
             self._driver = None
 
 
-def _resume(sink_id: str, point: ResumePoint | None, checkpoint: str | None,
+def _resume(sink_id: str, given: ResumePoint | str | None, checkpoint: str | None,
             reset: bool) -> Resume | None:
     """The template's ``resume_from`` and ``checkpoint_location``, checked."""
+    try:
+        point = load_resume_point(given) if isinstance(given, str) else given
+    except ConfigurationError as exc:
+        raise ConfigurationError(exc.message, sink_id=sink_id) from None
     if point is None:
         if checkpoint is not None:
             raise ConfigurationError("checkpoint_location is read by resume_from only: pass "
@@ -353,7 +360,8 @@ def _resume(sink_id: str, point: ResumePoint | None, checkpoint: str | None,
                                  "reset_binding wherever the new query starts", sink_id=sink_id)
     if not all(hasattr(point, a) for a in ("query_id", "batch_id", "check_start")):
         raise ConfigurationError("resume_from must be a savepoint (connectors.load_savepoint("
-                                 "path) or connectors.take_savepoint(...))", sink_id=sink_id)
+                                 "path), connectors.take_savepoint(...)) or its file's path",
+                                 sink_id=sink_id)
     if (owner := getattr(point, "sink_id", None)) != sink_id:
         raise ConfigurationError(f"resume_from is a savepoint of sink {owner!r}, not of this "
                                  "sink", sink_id=sink_id)
