@@ -12,8 +12,9 @@ Sources: ``--source kafka --topic T --starting-offsets JSON|earliest`` (``maxOff
 (``--out-topic``), ``delta`` (``--out-path``), ``fanout`` (all three, sink ids
 ``<sink-id>-pg``, ``-kafka``, ``-delta``; the fan-out's is ``--sink-id``).
 ``--resume-from FILE`` passes the savepoint in FILE to the sink (``resume_from``, with the
-query's checkpoint); ``--reset`` rebinds instead. ``--on-sigterm`` installs
-``connectors.stop_on_sigterm``.
+query's checkpoint); ``--reset`` rebinds instead. ``--form datasource`` writes PostgresSink's
+DataSource form (``format("connectors.postgres")``, the savepoint as an option).
+``--on-sigterm`` installs ``connectors.stop_on_sigterm``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reset", action="store_true")
     p.add_argument("--resume-from", metavar="FILE")
     p.add_argument("--on-sigterm", action="store_true")
+    p.add_argument("--form", choices=["callable", "datasource"], default="callable")
     p.add_argument("--trigger", choices=["available-now", "continuous"],
                    default="available-now")
     return p
@@ -130,7 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     resume = {} if args.resume_from is None else {
         "resume_from": load_savepoint(args.resume_from), "checkpoint_location": args.checkpoint}
     sink = _sinks(args, resume)
-    writer = rows.writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint)
+    if args.form == "datasource":  # the same sink, as text options; the savepoint's file
+        import connectors
+
+        connectors.register(spark)
+        options = {"conninfo": args.conninfo, "table": args.table, "sink_id": args.sink_id,
+                   "ledger_table": args.ledger_table, "create_table": "true"}
+        if args.resume_from is not None:
+            options.update(resume_from=args.resume_from, checkpoint_location=args.checkpoint)
+        writer = rows.writeStream.format("connectors.postgres").options(**options)
+    else:
+        writer = rows.writeStream.foreachBatch(sink)
+    writer = writer.option("checkpointLocation", args.checkpoint)
     if args.trigger == "available-now":
         writer = writer.trigger(availableNow=True)
     else:

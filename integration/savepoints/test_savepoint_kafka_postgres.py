@@ -219,3 +219,35 @@ def test_a_resume_one_record_off_is_refused_before_anything_is_written(
     assert _bound(pg) == savepoint["query_id"]  # still the old query's
     # The right start, on a new checkpoint, is exact.
     _resume_and_check(pg, source, tmp_path, sp_file, produce=False)
+
+
+def test_the_data_source_form_resumes_from_a_savepoint_file(
+        pg: PgTarget, source: KafkaTarget, tmp_path: Path) -> None:
+    """``format("connectors.postgres")`` with ``resume_from`` (the savepoint's file) and
+    ``checkpoint_location`` as options: a start one record too early is refused in the
+    first batch's commit, after its tasks prepared: rolled back, nothing committed; then
+    the right start is exact."""
+    form = ["--form", "datasource"]
+    run = run_driver(_job_args(pg, source, tmp_path / "ck1", 1, "earliest", *form), module=JOB)
+    assert run.returncode == 0, run.tail()
+    sp_file = tmp_path / "savepoint.json"
+    done = _savepoint_cli(pg, tmp_path / "ck1", "--output", str(sp_file))
+    assert done.returncode == 0, done.stderr
+    savepoint = json.loads(done.stdout)
+    ((topic, ends),) = json.loads(savepoint["sources"][0]["options"]["startingOffsets"]).items()
+    source.produce_input(source.topic, NEW_RECORDS, start=OLD_RECORDS)
+    before = sorted(_rows(pg))
+    early = json.dumps({topic: dict(ends, **{"0": ends["0"] - 1})})
+    bad = run_driver(_job_args(pg, source, tmp_path / "ck-wrong", 2, early, *form,
+                               "--resume-from", str(sp_file)), module=JOB)
+    assert bad.returncode != 0, bad.tail()
+    assert "would be written twice (an overlap)" in bad.output, bad.tail()
+    assert sorted(_rows(pg)) == before and pg.prepared() == []
+    assert _bound(pg) == savepoint["query_id"]
+    starting = savepoint["sources"][0]["options"]["startingOffsets"]
+    good = run_driver(_job_args(pg, source, tmp_path / "ck2", 2, starting, *form,
+                                "--resume-from", str(sp_file)), module=JOB)
+    assert good.returncode == 0, good.tail()
+    ids = collections.Counter(i for i, _ in _rows(pg))
+    assert sorted(ids) == list(range(OLD_RECORDS + NEW_RECORDS)) and set(ids.values()) == {1}
+    assert pg.prepared() == [] and _bound(pg) != savepoint["query_id"]
