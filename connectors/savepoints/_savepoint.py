@@ -9,8 +9,10 @@ once, and the offsets right after its last row.
 
 Taking one only reads: the ledger without its lease (a live driver is never fenced) and
 the checkpoint's files. It is refused, with the reason, when the checkpoint belongs to
-another query than the one the sink's ledger is bound to, or when the sink has decided
-nothing of that query yet.
+another query than the one the sink's ledger is bound to, when the sink has decided
+nothing of that query yet, or when a fan-out's last batch is decided but not yet in every
+target (its Kafka and Delta targets write after the decision, from the batch's rows, which
+only the old query can replay).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from connectors.core.errors import ConfigurationError, ProtocolStateError
 from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, Ledger
+from connectors.core.protocol.fanout_program import TARGET_PREFIX
 from connectors.core.states import BatchState
 from connectors.savepoints._offset_log import (
     TextReader,
@@ -171,6 +174,14 @@ def _take(ledger: Ledger, bound: str, checkpoint: str, reader: TextReader,
             f"the sink has decided no batch of query {bound} yet: a new query should start "
             "its sources where this one started", sink_id=sink_id)
     last = entries[-1]
+    if last.state is BatchState.DECIDED and any(
+            c.transaction_id.startswith(TARGET_PREFIX) for c in last.commits):
+        raise ConfigurationError(
+            f"batch {last.batch_id} of this fan-out is decided but not yet in every target: "
+            "the targets that write after the decision (Kafka, Delta) need the batch's rows, "
+            f"which only the old query has. Run the old query once more on its checkpoint (it "
+            f"replays batch {last.batch_id} and finishes it), stop it, then take the "
+            "savepoint", sink_id=sink_id)
     planned = read_batch(checkpoint, last.batch_id, reader)
     sources = tuple(position_of(i, line) for i, line in enumerate(planned.sources))
     return Savepoint(sink_id, bound, last.batch_id, last.state is BatchState.COMMITTED,

@@ -108,7 +108,7 @@ def _sinks(args: argparse.Namespace, resume: dict[str, Any]) -> Any:
                (KafkaSink(args.out_topic, kafka, sink_id=f"{args.sink_id}-kafka"), _records),
                DeltaSink(args.out_path, sink_id=f"{args.sink_id}-delta", create_table=True,
                          merge_schema=True))
-    return FanOut(*targets, sink_id=args.sink_id, reset_binding=args.reset)
+    return FanOut(*targets, sink_id=args.sink_id, reset_binding=args.reset, **resume)
 
 
 def main(argv: list[str] | None = None) -> int:

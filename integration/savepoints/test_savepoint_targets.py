@@ -11,7 +11,9 @@ after more input arrived. Then the target, row by row: every id exactly once, no
 - DeltaSink, the old query run to its end (the added column through ``merge_schema``);
 - a Delta table as the source, into PostgresSink: the savepoint's ``startingVersion``
   (Spark records a Delta source's start nowhere before its first commit: the sink logs
-  that it cannot check it).
+  that it cannot check it);
+- a FanOut of the three, SIGKILLed after a decision: the fan-out's savepoint resumes its
+  ledger and every target's.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from connectors.sdk import CrashPoint
 from connectors.testing.kill import point_reached, run_driver
 from integration.support._driver import REPO
 from integration.support._kafka import KafkaTarget
-from integration.support._pg import PgTarget
+from integration.support._pg import PgTarget, prepared_of
 
 pytestmark = pytest.mark.integration
 
@@ -49,14 +51,20 @@ def source(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ka
     target.cleanup()
 
 
-def _savepoint(tmp_path: Path, checkpoint: Path, sink_id: str, *target: str) -> dict:
+def _savepoint_run(tmp_path: Path, checkpoint: Path, sink_id: str, *target: str
+                   ) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    out = tmp_path / "savepoint.json"
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "connectors", "savepoint", *target, "--checkpoint",
-         str(checkpoint), "--sink-id", sink_id, "--json", "--output", str(out)],
+         str(checkpoint), "--sink-id", sink_id, "--json", "--output",
+         str(tmp_path / "savepoint.json")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _savepoint(tmp_path: Path, checkpoint: Path, sink_id: str, *target: str) -> dict:
+    out = tmp_path / "savepoint.json"
+    done = _savepoint_run(tmp_path, checkpoint, sink_id, *target)
     assert done.returncode == 0, done.stderr
     found: dict = json.loads(done.stdout)
     assert found == json.loads(out.read_text())
@@ -154,4 +162,51 @@ def test_a_delta_table_as_the_source_resumed_from_the_savepoint_is_exact(
         _exact(ids, 2400)
         assert pg.prepared() == []
     finally:
+        pg.cleanup()
+
+
+def test_a_fan_out_sigkilled_then_resumed_from_its_savepoint_is_exact_in_every_target(
+        source: KafkaTarget, kafka_bootstrap: str, postgres_conninfo: str,
+        tmp_path: Path) -> None:
+    """A FanOut of PostgresSink, KafkaSink and DeltaSink, its driver SIGKILLed after batch
+    2's decision (in the fan-out's ledger, not yet in every target): its savepoint is
+    refused until the old query ran again and finished batch 2 (Kafka and Delta write after
+    the decision, from the batch's rows); then the fan-out's savepoint (its ledger is
+    PostgreSQL's) resumes it and every target."""
+    from deltalake import DeltaTable
+
+    pg = PgTarget(postgres_conninfo, prefix="sp_fan")
+    out = KafkaTarget(kafka_bootstrap, prefix="sp-fan-out", partitions=3)
+    out.create()
+    table = str(tmp_path / "fan-table")
+    try:
+        common = ["--sink", "fanout", "--sink-id", pg.sink_id, "--topic", source.topic,
+                  "--conninfo", postgres_conninfo, "--table", pg.table, "--ledger-table",
+                  pg.ledger, "--out-topic", out.topic, "--out-path", table]
+        crash_log = tmp_path / "crash.log"
+        run = run_driver([*common, "--checkpoint", str(tmp_path / "ck1")], module=JOB,
+                         crash=f"after_decision:batch=2:sink={pg.sink_id}", crash_log=crash_log)
+        assert run.returncode == -9, run.tail()
+        assert point_reached(crash_log, CrashPoint.AFTER_DECISION, pg.sink_id, 2)
+        where = ("--postgres", postgres_conninfo, "--ledger-table", pg.ledger)
+        refused = _savepoint_run(tmp_path, tmp_path / "ck1", pg.sink_id, *where)
+        assert refused.returncode == 2 and "Run the old query once more" in refused.stderr, (
+            refused.stderr)
+        again = run_driver([*common, "--checkpoint", str(tmp_path / "ck1")], module=JOB)
+        assert again.returncode == 0, again.tail()  # replays batch 2, reads to the end
+        sp = _savepoint(tmp_path, tmp_path / "ck1", pg.sink_id, *where)
+        assert sp["batch_id"] >= 2 and sp["committed"] is True
+        source.produce_input(source.topic, NEW, start=OLD)
+        resumed = run_driver([*common, "--checkpoint", str(tmp_path / "ck2"), "--variant", "2",
+                              "--starting-offsets",
+                              sp["sources"][0]["options"]["startingOffsets"], "--resume-from",
+                              str(tmp_path / "savepoint.json")], module=JOB)
+        assert resumed.returncode == 0, resumed.tail()
+        total = OLD + NEW
+        _exact([int(r[0]) for r in pg.execute(f'SELECT id FROM "{pg.table}"')], total)
+        assert prepared_of(postgres_conninfo, f"{pg.sink_id}-pg") == []
+        out.assert_exact(total)
+        _exact([r["id"] for r in DeltaTable(table).to_pyarrow_table().to_pylist()], total)
+    finally:
+        out.cleanup()
         pg.cleanup()

@@ -157,14 +157,40 @@ def test_the_options_are_checked_when_the_sink_is_built(
                              checkpoint_location="/c")
 
 
-def test_a_fan_out_refuses_a_target_that_resumes(old: tuple[InMemoryTarget, Savepoint]) -> None:
+def test_a_fan_out_resumes_its_ledger_and_every_targets(tmp_path: Path) -> None:
     from connectors import FanOut
+    from connectors.testing import InMemoryDriverCommitSink
 
-    target, sp = old
-    resumed = _new(target, sp, "/ck")
-    other = InMemoryPreparedSink(InMemoryTarget(), sink_id="audit")
-    with pytest.raises(ConfigurationError, match="a FanOut cannot resume from a savepoint yet"):
-        FanOut(resumed, other, sink_id="fan")
+    pg, delta = InMemoryTarget(), InMemoryTarget()
+
+    def fan(**resume: object) -> FanOut:
+        return FanOut(InMemoryPreparedSink(pg, sink_id="orders-pg"),
+                      InMemoryDriverCommitSink(delta, sink_id="orders-delta"),
+                      sink_id="orders", **resume)  # type: ignore[arg-type]
+
+    def write(f: FanOut, batch: int, start: int, query: str) -> None:
+        f.write_batches({"orders-pg": _rows(10, start), "orders-delta": _rows(10, start)},
+                        batch, query_id=query)
+
+    old = fan()
+    for batch in range(3):
+        write(old, batch, 10 * batch, "q-1")
+    sp = take_savepoint(old, _ckpt(tmp_path / "ck1", "q-1", {2: [json.dumps(ENDS)]}))
+    assert sp.sink_id == "orders" and sp.batch_id == 2
+    wrong = _ckpt(tmp_path / "ck-wrong", "q-2", kafka_start={"orders": {"0": 31, "1": 25}})
+    with pytest.raises(QueryBindingError, match="a gap"):
+        write(fan(resume_from=sp, checkpoint_location=wrong), 0, 30, "q-2")
+    assert len(pg.committed_rows()) == len(delta.committed_rows()) == 30
+    ckpt = _ckpt(tmp_path / "ck2", "q-3", kafka_start=ENDS)
+    write(fan(resume_from=sp, checkpoint_location=ckpt), 0, 30, "q-3")
+    for store, sink_id in ((pg, "orders"), (pg, "orders-pg"), (delta, "orders-delta")):
+        ledger = store.ledger(sink_id)
+        assert ledger.bound_query() == "q-3", sink_id
+        assert [(x.from_query_id, x.batch_id) for x in ledger.lineage()] == [("q-1", 2)]
+    assert sorted(r[0] for r in pg.committed_rows()) == list(range(40))
+    assert sorted(r[0] for r in delta.committed_rows()) == list(range(40))
+    with pytest.raises(ConfigurationError, match="give the fan-out's savepoint to the FanOut"):
+        FanOut(_new(pg, sp, "/ck"), InMemoryPreparedSink(delta, sink_id="x"), sink_id="f")
 
 
 def test_resume_from_a_savepoint_file_and_as_the_data_source_forms_option(
@@ -194,3 +220,22 @@ def test_resume_from_a_savepoint_file_and_as_the_data_source_forms_option(
     with pytest.raises(ConfigurationError, match="holds no savepoint"):
         InMemoryPreparedSink(target, sink_id="orders", resume_from=str(tmp_path / "bad.json"),
                              checkpoint_location=ckpt)
+
+
+def test_a_fan_outs_savepoint_waits_for_its_last_batch_in_every_target(tmp_path: Path) -> None:
+    from connectors import FanOut
+    from connectors.core.states import CrashPoint
+    from connectors.testing import InMemoryDriverCommitSink, SimulatedCrash, armed
+
+    pg, delta = InMemoryTarget(), InMemoryTarget()
+    fan = FanOut(InMemoryPreparedSink(pg, sink_id="orders-pg"),
+                 InMemoryDriverCommitSink(delta, sink_id="orders-delta"), sink_id="orders")
+    inputs = {"orders-pg": _rows(10), "orders-delta": _rows(10)}
+    with armed(CrashPoint.AFTER_DECISION, sink_id="orders"), pytest.raises(SimulatedCrash):
+        fan.write_batches(inputs, 0, query_id="q-1")
+    ckpt = _ckpt(tmp_path / "ck1", "q-1", {0: [json.dumps(ENDS)]})
+    with pytest.raises(ConfigurationError, match=r"batch 0 of this fan-out is decided but not "
+                                                 r"yet in every target.*Run the old query"):
+        take_savepoint(pg.ledger("orders"), ckpt)
+    fan.write_batches(inputs, 0, query_id="q-1")  # the old query replays batch 0
+    assert take_savepoint(pg.ledger("orders"), ckpt).committed

@@ -50,7 +50,7 @@ from connectors.core.driver.planned import (
 from connectors.core.errors import ConfigurationError
 from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, Ledger, LedgerEntry
 from connectors.core.metrics import BatchMetrics, adopt_exporters
-from connectors.core.policies.binding import Binding
+from connectors.core.policies.binding import Binding, Resume
 from connectors.core.policies.restarts import BatchRestarts, Outage
 from connectors.core.policies.retry import RetryPolicy
 from connectors.core.policies.stopping import streaming_batch
@@ -82,13 +82,15 @@ class FanOutSettings:
     retry: RetryPolicy
     outage: Outage
     reset_binding: bool = False
+    #: ``resume_from`` of the fan-out: its own ledger and every target's bind with it.
+    resume: Resume | None = None
 
 
 def _coordinator(sink: TwoPhaseCommitSink, run_id: str, query_id: str,
-                 metrics: BatchMetrics) -> Coordinator:
+                 metrics: BatchMetrics, binding: Binding | None = None) -> Coordinator:
     return Coordinator(
         sink.family, sink.sink_id, run_id=run_id, query_id=query_id,
-        binding=Binding(sink.reset_binding, sink.resume),
+        binding=binding or Binding(sink.reset_binding, sink.resume),
         on_replay_mismatch=sink.on_replay_mismatch,
         fingerprint_in_commit=sink.fingerprint_in_commit,
         keep_batches=sink.keep_batches, metrics=metrics,
@@ -232,17 +234,20 @@ class SinkDriver:
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"fan-out-{self.sink_id}")
         try:
             targets, executors = [], {}
+            # Resumed, every target rebinds from the fan-out's savepoint with it.
+            follows = None if fan.resume is None else Binding(resume=fan.resume)
             for sink in fan.targets:
                 run = sink.driver.state
                 m = metrics[sink.sink_id]
                 targets.append(FanOutTarget(sink.sink_id, sink.family,
-                                            _coordinator(sink, run.run_id, query_id, m),
+                                            _coordinator(sink, run.run_id, query_id, m,
+                                                         follows),
                                             run.facts(), sink.keep_batches))
                 executors[sink.sink_id] = Executor(sink, run, m, inputs[sink.sink_id],
                                                    pool=pool)
             program = FanOutProgram(self.sink_id, run_id=state.run_id, query_id=query_id,
                                     facts=state.facts(), targets=targets,
-                                    reset_binding=fan.reset_binding)
+                                    binding=Binding(fan.reset_binding, fan.resume))
             first = fan.targets[0]  # its begin_run opens the fan-out's run (see Executor)
             own = BatchMetrics(self.sink_id, batch_id, "fan_out")
             Executor(first, state, own, inputs[first.sink_id], sink_id=self.sink_id,

@@ -32,7 +32,7 @@ from connectors.core.errors import ConfigurationError, QueryBindingError
 from connectors.core.ledgers.ledger import Ledger, Lineage
 
 __all__ = ["BOUND", "Binding", "Resume", "ResumePoint", "load_resume_point",
-           "register_savepoint_loader", "resume_rebinds", "went_backwards"]
+           "register_savepoint_loader", "resume_option", "resume_rebinds", "went_backwards"]
 
 logger = logging.getLogger(__name__)
 
@@ -146,3 +146,34 @@ def resume_rebinds(ledger: Ledger, query_id: str, resume: Resume) -> bool:
     logger.info("sink %s: resuming from the savepoint of query %s at batch %d: bound to "
                 "query %s from now on", sink_id, point.query_id, point.batch_id, query_id)
     return True
+
+
+def resume_option(sink_id: str, given: ResumePoint | str | None, checkpoint: str | None,
+                  reset: bool) -> Resume | None:
+    """A sink's (or FanOut's) ``resume_from`` and ``checkpoint_location``, checked: the
+    :class:`Resume` its runs bind with, or ``None``."""
+    try:
+        point = load_resume_point(given) if isinstance(given, str) else given
+    except ConfigurationError as exc:
+        raise ConfigurationError(exc.message, sink_id=sink_id) from None
+    if point is None:
+        if checkpoint is not None:
+            raise ConfigurationError("checkpoint_location is read by resume_from only: pass "
+                                     "both, or neither", sink_id=sink_id)
+        return None
+    if reset:
+        raise ConfigurationError("resume_from and reset_binding exclude each other: "
+                                 "resume_from rebinds the sink where the savepoint ended, "
+                                 "reset_binding wherever the new query starts", sink_id=sink_id)
+    if not all(hasattr(point, a) for a in ("query_id", "batch_id", "check_start")):
+        raise ConfigurationError("resume_from must be a savepoint (connectors.load_savepoint("
+                                 "path), connectors.take_savepoint(...)) or its file's path",
+                                 sink_id=sink_id)
+    if (owner := getattr(point, "sink_id", None)) != sink_id:
+        raise ConfigurationError(f"resume_from is a savepoint of sink {owner!r}, not of this "
+                                 "sink", sink_id=sink_id)
+    if not checkpoint:
+        raise ConfigurationError("resume_from needs checkpoint_location: the new query's "
+                                 "checkpoint, where its sources' starting positions are "
+                                 "read and checked against the savepoint", sink_id=sink_id)
+    return Resume(point, checkpoint)

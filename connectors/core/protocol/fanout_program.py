@@ -38,7 +38,7 @@ from connectors.core.errors import ProtocolStateError, QueryBindingError, Transi
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledgers.ledger import LedgerEntry, TaskCommit
 from connectors.core.naming import TransactionId
-from connectors.core.policies.binding import Binding
+from connectors.core.policies.binding import BOUND, Binding
 from connectors.core.protocol.commands import (
     Abort,
     AwaitChecks,
@@ -120,17 +120,17 @@ class FanOutProgram:
         run_id, query_id: the fan-out's run and the query it binds.
         facts: what the fan-out's run knows before the batch.
         targets: in commit order.
-        reset_binding: the fan-out's option.
+        binding: the fan-out's ``reset_binding`` or ``resume_from``.
     """
 
     def __init__(self, sink_id: str, *, run_id: str, query_id: str, facts: RunFacts,
-                 targets: Sequence[FanOutTarget], reset_binding: bool = False) -> None:
+                 targets: Sequence[FanOutTarget], binding: Binding = BOUND) -> None:
         self.sink_id = sink_id
         self.run_id = run_id
         self.query_id = query_id
         self.facts = facts
         self.targets = list(targets)
-        self.reset_binding = reset_binding
+        self.binding = binding
         self.guard = Guard(Family.PREPARE_IN_TASK, sink_id, run_id)
 
     # ---- the doors: the fan-out's own commands, and a target's ----
@@ -241,7 +241,7 @@ class FanOutProgram:
                 part = parts_of(decision, target.sink_id) if target.prepares else None
                 if part is not None:
                     adopt.setdefault(target.sink_id, []).append(part)
-        yield from self.step(BindQuery(self.query_id, Binding(reset=self.reset_binding)))
+        yield from self.step(BindQuery(self.query_id, self.binding))
         return {sink_id: tuple(parts) for sink_id, parts in adopt.items()}
 
     def _prepare(self, batch_id: int, swept: Sequence[bool], *, check: bool

@@ -17,6 +17,7 @@ from connectors.core.errors import ConfigurationError
 from connectors.core.ledgers.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.core.naming import validate_sink_id
+from connectors.core.policies.binding import ResumePoint, resume_option
 from connectors.core.policies.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
 from connectors.core.policies.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
 from connectors.core.states import Family
@@ -65,6 +66,10 @@ class FanOut:
         query_name: the streaming query's name; needed under Spark Connect, as for one
             sink.
         reset_binding: accept a new checkpoint for this ``sink_id`` (as for one sink).
+        resume_from, checkpoint_location: the fan-out's savepoint (``take_savepoint(fan,
+            ...)``) and the new query's checkpoint, as for one sink: the fan-out's ledger and
+            every target's take the new query over where the savepoint ended, each checked
+            (docs/savepoints.md). Give them to the fan-out, not to its targets.
 
     Example::
 
@@ -96,6 +101,8 @@ class FanOut:
         outage_timeout: float = DEFAULT_OUTAGE_TIMEOUT,
         query_name: str | None = None,
         reset_binding: bool = False,
+        resume_from: ResumePoint | str | None = None,
+        checkpoint_location: str | None = None,
     ) -> None:
         self.sink_id = validate_sink_id(sink_id)
         pairs: list[tuple[TwoPhaseCommitSink, Transform | None]] = []
@@ -111,10 +118,9 @@ class FanOut:
                                          sink_id=sink_id)
             if sink.resume is not None:
                 raise ConfigurationError(
-                    f"target {sink.sink_id} has resume_from: a FanOut cannot resume from a "
-                    "savepoint yet (its ledger and each target's would have to move "
-                    "together); take the targets out of the FanOut to resume them one by one, "
-                    "or rebind the FanOut with reset_binding", sink_id=sink_id)
+                    f"target {sink.sink_id} has resume_from: give the fan-out's savepoint to "
+                    "the FanOut (resume_from=, checkpoint_location=), whose ledger and every "
+                    "target's move together", sink_id=sink_id)
             pairs.append((sink, transform))
         ids = [s.sink_id for s, _ in pairs]
         if len(pairs) < self.min_targets:
@@ -130,6 +136,9 @@ class FanOut:
         self.outage = Outage(timeout=outage_timeout)
         self.query_name = query_name
         self.reset_binding = bool(reset_binding)
+        #: ``resume_from`` and the new query's checkpoint (see the arguments).
+        self.resume = resume_option(self.sink_id, resume_from, checkpoint_location,
+                                    self.reset_binding)
         self._ledger = ledger
         self._driver: SinkDriver | None = None
 
@@ -154,7 +163,7 @@ class FanOut:
         if self._driver is None:
             self._driver = SinkDriver.fan_out(FanOutSettings(
                 self.sink_id, tuple(self.sinks), self.create_ledger, self.retry, self.outage,
-                self.reset_binding))
+                self.reset_binding, self.resume))
         return self._driver
 
     @property

@@ -44,7 +44,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledgers.ledger import Ledger
 from connectors.core.metrics import BatchMetrics, registered_exporters
 from connectors.core.naming import validate_sink_id
-from connectors.core.policies.binding import Resume, ResumePoint, load_resume_point
+from connectors.core.policies.binding import ResumePoint, resume_option
 from connectors.core.policies.restarts import DEFAULT_OUTAGE_TIMEOUT, Outage
 from connectors.core.policies.retry import DEFAULT_COMMIT_RETRY, RetryPolicy
 from connectors.core.states import Family
@@ -155,7 +155,8 @@ class TwoPhaseCommitSink(ABC):
         self.retry = retry
         self.reset_binding = bool(reset_binding)
         #: ``resume_from`` and the new query's checkpoint (see the arguments).
-        self.resume = _resume(sink_id, resume_from, checkpoint_location, self.reset_binding)
+        self.resume = resume_option(sink_id, resume_from, checkpoint_location,
+                                    self.reset_binding)
         self.on_replay_mismatch: ReplayPolicy = on_replay_mismatch
         self.keep_batches = keep_batches
         #: Whether errors and logs may quote row values (see ``values_in_errors``).
@@ -341,32 +342,3 @@ class TwoPhaseCommitSink(ABC):
             self._driver.close()
             self._driver = None
 
-
-def _resume(sink_id: str, given: ResumePoint | str | None, checkpoint: str | None,
-            reset: bool) -> Resume | None:
-    """The template's ``resume_from`` and ``checkpoint_location``, checked."""
-    try:
-        point = load_resume_point(given) if isinstance(given, str) else given
-    except ConfigurationError as exc:
-        raise ConfigurationError(exc.message, sink_id=sink_id) from None
-    if point is None:
-        if checkpoint is not None:
-            raise ConfigurationError("checkpoint_location is read by resume_from only: pass "
-                                     "both, or neither", sink_id=sink_id)
-        return None
-    if reset:
-        raise ConfigurationError("resume_from and reset_binding exclude each other: "
-                                 "resume_from rebinds the sink where the savepoint ended, "
-                                 "reset_binding wherever the new query starts", sink_id=sink_id)
-    if not all(hasattr(point, a) for a in ("query_id", "batch_id", "check_start")):
-        raise ConfigurationError("resume_from must be a savepoint (connectors.load_savepoint("
-                                 "path), connectors.take_savepoint(...)) or its file's path",
-                                 sink_id=sink_id)
-    if (owner := getattr(point, "sink_id", None)) != sink_id:
-        raise ConfigurationError(f"resume_from is a savepoint of sink {owner!r}, not of this "
-                                 "sink", sink_id=sink_id)
-    if not checkpoint:
-        raise ConfigurationError("resume_from needs checkpoint_location: the new query's "
-                                 "checkpoint, where its sources' starting positions are "
-                                 "read and checked against the savepoint", sink_id=sink_id)
-    return Resume(point, checkpoint)
