@@ -47,10 +47,13 @@ def take_savepoint(sink: Any, checkpoint: str, *, spark: Any = None) -> Savepoin
     """The savepoint of ``sink`` (a sink, a :class:`~connectors.FanOut` or a
     :class:`~connectors.core.ledgers.ledger.Ledger`) and its query's ``checkpoint``.
 
-    Reads the sink's ledger (without its lease: a running query is never disturbed; a
-    savepoint of a running query is its last decided batch at that moment) and
-    ``offsets/<that batch>`` of the checkpoint: a local directory or ``file:`` URI, or any
-    path ``spark`` (a SparkSession) reads. Raises
+    Reads the sink's ledger through the sink (its driver side: a KafkaSink's ledger is
+    opened with its lease) and ``offsets/<that batch>`` of the checkpoint: a local
+    directory or ``file:`` URI, or any path ``spark`` (a SparkSession) reads. Call it once
+    the query has stopped (:func:`connectors.stop_with_savepoint` does); for a query that
+    runs, or from another process, use ``connectors savepoint``, which reads the ledger
+    without its lease and never disturbs a live driver (a ``Ledger`` given here is read as
+    it is). Raises
     :class:`~connectors.core.errors.ConfigurationError` naming the reason when the
     checkpoint is another query's or the sink has decided nothing yet.
 

@@ -7,8 +7,8 @@ never rewrites. So a savepoint taken at any moment, after a graceful stop or a S
 names a batch whose rows are (or, decided and unfinished, will be) in the target exactly
 once, and the offsets right after its last row.
 
-Taking one only reads: the ledger without its lease (a live driver is never fenced) and
-the checkpoint's files. It is refused, with the reason, when the checkpoint belongs to
+Taking one only reads the ledger and the checkpoint's files (the command line reads the
+ledger without its lease, so a live driver is never fenced). It is refused, with the reason, when the checkpoint belongs to
 another query than the one the sink's ledger is bound to, when the sink has decided
 nothing of that query yet, or when a fan-out's last batch is decided but not yet in every
 target (its Kafka and Delta targets write after the decision, from the batch's rows, which
