@@ -30,7 +30,7 @@ Stopping (``stop_gracefully``, ``stop_on_sigterm``, ``await_termination``; see
 ``docs/stopping.md``) finishes the batch in flight and refuses the next one, so nothing is
 left prepared or open. ``stop_with_savepoint`` (or ``take_savepoint`` after any stop) gives
 the last decided batch and the option that starts a changed query right after it
-(``docs/design/savepoints.md``). The sinks of each target load lazily: ``PostgresSink`` needs the
+(``docs/savepoints.md``). The sinks of each target load lazily: ``PostgresSink`` needs the
 ``postgres`` extra, ``KafkaSink`` the ``kafka`` extra, ``DeltaSink`` the ``delta`` extra;
 naming one without its extra raises an ImportError that says which extra to install.
 
