@@ -8,8 +8,9 @@ names a batch whose rows are (or, decided and unfinished, will be) in the target
 once, and the offsets right after its last row.
 
 Taking one only reads the ledger and the checkpoint's files (the command line reads the
-ledger without its lease, so a live driver is never fenced). It is refused, with the reason, when the checkpoint belongs to
-another query than the one the sink's ledger is bound to, when the sink has decided
+ledger without its lease, so a live driver is never fenced). It is refused, with the
+reason, when the checkpoint belongs to another query than the one the sink's ledger is
+bound to, when the sink has decided
 nothing of that query yet, or when a fan-out's last batch is decided but not yet in every
 target (its Kafka and Delta targets write after the decision, from the batch's rows, which
 only the old query can replay).
