@@ -31,20 +31,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from connectors.sdk import CrashPoint
 from connectors.testing.kill import point_reached, run_driver
+from integration.savepoints._support import JOB, NEW, OLD, kafka_source
+from integration.savepoints._support import savepoint as savepoint_of
 from integration.support._driver import REPO, run_cli
 from integration.support._kafka import KafkaTarget
 from integration.support._pg import PgTarget
 
 pytestmark = pytest.mark.integration
 
-JOB = "integration.savepoints._job"
-OLD_RECORDS = 1500
-NEW_RECORDS = 1000
 
 
 @pytest.fixture
@@ -57,12 +57,7 @@ def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTa
 
 @pytest.fixture
 def source(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[KafkaTarget]:
-    monkeypatch.setenv("EOS_KAFKA_BOOTSTRAP", kafka_bootstrap)  # the drivers read it
-    target = KafkaTarget(kafka_bootstrap, prefix="savepoint-in", partitions=3)
-    target.create()
-    target.produce_input(target.topic, OLD_RECORDS)
-    yield target
-    target.cleanup()
+    yield from kafka_source(kafka_bootstrap, monkeypatch, "savepoint-in")
 
 
 def _job_args(pg: PgTarget, source: KafkaTarget, checkpoint: Path, variant: int,
@@ -73,14 +68,22 @@ def _job_args(pg: PgTarget, source: KafkaTarget, checkpoint: Path, variant: int,
             starting, *extra]
 
 
-def _savepoint_cli(pg: PgTarget, checkpoint: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-m", "connectors", "savepoint", "--postgres-env",
-         "EOS_POSTGRES_CONNINFO", "--ledger-table", pg.ledger, "--checkpoint",
-         str(checkpoint), "--sink-id", pg.sink_id, "--json", *extra],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+def _target(pg: PgTarget) -> tuple[str, ...]:
+    """``connectors savepoint``'s target arguments for the sink's ledger."""
+    return ("--postgres-env", "EOS_POSTGRES_CONNINFO", "--ledger-table", pg.ledger)
+
+
+def _old_query_then_savepoint(pg: PgTarget, source: KafkaTarget, tmp_path: Path,
+                              *form: str) -> tuple[dict[str, Any], str, dict[str, int]]:
+    """The old query reads every record there is; its savepoint, the topic and the
+    savepoint's end offsets; then the new records arrive."""
+    run = run_driver(_job_args(pg, source, tmp_path / "ck1", 1, "earliest", *form), module=JOB)
+    assert run.returncode == 0, run.tail()
+    found = savepoint_of(tmp_path / "ck1", pg.sink_id, tmp_path / "savepoint.json", *_target(pg))
+    ((topic, ends),) = json.loads(found["sources"][0]["options"]["startingOffsets"]).items()
+    assert sum(ends.values()) == OLD  # the old query read everything there was
+    source.produce_input(source.topic, NEW, start=OLD)
+    return found, topic, ends
 
 
 def _rows(pg: PgTarget) -> list[tuple[int, int]]:
@@ -88,7 +91,8 @@ def _rows(pg: PgTarget) -> list[tuple[int, int]]:
         f'SELECT id, src_partition FROM "{pg.table}"')]
 
 
-def _assert_savepoint_matches_the_table(savepoint: dict, rows: list[tuple[int, int]]) -> None:
+def _assert_savepoint_matches_the_table(savepoint: dict[str, Any],
+                                        rows: list[tuple[int, int]]) -> None:
     """The old query's rows, per source partition, are exactly the records below the
     savepoint's end offset of that partition (every partition starts at offset 0)."""
     (position,) = savepoint["sources"]
@@ -102,14 +106,14 @@ def _assert_savepoint_matches_the_table(savepoint: dict, rows: list[tuple[int, i
 def _resume_and_check(pg: PgTarget, source: KafkaTarget, tmp_path: Path, sp_file: Path,
                       produce: bool = True) -> None:
     if produce:
-        source.produce_input(source.topic, NEW_RECORDS, start=OLD_RECORDS)
+        source.produce_input(source.topic, NEW, start=OLD)
     savepoint = json.loads(sp_file.read_text())
     starting = savepoint["sources"][0]["options"]["startingOffsets"]
     run = run_driver(_job_args(pg, source, tmp_path / "ck2", 2, starting, "--resume-from",
                                str(sp_file)), module=JOB)
     assert run.returncode == 0, run.tail()
     ids = collections.Counter(i for i, _ in _rows(pg))
-    total = OLD_RECORDS + NEW_RECORDS
+    total = OLD + NEW
     missing = [i for i in range(total) if ids[i] == 0]
     twice = sorted(i for i, n in ids.items() if n > 1)
     assert not missing and not twice and len(ids) == total, (missing[:20], twice[:20])
@@ -150,21 +154,19 @@ def test_stopped_with_a_savepoint_then_a_changed_query_from_it_is_exact(
             assert time.monotonic() < deadline, "the old query wrote no 3 batches"
             time.sleep(0.5)
         sp_file = tmp_path / "savepoint.json"
-        done = _savepoint_cli(pg, ck1, "--stop-pid", str(driver.pid), "--output", str(sp_file))
-        assert done.returncode == 0, done.stderr
+        savepoint = savepoint_of(ck1, pg.sink_id, sp_file, "--stop-pid", str(driver.pid),
+                               *_target(pg))
         assert driver.wait(30) == 0  # stopped gracefully by its SIGTERM handler
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.wait()
         log.close()
-    savepoint = json.loads(done.stdout)
-    assert savepoint == json.loads(sp_file.read_text())
     states = pg.ledger_states()
     assert savepoint["batch_id"] == max(states) and savepoint["committed"] is True
     assert savepoint["batch_id"] >= 2 and states[savepoint["batch_id"]] == "COMMITTED"
     rows = _rows(pg)
-    assert 0 < len(rows) < OLD_RECORDS  # stopped midway: the rest is the new query's
+    assert 0 < len(rows) < OLD  # stopped midway: the rest is the new query's
     _assert_savepoint_matches_the_table(savepoint, rows)
     _resume_and_check(pg, source, tmp_path, sp_file)
 
@@ -180,30 +182,21 @@ def test_sigkilled_after_a_decision_the_savepoint_taken_afterwards_is_exact(
     assert pg.ledger_states() == {0: "COMMITTED", 1: "COMMITTED", 2: "DECIDED"}
     assert pg.prepared(), "batch 2's transactions are prepared, not committed"
     sp_file = tmp_path / "savepoint.json"
-    done = _savepoint_cli(pg, ck1, "--output", str(sp_file))
-    assert done.returncode == 0, done.stderr
-    savepoint = json.loads(done.stdout)
+    savepoint = savepoint_of(ck1, pg.sink_id, sp_file, *_target(pg))
     assert (savepoint["batch_id"], savepoint["committed"]) == (2, False)
     # The savepoint ends after batch 2, whose rows are prepared (not visible yet): an
     # offset too early would write them twice after the resume, one too late lose some.
     (ends,) = json.loads(savepoint["sources"][0]["options"]["startingOffsets"]).values()
     visible = len(_rows(pg))
-    assert 0 < visible < sum(ends.values()) < OLD_RECORDS, (visible, ends)
+    assert 0 < visible < sum(ends.values()) < OLD, (visible, ends)
     _resume_and_check(pg, source, tmp_path, sp_file)
 
 
 @pytest.mark.parametrize("shift", [-1, +1], ids=["one-record-too-early", "one-too-late"])
 def test_a_resume_one_record_off_is_refused_before_anything_is_written(
         pg: PgTarget, source: KafkaTarget, tmp_path: Path, shift: int) -> None:
-    run = run_driver(_job_args(pg, source, tmp_path / "ck1", 1, "earliest"), module=JOB)
-    assert run.returncode == 0, run.tail()
+    savepoint, topic, ends = _old_query_then_savepoint(pg, source, tmp_path)
     sp_file = tmp_path / "savepoint.json"
-    done = _savepoint_cli(pg, tmp_path / "ck1", "--output", str(sp_file))
-    assert done.returncode == 0, done.stderr
-    savepoint = json.loads(done.stdout)
-    ((topic, ends),) = json.loads(savepoint["sources"][0]["options"]["startingOffsets"]).items()
-    assert sum(ends.values()) == OLD_RECORDS  # the old query read everything there was
-    source.produce_input(source.topic, NEW_RECORDS, start=OLD_RECORDS)
     before = sorted(_rows(pg))
     wrong = dict(ends, **{"1": ends["1"] + shift})
     bad = run_driver(_job_args(pg, source, tmp_path / "ck-wrong", 2, json.dumps({topic: wrong}),
@@ -228,14 +221,8 @@ def test_the_data_source_form_resumes_from_a_savepoint_file(
     first batch's commit, after its tasks prepared: rolled back, nothing committed; then
     the right start is exact."""
     form = ["--form", "datasource"]
-    run = run_driver(_job_args(pg, source, tmp_path / "ck1", 1, "earliest", *form), module=JOB)
-    assert run.returncode == 0, run.tail()
+    savepoint, topic, ends = _old_query_then_savepoint(pg, source, tmp_path, *form)
     sp_file = tmp_path / "savepoint.json"
-    done = _savepoint_cli(pg, tmp_path / "ck1", "--output", str(sp_file))
-    assert done.returncode == 0, done.stderr
-    savepoint = json.loads(done.stdout)
-    ((topic, ends),) = json.loads(savepoint["sources"][0]["options"]["startingOffsets"]).items()
-    source.produce_input(source.topic, NEW_RECORDS, start=OLD_RECORDS)
     before = sorted(_rows(pg))
     early = json.dumps({topic: dict(ends, **{"0": ends["0"] - 1})})
     bad = run_driver(_job_args(pg, source, tmp_path / "ck-wrong", 2, early, *form,
@@ -249,5 +236,5 @@ def test_the_data_source_form_resumes_from_a_savepoint_file(
                                 "--resume-from", str(sp_file)), module=JOB)
     assert good.returncode == 0, good.tail()
     ids = collections.Counter(i for i, _ in _rows(pg))
-    assert sorted(ids) == list(range(OLD_RECORDS + NEW_RECORDS)) and set(ids.values()) == {1}
+    assert sorted(ids) == list(range(OLD + NEW)) and set(ids.values()) == {1}
     assert pg.prepared() == [] and _bound(pg) != savepoint["query_id"]

@@ -19,56 +19,29 @@ after more input arrived. Then the target, row by row: every id exactly once, no
 from __future__ import annotations
 
 import collections
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 from connectors.sdk import CrashPoint
 from connectors.testing.kill import point_reached, run_driver
-from integration.support._driver import REPO
+from integration.savepoints._support import JOB, NEW, OLD, kafka_source, savepoint, take
 from integration.support._kafka import KafkaTarget
 from integration.support._pg import PgTarget, prepared_of
 
 pytestmark = pytest.mark.integration
 
-JOB = "integration.savepoints._job"
-OLD, NEW = 1500, 1000
-
 
 @pytest.fixture
 def source(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[KafkaTarget]:
-    monkeypatch.setenv("EOS_KAFKA_BOOTSTRAP", kafka_bootstrap)  # the drivers read it
-    target = KafkaTarget(kafka_bootstrap, prefix="sp-src", partitions=3)
-    target.create()
-    target.produce_input(target.topic, OLD)
-    yield target
-    target.cleanup()
+    yield from kafka_source(kafka_bootstrap, monkeypatch, "sp-src")
 
 
-def _savepoint_run(tmp_path: Path, checkpoint: Path, sink_id: str, *target: str
-                   ) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-m", "connectors", "savepoint", *target, "--checkpoint",
-         str(checkpoint), "--sink-id", sink_id, "--json", "--output",
-         str(tmp_path / "savepoint.json")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
-
-
-def _savepoint(tmp_path: Path, checkpoint: Path, sink_id: str, *target: str) -> dict:
-    out = tmp_path / "savepoint.json"
-    done = _savepoint_run(tmp_path, checkpoint, sink_id, *target)
-    assert done.returncode == 0, done.stderr
-    found: dict = json.loads(done.stdout)
-    assert found == json.loads(out.read_text())
-    return found
+def _savepoint(tmp_path: Path, checkpoint: Path, sink_id: str, *target: str) -> dict[str, Any]:
+    return savepoint(checkpoint, sink_id, tmp_path / "savepoint.json", *target)
 
 
 def _exact(ids: list[int], total: int) -> None:
@@ -189,9 +162,8 @@ def test_a_fan_out_sigkilled_then_resumed_from_its_savepoint_is_exact_in_every_t
         assert run.returncode == -9, run.tail()
         assert point_reached(crash_log, CrashPoint.AFTER_DECISION, pg.sink_id, 2)
         where = ("--postgres", postgres_conninfo, "--ledger-table", pg.ledger)
-        refused = _savepoint_run(tmp_path, tmp_path / "ck1", pg.sink_id, *where)
-        assert refused.returncode == 2 and "Run the old query once more" in refused.stderr, (
-            refused.stderr)
+        code, _, err = take(tmp_path / "ck1", pg.sink_id, tmp_path / "savepoint.json", *where)
+        assert code == 2 and "Run the old query once more" in err, err
         again = run_driver([*common, "--checkpoint", str(tmp_path / "ck1")], module=JOB)
         assert again.returncode == 0, again.tail()  # replays batch 2, reads to the end
         sp = _savepoint(tmp_path, tmp_path / "ck1", pg.sink_id, *where)
