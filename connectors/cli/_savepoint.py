@@ -21,6 +21,7 @@ from pathlib import Path
 from connectors.cli._model import EXIT_ATTENTION, EXIT_OK
 from connectors.cli._targets import Target
 from connectors.core.errors import ConfigurationError
+from connectors.core.ledgers.file_ledger import write_atomic
 from connectors.savepoints import Savepoint, take_savepoint
 
 __all__ = ["add_arguments", "run"]
@@ -79,13 +80,6 @@ def stop_driver(pid: int, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def _write(path: str, text: str) -> None:
-    target = Path(path)
-    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    temp.write_text(text + "\n", encoding="utf-8")
-    os.replace(temp, target)
-
-
 def run(args: argparse.Namespace, targets: list[Target]) -> int:
     if len(args.sink_ids) != 1:
         raise ConfigurationError("a savepoint is one sink's (or one FanOut's): pass exactly "
@@ -110,6 +104,6 @@ def run(args: argparse.Namespace, targets: list[Target]) -> int:
                                  "sink's (or FanOut's) ledger is where it writes (a FanOut's: "
                                  "its first target's, unless ledger= was given)")
     if args.output:
-        _write(args.output, found.dumps())
+        write_atomic(Path(args.output), (found.dumps() + "\n").encode())
     print(found.dumps() if args.json else found.describe())
     return EXIT_OK if found.resumable else EXIT_ATTENTION

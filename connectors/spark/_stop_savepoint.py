@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from connectors.core.ledgers.file_ledger import write_atomic
 from connectors.savepoints import Savepoint, take_savepoint
 from connectors.spark._stop import StopReport, stop_gracefully
 
@@ -59,8 +61,7 @@ def stop_with_savepoint(query: Any, sink: Any, checkpoint: str, timeout: float =
     report = stop_gracefully(query, timeout, spark=spark)
     savepoint = take_savepoint(sink, checkpoint, spark=spark)
     if output is not None:
-        with open(output, "w", encoding="utf-8") as out:
-            out.write(savepoint.dumps() + "\n")
+        write_atomic(Path(output), (savepoint.dumps() + "\n").encode())
     logger.info("query %s stopped (%s); savepoint of %s at batch %d%s", query.id,
                 report.outcome, savepoint.sink_id, savepoint.batch_id,
                 "" if savepoint.resumable else " (not resumable: a source has no starting "
