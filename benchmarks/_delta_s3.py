@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from connectors.delta import DeltaSink
-    from connectors.delta._store import ObstoreStore
+    from connectors.lake.store import ObstoreStore
 
 __all__ = ["S3_TARGET", "S3Run", "S3Server", "report_s3", "run_s3", "s3_part", "s3_server"]
 
@@ -66,7 +66,7 @@ class S3Server:
 
     def store(self, prefix: str) -> ObstoreStore:
         """An obstore client for ``prefix`` of the bucket, as the sink's ledger builds one."""
-        from connectors.delta._store import ObstoreStore, options_for
+        from connectors.lake.store import ObstoreStore, options_for
 
         confs = self.hadoop_confs()
         location = f"s3a://{self.bucket}/{prefix}"

@@ -66,6 +66,8 @@ ROLES: dict[str, str] = {
              "ledger topic",
     "delta": "`DeltaSink` (COMMIT_ON_DRIVER): one Delta commit per batch, keyed by "
              "(`app_id`, batch); ledger next to the table",
+    "lake": "what a sink into a table format keeps beside the table (DeltaSink's, "
+            "IcebergSink's): the ledger directory with its lease, or objects with theirs",
     "savepoints": "savepoints: a sink's last decided batch and, read from the query's "
                   "checkpoint, each source's position and starting option (no pyspark)",
     "cli": "the `connectors` command (`demo`, `status [--watch]`, `recover`, `doctor`, "

@@ -22,11 +22,11 @@ from connectors._deps import require
 require("deltalake", extra="delta", feature="connectors.delta")
 
 from connectors.delta._fan_out import DeltaSinks  # noqa: E402
-from connectors.delta._ledger import DeltaLedger  # noqa: E402
 from connectors.delta._log import LocalDeltaLog, LogState  # noqa: E402
 from connectors.delta._meta import CommitTag, parse_user_metadata  # noqa: E402
 from connectors.delta._sink import DeltaSink  # noqa: E402
 from connectors.delta._writer import dedupe_by_key  # noqa: E402
+from connectors.lake.ledger import TableLedger as DeltaLedger  # noqa: E402
 
 __all__ = [
     "CommitTag",

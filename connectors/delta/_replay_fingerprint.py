@@ -4,7 +4,7 @@ An append or overwrite writes the batch's rows unchanged into the files its comm
 So the sink need not hash every batch while writing it: on the rare replay of a batch that
 is already committed, it reads the files that the batch's commit added (their paths and
 partition values from the commit's JSON in ``_delta_log``) and fingerprints them with the
-same Spark aggregation (:func:`connectors.delta._fingerprint.fingerprint_now`) that it runs
+same Spark aggregation (:func:`connectors.spark.toolkit.spark_fingerprint`) that it runs
 over the replayed batch: same rows, same fingerprint, whatever the file layout.
 
 The files are read as plain Parquet (a later DELETE's deletion vectors or a compaction do
@@ -30,10 +30,10 @@ from urllib.parse import unquote
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.protocol.replay import check_replay
 from connectors.delta._changes import ChangeSpec
-from connectors.delta._fingerprint import fingerprint_now
 from connectors.delta._history import Commit
 from connectors.delta._table import local_path
 from connectors.spark.toolkit import quoted
+from connectors.spark.toolkit import spark_fingerprint as fingerprint_now
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -17,7 +17,7 @@ CLI does not need it otherwise) is a local table read with
 :class:`~connectors.delta._log.LocalDeltaLog` instead.
 
 Store settings: ``storage_options`` by delta-rs's names (see
-:func:`connectors.delta._store.delta_rs_options`), else delta-rs's own environment variables
+:func:`connectors.delta._rs_options.delta_rs_options`), else delta-rs's own environment variables
 (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``) and instance credentials. Errors name the table and
 the settings to check, never a secret value.
 """
@@ -33,8 +33,8 @@ from urllib.parse import urlparse
 
 from connectors.core.errors import ConfigurationError, DependencyError, TransientError
 from connectors.delta._log import LocalDeltaLog, LogState
-from connectors.delta._store import is_secret_option
 from connectors.delta._table import local_path
+from connectors.lake.store import is_secret_option
 
 __all__ = ["DeltaRsLog", "StoreRefusedError", "delta_rs_uri", "redact_uri"]
 

@@ -24,17 +24,18 @@ from connectors.core.metrics import BatchMetrics
 from connectors.core.templates.families import DriverCommitSink
 from connectors.delta._changes import MergeFunction
 from connectors.delta._constraints import ValueChecks
-from connectors.delta._fingerprint import fingerprint_now, observe
 from connectors.delta._meta import CommitTag
-from connectors.delta._object_ledger import open_ledger
 from connectors.delta._options import Mode, check_batch, check_changes, check_options
-from connectors.delta._store import spark_conf
 from connectors.delta._table import local_path, read_schema, resolve_table, snapshot_schema
 from connectors.delta._table_commits import DeltaPath, TableCommits
 from connectors.delta._table_replay import TableReplay
 from connectors.delta._txn_seed import seed_txn_lookup
 from connectors.delta._writer import DeltaWriter
+from connectors.lake.object_ledger import open_ledger
+from connectors.lake.store import spark_conf
 from connectors.spark.inputs import spark_frame
+from connectors.spark.toolkit import observe
+from connectors.spark.toolkit import spark_fingerprint as fingerprint_now
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -271,7 +272,7 @@ class DeltaSink(DriverCommitSink):
     # ---- the ledger ----
     def create_ledger(self) -> Ledger:
         """Driver, once per driver run: the ledger (in ``ledger_path``, else beside the
-        table; :func:`~connectors.delta._object_ledger.open_ledger`)."""
+        table; :func:`~connectors.lake.object_ledger.open_ledger`)."""
         ledger = open_ledger(self.ledger_path, self.location, self.sink_id,
                              conf=spark_conf(self._session), options=self.storage_options,
                              probe=self._probe)

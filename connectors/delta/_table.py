@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 from connectors.core.errors import BadInputError
 from connectors.delta._errors import translate
+from connectors.lake.store import local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -20,14 +19,6 @@ if TYPE_CHECKING:
 __all__ = ["local_path", "read_schema", "resolve_table", "snapshot_schema"]
 
 logger = logging.getLogger(__name__)
-
-
-def local_path(location: str) -> Path | None:
-    """A local path for ``location`` (a plain path or ``file:`` URI), else ``None``."""
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        return Path(parsed.path if parsed.scheme else location).resolve()
-    return None
 
 
 def resolve_table(

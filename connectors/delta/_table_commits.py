@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from connectors.core.metrics import BatchMetrics
-    from connectors.delta._ledger import DeltaLedger
-    from connectors.delta._object_ledger import DeltaObjectLedger
+    from connectors.lake.ledger import TableLedger
+    from connectors.lake.object_ledger import TableObjectLedger
 
 __all__ = ["DeltaPath", "TableCommits"]
 
@@ -79,7 +79,7 @@ class TableCommits:
         self.sink_id = sink_id
         self.delta_txn_id = delta_txn_id
         self.txn_seed = txn_seed
-        self.ledger: DeltaLedger | DeltaObjectLedger | None = None
+        self.ledger: TableLedger | TableObjectLedger | None = None
         self.log: LogState | None = None  # read once per driver run
         self.versions: dict[str, int] = {}  # app id -> last committed batch, kept locally
         self.history: dict[str, Tags] | None = None
@@ -116,7 +116,7 @@ class TableCommits:
         if taken is not None:
             metrics.extra["ledger_requests"] = taken()
 
-    def _ledger(self) -> DeltaLedger | DeltaObjectLedger:
+    def _ledger(self) -> TableLedger | TableObjectLedger:
         assert self.ledger is not None  # created by the sink's create_ledger
         return self.ledger
 
@@ -164,7 +164,8 @@ class TableCommits:
             return jvm_log_state(session, location, app_ids)
         except AttributeError:  # Spark Connect: no JVM gateway: delta-rs reads the log
             from connectors.delta._rs_log import DeltaRsLog
-            from connectors.delta._store import delta_rs_options, spark_conf
+            from connectors.delta._rs_options import delta_rs_options
+            from connectors.lake.store import spark_conf
 
             options = delta_rs_options(location, spark_conf(session), self.storage_options)
             return DeltaRsLog(location, options).read(app_ids)

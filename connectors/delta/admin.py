@@ -48,14 +48,14 @@ from connectors.core.ledgers.file_ledger import FileLedger
 from connectors.core.ledgers.object_ledger import ObjectLedger
 from connectors.delta._meta import parse_user_metadata
 from connectors.delta._rs_log import DeltaRsLog, redact_uri
-from connectors.delta._store import (
+from connectors.delta._rs_options import delta_rs_options
+from connectors.lake.store import (
     OBJECT_SCHEMES,
     ObstoreStore,
-    delta_rs_options,
     is_secret_option,
+    local_path,
     options_for,
 )
-from connectors.delta._table import local_path
 
 __all__ = ["DeltaAdmin", "is_secret_option"]
 

@@ -12,7 +12,8 @@ adapter's private modules, which no other package imports):
 - :func:`has_map`: whether a Spark type is or holds a map;
 - the rows' fingerprints as Spark computes them: :func:`spark_fingerprint` (one
   aggregation job), or :func:`fingerprint_aggregates` and :func:`combine_fingerprint`
-  to compute them inside another aggregation;
+  to compute them inside another aggregation, or :func:`observe` (an :class:`Observed`
+  DataFrame: the fingerprint computed inside the job that writes it);
 - the Arrow hand-over of rows whose size the sink bounds: :class:`Handover`,
   :data:`ROW_BOUND_MARK` (the mark of a row over the bound), :func:`handover_budget` and
   :func:`handover_rows`;
@@ -34,6 +35,7 @@ from __future__ import annotations
 from connectors.spark._binding import is_connect
 from connectors.spark._handover import ROW_BOUND_MARK, Handover, handover_budget, handover_rows
 from connectors.spark._names import quoted
+from connectors.spark._observed import Observed, observe
 from connectors.spark._pyapi import delta_python_from_jars
 from connectors.spark._require import require_spark
 from connectors.spark._rows import (
@@ -46,6 +48,7 @@ from connectors.spark._rows import (
 __all__ = [
     "ROW_BOUND_MARK",
     "Handover",
+    "Observed",
     "combine_fingerprint",
     "delta_python_from_jars",
     "fingerprint_aggregates",
@@ -53,6 +56,7 @@ __all__ = [
     "handover_rows",
     "has_map",
     "is_connect",
+    "observe",
     "quoted",
     "require_spark",
     "spark_fingerprint",

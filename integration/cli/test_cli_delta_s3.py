@@ -29,9 +29,9 @@ from connectors.core.ledgers.ledger import LedgerEntry
 from connectors.core.ledgers.object_ledger import ObjectLedger
 from connectors.core.states import BatchState
 from connectors.delta import CommitTag
-from connectors.delta._object_ledger import DeltaObjectLedger
-from connectors.delta._store import ObstoreStore, options_for, store_url
 from connectors.delta._table_commits import TableCommits
+from connectors.lake.object_ledger import TableObjectLedger
+from connectors.lake.store import ObstoreStore, options_for, store_url
 from integration.support._driver import REPO
 from integration.support._fixtures_services import S3Service
 
@@ -140,7 +140,7 @@ def test_doctor_on_an_s3a_table(table: Table, tmp_path: Path) -> None:
 
 
 def test_status_never_takes_the_lease_of_a_live_driver(table: Table) -> None:
-    live = DeltaObjectLedger(table.store("even"), sink_id="even")
+    live = TableObjectLedger(table.store("even"), sink_id="even")
     live.open_run("live-run")  # a driver of the sink, running
     try:
         before = table.store("even").read("lease")

@@ -13,7 +13,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from connectors.delta import parse_user_metadata
-from connectors.delta._store import ObstoreStore
+from connectors.lake.store import ObstoreStore
 
 
 def s3_uri(uri: str) -> str:

@@ -20,8 +20,8 @@ from connectors.core.batch import TaskInfo, TaskOutcome
 from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import ROW_HASH_COLUMN, Fingerprint, split_row_hash
 from connectors.core.ledgers.ledger import TaskCommit
-from connectors.delta._fingerprint import observe
 from connectors.spark.frames import SparkBatch
+from connectors.spark.toolkit import observe
 
 pytestmark = pytest.mark.integration
 

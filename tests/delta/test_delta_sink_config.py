@@ -276,7 +276,7 @@ def test_lease_keeps_a_second_driver_out_until_the_first_is_gone(tmp_path: Path)
     import subprocess
     import sys
 
-    from connectors.delta import _ledger
+    from connectors.lake import ledger as _ledger
 
     root = tmp_path / "l"
     holder = subprocess.Popen(

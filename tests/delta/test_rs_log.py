@@ -14,8 +14,9 @@ import pytest
 
 from connectors.core.errors import ConfigurationError, DependencyError, TransientError
 from connectors.delta._rs_log import DeltaRsLog, StoreRefusedError, delta_rs_uri, redact_uri
-from connectors.delta._store import delta_rs_options, is_secret_option
+from connectors.delta._rs_options import delta_rs_options
 from connectors.delta._table_commits import TableCommits
+from connectors.lake.store import is_secret_option
 
 deltalake = pytest.importorskip("deltalake")
 

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("obstore")  # the [delta] extra's (CI's newest lane installs no [delta])
 
-from connectors.delta._store import ObstoreStore
+from connectors.lake.store import ObstoreStore
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from connectors.core.errors import ConfigurationError
 logger = logging.getLogger(__name__)
 
 #: Components :func:`connectors.spark.resolve_jars` knows.
-COMPONENTS: tuple[str, ...] = ("delta", "kafka", "s3")
+COMPONENTS: tuple[str, ...] = ("delta", "kafka", "s3", "iceberg")
 #: What a session gets when no ``components`` are named. ``"s3"`` is asked for by name: its
 #: AWS SDK bundle is 650 MB and more.
 DEFAULT_COMPONENTS: tuple[str, ...] = ("delta", "kafka")
@@ -41,13 +41,21 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
+#: Iceberg's SQL extension (MERGE INTO, the ``CALL`` procedures): a session with Iceberg's
+#: jars also needs it set (beside Delta's when both are named). Catalogs are the user's:
+#: ``spark.sql.catalog.<name>`` (``docs/iceberg.md``).
+ICEBERG_EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
 def component_settings(components: tuple[str, ...]) -> dict[str, str]:
     """The Spark settings ``components`` need beyond their jars (Delta's extension and
-    catalog; none for the others)."""
-    if "delta" not in components:
-        return {}
-    return {"spark.sql.extensions": DELTA_EXTENSION,
-            "spark.sql.catalog.spark_catalog": DELTA_CATALOG}
+    catalog, Iceberg's extension; none for the others)."""
+    extensions = [ext for name, ext in (("delta", DELTA_EXTENSION),
+                                        ("iceberg", ICEBERG_EXTENSION)) if name in components]
+    settings = {"spark.sql.extensions": ",".join(extensions)} if extensions else {}
+    if "delta" in components:
+        settings["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    return settings
 
 
 @dataclass(frozen=True)
@@ -203,6 +211,35 @@ def delta_declared_pyspark() -> str | None:
     return None
 
 
+#: The Iceberg release for each Spark minor: the newest whose runtime jar
+#: (``iceberg-spark-runtime-<minor>_<scala>``) is on Maven Central (checked 2026-11-30:
+#: 3.5_2.12 to 1.12.0, 4.0_2.13 to 1.11.0, 4.1_2.13 to 1.12.0). Spark 4.2 and 4.3 have none
+#: yet (4.2 made ``View`` a class: a 4.1 jar fails there with IncompatibleClassChangeError).
+ICEBERG_FOR_SPARK: dict[tuple[int, ...], str] = {
+    (3, 5): "1.12.0",
+    (4, 0): "1.11.0",
+    (4, 1): "1.12.0",
+}
+
+
+def iceberg_version(spark: str) -> str:
+    """The Iceberg release for Spark ``spark``: ``$EOS_ICEBERG_VERSION``, else
+    :data:`ICEBERG_FOR_SPARK`'s; a Spark minor without a runtime jar is refused by name."""
+    override = os.environ.get("EOS_ICEBERG_VERSION")
+    if override:
+        return override
+    release = ICEBERG_FOR_SPARK.get(version_tuple(spark)[:2])
+    if release is not None:
+        return release
+    known = ", ".join(f"{a}.{b}" for a, b in sorted(ICEBERG_FOR_SPARK))
+    raise ConfigurationError(
+        f"Apache Iceberg publishes no Spark runtime for Spark {minor_version(spark)} "
+        f"(iceberg-spark-runtime-{minor_version(spark)}_2.13 is not on Maven Central; runtimes "
+        f"exist for Spark {known}). Run the Iceberg job on one of those Spark versions, or, "
+        "once Iceberg publishes a runtime for this one, set EOS_ICEBERG_VERSION to its release."
+    )
+
+
 def _delta_artifact_id(delta_version: str, spark_version: str, scala: str) -> str:
     if version_tuple(delta_version)[:2] >= _DELTA_FIRST_SPARK_SUFFIXED:
         spark_minor = ".".join(spark_version.split(".")[:2])
@@ -228,6 +265,13 @@ def component_plan(component: str, spark_home: Path) -> Plan:
         artifact = Artifact(_HADOOP_GROUP, "hadoop-aws", hadoop)
         return Plan("s3", f"s3-{hadoop}-spark{spark}", (artifact,), pinned_group=_HADOOP_GROUP,
                      pinned_exact=True, excluded=((_HADOOP_GROUP, "*"),), spark_version=spark)
+    if component == "iceberg":
+        iceberg = iceberg_version(spark)
+        artifact = Artifact("org.apache.iceberg",
+                            f"iceberg-spark-runtime-{minor_version(spark)}_{scala}", iceberg)
+        # One shaded jar: its POM names no dependency a Spark session needs.
+        return Plan("iceberg", f"iceberg-{iceberg}-spark{spark}_{scala}", (artifact,),
+                     pinned_group=artifact.group, pinned_exact=True, spark_version=spark)
     raise ConfigurationError(
         f"Unknown Spark component {component!r}: choose from {', '.join(COMPONENTS)}."
     )

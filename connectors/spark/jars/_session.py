@@ -58,7 +58,8 @@ def session_builder(
       importable, Delta's jar also goes on ``sys.path``: Delta's Python API ships in it;
       ``connectors.spark._pyapi``);
     * with ``"delta"``: Delta's SQL extension and catalog, and
-      ``spark.databricks.delta.snapshotPartitions=2``;
+      ``spark.databricks.delta.snapshotPartitions=2``; with ``"iceberg"``: Iceberg's SQL
+      extension (the catalogs are yours to name in ``conf``: ``docs/iceberg.md``);
     * small-machine defaults: ``spark.sql.shuffle.partitions=2``, ``spark.ui.enabled=false``,
       ``spark.ui.showConsoleProgress=false`` (``spark.driver.memory`` is left alone);
     * for Python workers: ``PYSPARK_PYTHON`` is set to this interpreter when unset (Spark
@@ -159,6 +160,7 @@ _MARKER_CLASSES = {
     "delta": DELTA_EXTENSION,
     "kafka": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
     "s3": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+    "iceberg": "org.apache.iceberg.spark.SparkCatalog",
 }
 
 

@@ -1,4 +1,7 @@
-"""The batch fingerprint, computed by Spark inside the write job (no extra job).
+"""The batch fingerprint, computed by Spark inside a sink's write job (no extra job).
+
+Used by the sinks whose driver writes the batch with Spark (DeltaSink, IcebergSink),
+through :mod:`connectors.spark.toolkit`.
 
 The template's default fingerprint runs one more Spark job over every batch (Python
 workers hash the Arrow rows), which costs far more than the 3 % budget of this sink.
@@ -10,7 +13,7 @@ below 2**31 rows per batch). The digest is ``(hi << 32) + lo`` modulo 2**64, i.e
 of the row hashes. On a replay, :func:`fingerprint_now` runs the same aggregation as one
 job and the results compare exactly.
 
-The hash and the aggregation are the adapter's (:mod:`connectors.spark.toolkit`), so the
+The hash and the aggregation are the adapter's (:mod:`connectors.spark._rows`), so the
 digest equals what :meth:`~connectors.spark.frames.SparkBatch.fingerprint` and the
 tasks of the other sinks compute for the same rows.
 """
@@ -22,7 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from connectors.core.fingerprint import Fingerprint
-from connectors.spark.toolkit import (
+from connectors.spark._rows import (
     combine_fingerprint,
     fingerprint_aggregates,
     spark_fingerprint,

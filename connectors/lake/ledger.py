@@ -1,32 +1,34 @@
-"""The DeltaSink's ledger: a :class:`~connectors.core.ledgers.file_ledger.FileLedger` next
-to the table.
+"""The ledger of a sink into a table format (DeltaSink, IcebergSink): a
+:class:`~connectors.core.ledgers.file_ledger.FileLedger` next to the table.
 
-The Delta log is the source of truth for "batch N is committed" (the ``txn`` action of the
-commit, which Delta itself uses to skip a repeated write). The ledger adds what the log
-cannot hold: the binding sink -> streaming query (and its generation), the last batch
-recorded, and a MERGE batch's fingerprint, which is known only once the MERGE ran (it is
-observed during its job, see :mod:`connectors.delta._fingerprint`) and so cannot be in
-that commit's own ``userMetadata``. An append records none: its replay is compared with the
-files its commit added (:mod:`connectors.delta._replay_fingerprint`).
+The table's own log is the source of truth for "batch N is committed": Delta's commit
+carries the sink's ``txn`` action or ``userMetadata`` tag, Iceberg's snapshot the sink's
+summary properties. The ledger adds what the table cannot hold: the binding sink ->
+streaming query (and its generation), the last batch recorded, and a MERGE batch's
+fingerprint, which is known only once the MERGE ran (observed during its job) and so cannot
+be in that commit's own metadata. An append records none: its replay is compared with the
+files its commit added.
 
 Default location ``<table location>/_connectors/<sink_id>/``: Delta ignores ``_``-prefixed
-directories when it reads, and VACUUM leaves them alone (tested). ``ledger_path=`` puts it
-elsewhere (needed when the table is not on a local/POSIX file system).
+directories when it reads, and VACUUM leaves them alone; Iceberg reads only the files its
+metadata lists, and its orphan-file removal skips ``_``-prefixed directories (both tested).
+``ledger_path=`` puts it elsewhere (needed when the table is not on a local/POSIX file
+system and not on an object store: :mod:`connectors.lake.object_ledger`).
 
-Two records serve the default ("tag") path, on which commits carry no Delta txn id:
+Two records serve a commit that carries no idempotency key the format enforces itself
+(DeltaSink's default "tag" path; IcebergSink always):
 
-- ``intents/<batch>.json``: written (fsynced) before the batch's Delta commit is attempted.
+- ``intents/<batch>.json``: written (fsynced) before the batch's commit is attempted.
   A batch with neither a decision nor an intent was never attempted, so it is written
   without asking the table; one with an intent and no decision has an unknown outcome
   (the driver died or the write failed after the intent), which the sink settles from the
-  table's history (the commit's ``userMetadata`` tag). Intents of recorded batches are
-  pruned.
+  table's history (the commit's tag). Intents of recorded batches are pruned.
 - ``lease``: an exclusive ``flock`` held by the driver process from the start of its run
-  (:meth:`DeltaLedger.open_run`) until :meth:`close`. A second driver of the same sink
+  (:meth:`TableLedger.open_run`) until :meth:`close`. A second driver of the same sink
   waits :data:`LEASE_WAIT_S`, then fails with :class:`~connectors.core.errors.FencedError`
   naming the holder. The kernel drops the lock when its process dies (SIGKILL included),
-  so a restarted driver gets it at once. It stands in for Delta's conflict check on the
-  txn app id, which a commit without a txn id does not get.
+  so a restarted driver gets it at once. It stands in for a conflict check on the
+  idempotency key, which such a commit does not get.
 """
 
 from __future__ import annotations
@@ -45,11 +47,11 @@ from typing import Any
 
 from connectors.core.errors import ConfigurationError, FencedError
 from connectors.core.ledgers.file_ledger import FileLedger, write_atomic
-from connectors.delta._table import local_path
+from connectors.lake.store import local_path
 
 __all__ = [
     "LEASE_WAIT_S",
-    "DeltaLedger",
+    "TableLedger",
     "intent_record",
     "ledger_root",
     "parse_intent",
@@ -72,7 +74,7 @@ def refuse_lost_ledger(where: str, sink_id: str, version: int | None) -> None:
     app id was lost: refuse rather than guess which batches the sink wrote."""
     if version is not None:
         raise ConfigurationError(
-            f"the sink's ledger at {where} is empty, but the Delta table already "
+            f"the sink's ledger at {where} is empty, but the table already "
             f"records batch {version} of app id {sink_id!r}: the ledger was "
             "deleted or ledger_path changed, so the sink can no longer tell which "
             "batches it wrote. Restore the ledger directory (or the old ledger_path), "
@@ -88,7 +90,7 @@ def intent_record(batch_id: int, app_id: str, run_id: str) -> bytes:
 
 
 def parse_intent(data: bytes | None, batch_id: int, app_id: str) -> dict[str, Any] | None:
-    """The intent in ``data`` if it is one of ``app_id`` (see :meth:`DeltaLedger.intent`)."""
+    """The intent in ``data`` if it is one of ``app_id`` (see :meth:`TableLedger.intent`)."""
     if data is None:
         return None
     try:
@@ -114,7 +116,7 @@ def ledger_root(ledger_path: str | None, location: Callable[[], str], sink_id: s
     return local / "_connectors" / sink_id
 
 
-class DeltaLedger(FileLedger):
+class TableLedger(FileLedger):
     """A FileLedger that refuses to start empty next to a table that knows the sink.
 
     ``probe(app_id)`` returns the table's committed version for an app id (or ``None``);
@@ -122,7 +124,7 @@ class DeltaLedger(FileLedger):
     or ``ledger_path`` changed): the sink refuses rather than guess.
 
     Decisions are not fsynced (``durable_decisions = False``): each is written after its
-    Delta commit, which holds the txn id durably, so a decision that an operating-system
+    table commit, which holds the sink's tag durably, so a decision that an operating-system
     crash loses or tears only sends the batch's replay through the reconcile path (the table
     has the batch: the replay is checked against it, an append's content or a MERGE's source
     row count, and the decision recorded again). The death of the process alone loses
@@ -146,7 +148,7 @@ class DeltaLedger(FileLedger):
         self._lease_key: str | None = None
 
     def __repr__(self) -> str:
-        return f"DeltaLedger({str(self.root)!r}, sink_id={self.sink_id!r})"
+        return f"{type(self).__name__}({str(self.root)!r}, sink_id={self.sink_id!r})"
 
     def bind_query(self, query_id: str, *, reset: bool = False) -> int:
         if self.bound_query() is None and self._probe is not None:
@@ -220,7 +222,7 @@ class DeltaLedger(FileLedger):
     # ---- intents: "the commit of batch N is being attempted" ----
     def intend(self, batch_id: int, app_id: str, run_id: str) -> None:
         """Record, durably, that ``run_id`` is about to attempt the commit of ``batch_id``
-        under Delta app id ``app_id`` (the sink id and binding generation).
+        under app id ``app_id`` (the sink id and binding generation).
 
         Called by the driver before every attempt; an intent of the same app id is kept."""
         if self.intent(batch_id, app_id) is not None:

@@ -1,18 +1,19 @@
-"""The DeltaSink's ledger beside a table on an object store (S3, GCS, Azure).
+"""The ledger of a sink into a table format beside a table on an object store (S3, GCS,
+Azure).
 
-The same records as :class:`~connectors.delta._ledger.DeltaLedger` under
+The same records as :class:`~connectors.lake.ledger.TableLedger` under
 ``<table>/_connectors/<sink_id>/``, written with the store's own atomic primitives
 (:class:`~connectors.core.ledgers.object_ledger.ObjectLedger`), and the same two records of the tag
 path:
 
-- ``intents/<batch>.json``: created before the batch's Delta commit is attempted (one PUT;
+- ``intents/<batch>.json``: created before the batch's table commit is attempted (one PUT;
   an object store acknowledges a write only once it is durable);
 - ``lease``: :class:`~connectors.core.ledgers.object_lease.ObjectLease`, a lease object renewed by
   compare-and-swap from the start of a driver run until :meth:`close`. A second driver of
   the sink is kept out (it sees the lease renewed and fails after
   :data:`~connectors.core.ledgers.object_lease.WAIT_S`); a driver restarted on the machine where
   the last one died takes it at once; one restarted elsewhere waits
-  :data:`~connectors.core.ledgers.object_lease.EXPIRY_S`. Before each Delta commit the sink checks
+  :data:`~connectors.core.ledgers.object_lease.EXPIRY_S`. Before each table commit the sink checks
   that it still holds the lease (:meth:`check_lease`).
 
 What a batch costs the store once the run started (measured, ``ledger_requests``): the
@@ -29,16 +30,16 @@ from typing import Any
 
 from connectors.core.ledgers.object_lease import ObjectLease
 from connectors.core.ledgers.object_ledger import ObjectLedger, ObjectStore
-from connectors.delta._ledger import (
-    DeltaLedger,
+from connectors.lake.ledger import (
+    TableLedger,
     intent_record,
     ledger_root,
     parse_intent,
     refuse_lost_ledger,
 )
-from connectors.delta._store import ObstoreStore, options_for, store_url
+from connectors.lake.store import ObstoreStore, options_for, store_url
 
-__all__ = ["DeltaObjectLedger", "open_ledger"]
+__all__ = ["TableObjectLedger", "open_ledger"]
 
 # One lease per ledger prefix and process: its address -> [lease, holders]. Two sink
 # objects of one sink id in one process (a notebook re-creating its query) share it.
@@ -46,7 +47,7 @@ _LEASES: dict[str, list[Any]] = {}
 _LEASES_LOCK = threading.Lock()
 
 
-class DeltaObjectLedger(ObjectLedger):
+class TableObjectLedger(ObjectLedger):
     """An :class:`ObjectLedger` that refuses to start empty beside a table that knows the
     sink, with the tag path's intents and a lease (see the module docstring).
 
@@ -167,14 +168,14 @@ def open_ledger(
     conf: Callable[[str], str | None],
     options: Mapping[str, str] | None,
     probe: Callable[[str], int | None],
-) -> DeltaLedger | DeltaObjectLedger:
-    """The sink's ledger: a :class:`DeltaLedger` in ``ledger_path`` or beside a local table;
-    a :class:`DeltaObjectLedger` beside a table on an object store (its client's settings
+) -> TableLedger | TableObjectLedger:
+    """The sink's ledger: a :class:`TableLedger` in ``ledger_path`` or beside a local table;
+    a :class:`TableObjectLedger` beside a table on an object store (its client's settings
     from the Spark confs ``conf`` reads, then ``options``); ``location()`` is asked only
     without ``ledger_path``."""
     url = None if ledger_path is not None else store_url(location(), sink_id)
     if url is not None:
         store = ObstoreStore(url, options_for(location(), conf, options))
-        return DeltaObjectLedger(store, sink_id=sink_id, probe=probe)
-    return DeltaLedger(ledger_root(ledger_path, location, sink_id), sink_id=sink_id,
+        return TableObjectLedger(store, sink_id=sink_id, probe=probe)
+    return TableLedger(ledger_root(ledger_path, location, sink_id), sink_id=sink_id,
                        probe=probe)

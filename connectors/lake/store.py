@@ -1,4 +1,4 @@
-"""Where a table on an object store keeps the sink's ledger: an
+"""Where a table on an object store keeps the sink's ledger (DeltaSink's and IcebergSink's): an
 :class:`~connectors.core.ledgers.object_ledger.ObjectStore` over obstore (Rust's ``object_store``).
 
 One API over the three stores, each through its own atomic primitive: ``create`` is
@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -29,8 +30,8 @@ from connectors.core.ledgers.object_ledger import ObjectStore, Versioned
 __all__ = [
     "OBJECT_SCHEMES",
     "ObstoreStore",
-    "delta_rs_options",
     "is_secret_option",
+    "local_path",
     "options_for",
     "s3a_options",
     "spark_conf",
@@ -54,15 +55,6 @@ _S3A: dict[str, str] = {
 }
 
 
-# obstore's S3 config key (as s3a_options gives it) -> delta-rs's storage option name.
-_DELTA_RS_NAMES: dict[str, str] = {
-    "endpoint": "AWS_ENDPOINT_URL",
-    "access_key_id": "AWS_ACCESS_KEY_ID",
-    "secret_access_key": "AWS_SECRET_ACCESS_KEY",
-    "session_token": "AWS_SESSION_TOKEN",
-    "region": "AWS_REGION",
-    "virtual_hosted_style_request": "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
-}
 
 # delta-rs's own storage options (its S3 log locking), which obstore does not know.
 _DELTA_RS_ONLY = ("aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "dynamo",
@@ -77,6 +69,14 @@ def is_secret_option(name: str) -> bool:
     if any(word in upper for word in ("SECRET", "PASSWORD", "TOKEN")):
         return True
     return "KEY" in upper and not upper.endswith("_ID")
+
+
+def local_path(location: str) -> Path | None:
+    """A local path for ``location`` (a plain path or ``file:`` URI), else ``None``."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return Path(parsed.path if parsed.scheme else location).resolve()
+    return None
 
 
 def store_url(location: str, sink_id: str) -> str | None:
@@ -123,10 +123,10 @@ class ObstoreStore(ObjectStore):
         try:
             import obstore  # noqa: F401
             from obstore.store import from_url
-        except ImportError as exc:  # pragma: no cover - part of the [delta] extra
+        except ImportError as exc:  # pragma: no cover - part of the [delta] and [iceberg] extras
             raise DependencyError(
-                "a Delta table on an object store keeps the sink's ledger through obstore: "
-                "pip install 'spark-exactly-once[delta]'") from exc
+                "a table on an object store keeps the sink's ledger through obstore: "
+                "pip install 'spark-exactly-once[delta]' (or [iceberg])") from exc
         parsed = urlparse(url)
         scheme = {"s3a": "s3", "s3n": "s3"}.get(parsed.scheme.lower(), parsed.scheme.lower())
         #: Requests made (``lease_requests``: those of the lease object), for metrics.
@@ -281,29 +281,3 @@ def options_for(location: str, conf: Callable[[str], str | None],
     if str(options.get("aws_endpoint_url", "")):
         options["endpoint"] = options.pop("aws_endpoint_url")
     return options
-
-
-def delta_rs_options(location: str, conf: Callable[[str], str | None],
-                     storage_options: Mapping[str, str] | None) -> dict[str, str]:
-    """delta-rs's storage options for *reading* the table at ``location``: the same
-    settings as :func:`options_for` (on S3 the s3a confs, with an ``http://`` endpoint
-    allowed), then ``storage_options`` (already delta-rs's names) over them. What neither
-    gives, delta-rs takes from its environment variables (``AWS_*``, ``GOOGLE_*``,
-    ``AZURE_*``) and instance credentials. Reads only: a write on S3 would also need
-    ``AWS_S3_ALLOW_UNSAFE_RENAME`` or a locking provider."""
-    parsed = urlparse(location)
-    out: dict[str, str] = {}
-    if parsed.scheme.lower() in ("s3", "s3a", "s3n") and parsed.netloc:
-        for key, value in s3a_options(parsed.netloc, conf).items():
-            out[_DELTA_RS_NAMES[key]] = str(value).lower() if isinstance(value, bool) else str(
-                value)
-    given = {str(k): str(v) for k, v in (storage_options or {}).items()}
-    for key in given:  # the caller's names win, whatever their case
-        for name in [n for n in out if n.lower() == key.lower()]:
-            del out[name]
-    out.update(given)
-    lower = {k.lower(): v for k, v in out.items()}
-    endpoint = lower.get("aws_endpoint_url", lower.get("endpoint", ""))
-    if endpoint.startswith("http://") and not {"aws_allow_http", "allow_http"} & set(lower):
-        out["AWS_ALLOW_HTTP"] = "true"  # as ObstoreStore does for an http:// endpoint
-    return out
