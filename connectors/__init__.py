@@ -31,8 +31,9 @@ Stopping (``stop_gracefully``, ``stop_on_sigterm``, ``await_termination``; see
 left prepared or open. ``stop_with_savepoint`` (or ``take_savepoint`` after any stop) gives
 the last decided batch and the option that starts a changed query right after it
 (``docs/savepoints.md``). The sinks of each target load lazily: ``PostgresSink`` needs the
-``postgres`` extra, ``KafkaSink`` the ``kafka`` extra, ``DeltaSink`` the ``delta`` extra;
-naming one without its extra raises an ImportError that says which extra to install.
+``postgres`` extra, ``KafkaSink`` the ``kafka`` extra, ``DeltaSink`` the ``delta`` extra,
+``IcebergSink`` pyspark and Iceberg's runtime jar (``docs/iceberg.md``); naming one without
+its extra raises an ImportError that says which extra to install.
 
 Metrics: every batch logs one ``key=value`` line on the ``connectors.metrics`` logger;
 ``export_metrics(PrometheusMetrics(port=9464))`` or
@@ -79,6 +80,7 @@ if TYPE_CHECKING:
     from connectors.core.policies.binding import ResumePoint
     from connectors.core.templates.fanout import FanOut
     from connectors.delta import DeltaSink, DeltaSinks
+    from connectors.iceberg import IcebergSink
     from connectors.kafka import KafkaSink
     from connectors.postgres import PostgresSink
     from connectors.savepoints import Savepoint, load_savepoint, take_savepoint
@@ -132,6 +134,7 @@ _LAZY = {
     "DeltaSink": "connectors.delta",
     "DeltaSinks": "connectors.delta",
     "FanOut": "connectors.core.templates.fanout",
+    "IcebergSink": "connectors.iceberg",
     "KafkaSink": "connectors.kafka",
     "PostgresSink": "connectors.postgres",
     "StopReport": "connectors.spark",
@@ -174,6 +177,7 @@ __all__ = [
     "FencedError",
     "FixedDelay",
     "GracefulStop",
+    "IcebergSink",
     "KafkaSink",
     "NoRetry",
     "NonDeterministicReplayError",

@@ -66,6 +66,9 @@ ROLES: dict[str, str] = {
              "ledger topic",
     "delta": "`DeltaSink` (COMMIT_ON_DRIVER): one Delta commit per batch, keyed by "
              "(`app_id`, batch); ledger next to the table",
+    "iceberg": "`IcebergSink` (COMMIT_ON_DRIVER): one Iceberg snapshot per batch, tagged "
+               "in its summary; crashes settled from the snapshot chain; ledger next to the "
+               "table",
     "lake": "what a sink into a table format keeps beside the table (DeltaSink's, "
             "IcebergSink's): the ledger directory with its lease, or objects with theirs",
     "savepoints": "savepoints: a sink's last decided batch and, read from the query's "

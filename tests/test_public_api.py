@@ -37,6 +37,7 @@ CONNECTORS_ALL = [
     "FencedError",
     "FixedDelay",
     "GracefulStop",
+    "IcebergSink",
     "KafkaSink",
     "NoRetry",
     "NonDeterministicReplayError",

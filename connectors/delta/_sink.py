@@ -34,8 +34,7 @@ from connectors.delta._writer import DeltaWriter
 from connectors.lake.object_ledger import open_ledger
 from connectors.lake.store import spark_conf
 from connectors.spark.inputs import spark_frame
-from connectors.spark.toolkit import observe
-from connectors.spark.toolkit import spark_fingerprint as fingerprint_now
+from connectors.spark.toolkit import observe, spark_fingerprint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -342,7 +341,7 @@ class DeltaSink(DriverCommitSink):
         Spark job, to compare (a fresh write observes it inside its own job instead:
         :attr:`fingerprint_in_commit`)."""
         df = spark_frame(batch) if self.verify_replay else None
-        return None if df is None else fingerprint_now(df)
+        return None if df is None else spark_fingerprint(df)
 
     def commit_batch(self, batch: BatchInput, ctx: BatchContext) -> Fingerprint | None:
         """Driver: the batch as one Delta commit tagged ``(ctx.app_id, ctx.batch_id)``.

@@ -20,7 +20,10 @@ adapter's private modules, which no other package imports):
 - :func:`require_spark`: the guard a Spark sink's constructor calls (a usable pyspark, or
   an error naming the supported range and how to get it);
 - :func:`delta_python_from_jars`: Delta Lake's Python API from Delta's jar, when no
-  delta-spark is installed (``connectors.spark._pyapi``).
+  delta-spark is installed (``connectors.spark._pyapi``);
+- :func:`iceberg_runtime`: the Iceberg release whose Spark runtime jar the resolver takes
+  for a Spark version, or a :class:`~connectors.core.errors.ConfigurationError` naming
+  the Spark versions that have one.
 
 Importing it imports no pyspark (each helper imports what it needs when called).
 
@@ -45,6 +48,14 @@ from connectors.spark._rows import (
     spark_fingerprint,
 )
 
+
+def iceberg_runtime(spark_version: str) -> str:
+    """The Iceberg release for ``spark_version`` (``connectors.spark.jars``' table)."""
+    from connectors.spark.jars import iceberg_version
+
+    return iceberg_version(spark_version)
+
+
 __all__ = [
     "ROW_BOUND_MARK",
     "Handover",
@@ -55,6 +66,7 @@ __all__ = [
     "handover_budget",
     "handover_rows",
     "has_map",
+    "iceberg_runtime",
     "is_connect",
     "observe",
     "quoted",

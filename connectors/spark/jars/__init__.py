@@ -68,6 +68,7 @@ from connectors.spark._require import require_spark
 if TYPE_CHECKING:
     from connectors.spark.jars._components import COMPONENTS as COMPONENTS
     from connectors.spark.jars._components import DEFAULT_COMPONENTS as DEFAULT_COMPONENTS
+    from connectors.spark.jars._components import iceberg_version as iceberg_version
     from connectors.spark.jars._resolve import JarChoice, jar_report, resolve_jars
     from connectors.spark.jars._session import (
         check_components,
@@ -86,6 +87,7 @@ __all__ = ["JarChoice", "check_components", "configure", "get_session", "is_secr
 HOMES = {
     "COMPONENTS": "_components",
     "DEFAULT_COMPONENTS": "_components",
+    "iceberg_version": "_components",  # not in __all__: IcebergSink asks it (toolkit)
     "JarChoice": "_resolve",
     "jar_report": "_resolve",
     "resolve_jars": "_resolve",

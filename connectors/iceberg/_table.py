@@ -1,0 +1,102 @@
+"""Where an IcebergSink's table is, its schema, and the checks before a write (driver side).
+
+The table is a catalog table (``<catalog>.<namespace>.<name>``) of an Iceberg catalog the
+session configures (``spark.sql.catalog.<catalog>``: Hadoop, JDBC, REST, Hive, Glue, ...).
+Its location comes from the catalog (``DESCRIBE TABLE EXTENDED``), once per driver run; the
+sink's ledger is kept beside it (:mod:`connectors.lake`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from connectors.core.errors import BadInputError, ConfigurationError
+from connectors.lake.store import local_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["check_columns", "check_spark", "resolve_table", "table_schema"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_spark(sink_id: str) -> None:
+    """The running pyspark has an Iceberg runtime (the resolver's table): else a
+    :class:`ConfigurationError` naming the Spark versions that have one."""
+    import pyspark
+
+    from connectors.spark.toolkit import iceberg_runtime
+
+    try:
+        iceberg_runtime(pyspark.__version__)
+    except ConfigurationError as exc:
+        raise ConfigurationError(str(exc.args[0]) if exc.args else str(exc),
+                                 sink_id=sink_id) from None
+
+
+def resolve_table(df: DataFrame, table: str, *, create_table: bool,
+                  partition_by: tuple[str, ...], sink_id: str) -> str:
+    """The location of Iceberg table ``table`` (local ones as resolved paths), created
+    empty with ``df``'s schema when missing and ``create_table`` allows it."""
+    session = df.sparkSession
+    if not session.catalog.tableExists(table):
+        if not create_table:
+            raise BadInputError(
+                f"the Iceberg table {table} does not exist: create it (CREATE TABLE ... USING "
+                "iceberg), or pass create_table=True", sink_id=sink_id)
+        writer = session.createDataFrame([], df.schema).writeTo(table).using("iceberg")
+        if partition_by:
+            from pyspark.sql import functions as F  # noqa: N812
+
+            writer = writer.partitionedBy(*[F.col(c) for c in partition_by])
+        try:
+            writer.create()
+            logger.info("sink %s: created the Iceberg table %s", sink_id, table)
+        except Exception:
+            if not session.catalog.tableExists(table):  # not created meanwhile
+                raise
+    return _location(session, table, sink_id)
+
+
+def _location(session: SparkSession, table: str, sink_id: str) -> str:
+    rows = {str(r[0]).strip(): str(r[1]) for r in
+            session.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()}
+    if rows.get("Provider", "").lower() != "iceberg":
+        raise BadInputError(
+            f"table {table} is not an Iceberg table (provider {rows.get('Provider')!r}): "
+            "IcebergSink writes tables of an Iceberg catalog (spark.sql.catalog.<name> = "
+            "org.apache.iceberg.spark.SparkCatalog)", sink_id=sink_id)
+    location = rows.get("Location", "")
+    if not location:
+        raise ConfigurationError(f"the catalog gives no location for {table}",
+                                 sink_id=sink_id)
+    local = local_path(location)
+    return str(local) if local is not None else location
+
+
+def table_schema(session: SparkSession, table: str) -> StructType:
+    """The table's current schema (no Spark job)."""
+    return session.table(table).schema
+
+
+def check_columns(batch: StructType, table: StructType, name: str, *, sink_id: str) -> None:
+    """Before the intent: every batch column is one of the table's (by name, as Iceberg's
+    writer matches them), and every required column of the table is in the batch."""
+    have = {f.name.lower() for f in table.fields}
+    extra = [f.name for f in batch.fields if f.name.lower() not in have]
+    if extra:
+        raise BadInputError(
+            f"the batch has column(s) {', '.join(extra)} that the Iceberg table {name} does "
+            f"not (its columns: {', '.join(table.fieldNames())}): nothing was committed. "
+            f"Drop them in the query, or add them to the table (ALTER TABLE {name} ADD "
+            "COLUMN ...)", sink_id=sink_id)
+    given = {f.name.lower() for f in batch.fields}
+    missing = [f.name for f in table.fields if not f.nullable and f.name.lower() not in given]
+    if missing:
+        raise BadInputError(
+            f"the Iceberg table {name} requires column(s) {', '.join(missing)} (NOT NULL) and "
+            "the batch lacks them: nothing was committed. Select them in the query",
+            sink_id=sink_id)

@@ -1,0 +1,87 @@
+"""The IcebergSink's write: the batch as one Iceberg snapshot tagged with the sink's batch.
+
+Through Spark's public DataFrameWriterV2 on the catalog table: ``append()``;
+``overwritePartitions()`` (``partition_overwrite_mode="dynamic"``: the partitions the batch
+holds are replaced); ``overwrite(condition)`` (``replace_where``, or ``true``: the whole
+table). Each carries the tag as ``snapshot-property.connectors.*`` write options
+(:mod:`connectors.iceberg._tag`), so the tag and the rows land in one atomic commit.
+
+A NULL in a column the table declares required fails Spark's write job
+(``NOT_NULL_ASSERT_VIOLATION``) before anything is committed; :func:`translate` turns it and
+Iceberg's schema refusals into a :class:`~connectors.core.errors.BadInputError` naming the
+column and the fix, never quoting a row.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Literal
+
+from connectors.core.errors import BadInputError
+from connectors.iceberg._tag import SnapshotTag
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["IcebergWriter", "Mode", "translate"]
+
+Mode = Literal["append", "overwrite"]
+
+_NOT_NULL = re.compile(r"NOT_NULL_ASSERT_VIOLATION.*?non-nullable field:\s*([^\s.]+)", re.S)
+
+
+class IcebergWriter:
+    """One batch's write into ``table`` (a catalog table name), in the sink's mode."""
+
+    def __init__(self, table: str, sink_id: str, *, mode: Mode,
+                 partition_overwrite_mode: str | None, replace_where: str | None) -> None:
+        self.table = table
+        self.sink_id = sink_id
+        self.mode = mode
+        self.dynamic = partition_overwrite_mode == "dynamic"
+        self.replace_where = replace_where
+
+    def write(self, df: DataFrame, tag: SnapshotTag) -> float:
+        """Write and commit ``df`` as one snapshot carrying ``tag``; the write's duration in
+        milliseconds. Raises :class:`BadInputError` for a batch the table refuses."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        started = time.perf_counter()
+        writer = df.writeTo(self.table).options(**tag.write_options())
+        try:
+            if self.mode == "append":
+                writer.append()
+            elif self.dynamic:
+                writer.overwritePartitions()
+            else:
+                writer.overwrite(F.expr(self.replace_where or "true"))
+        except Exception as exc:
+            bad = translate(exc, self.table, sink_id=self.sink_id)
+            if bad is None:
+                raise
+            raise bad from None
+        return (time.perf_counter() - started) * 1000.0
+
+
+def translate(exc: BaseException, table: str, *, sink_id: str) -> BadInputError | None:
+    """A :class:`BadInputError` for what the table refused of the batch's values or
+    columns, or ``None`` for any other failure (kept as it is: it may be transient)."""
+    text = str(exc)
+    found = _NOT_NULL.search(text)
+    if found:
+        column = found.group(1)
+        return BadInputError(
+            f"column {column!r} is required (NOT NULL) in the Iceberg table {table}, and the "
+            f"batch has NULL values in it: nothing was committed. Filter or fill those rows "
+            f"in the query (e.g. .where('{column} IS NOT NULL')), or make the column "
+            f"optional (ALTER TABLE {table} ALTER COLUMN {column} DROP NOT NULL)",
+            sink_id=sink_id)
+    if "INCOMPATIBLE_DATA_FOR_TABLE" in text or "Cannot write incompatible data" in text \
+            or "Cannot find data for the output column" in text:
+        first = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+        return BadInputError(
+            f"the batch's columns do not fit the Iceberg table {table}: Spark says {first}. "
+            "Nothing was committed. Select and cast the columns to the table's schema in the "
+            "query (or evolve the table: ALTER TABLE ... ADD COLUMN)", sink_id=sink_id)
+    return None

@@ -1,0 +1,94 @@
+"""The Iceberg tests' helpers: the table read back with pyiceberg (never Spark), and
+maintenance on it (another writer, compaction, snapshot expiry) through a Spark driver of
+its own (``python -m integration.iceberg._support``: one JVM, the statements in order).
+
+A Hadoop catalog's table is read by pyiceberg from its newest metadata file
+(``StaticTable.from_metadata``), independent of the sink and of Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from integration.support._driver import REPO
+
+__all__ = ["intents", "ledger_batches", "maintain", "snapshot_tags", "table_rows"]
+
+TABLE_DIR = ("db", "events")
+
+
+def _table(warehouse: Path) -> Any:
+    from pyiceberg.table import StaticTable
+
+    meta = warehouse.joinpath(*TABLE_DIR, "metadata")
+    version = int((meta / "version-hint.text").read_text().strip())
+    return StaticTable.from_metadata(str(meta / f"v{version}.metadata.json"))
+
+
+def table_rows(warehouse: Path) -> list[tuple[Any, ...]]:
+    """``(id, name, amount, unix micros of ts)`` of every row, sorted (pyiceberg)."""
+    arrow = _table(warehouse).scan().to_arrow()
+    cols = [arrow.column(n).to_pylist() for n in ("id", "name", "amount")]
+    ts = arrow.column("ts").cast("int64").to_pylist()
+    return sorted(zip(*cols, ts, strict=True))
+
+
+def snapshot_tags(warehouse: Path, app_id: str) -> dict[int, int]:
+    """Batch id -> how many retained snapshots carry the sink's tag for it (pyiceberg)."""
+    out: dict[int, int] = {}
+    if not warehouse.joinpath(*TABLE_DIR, "metadata", "version-hint.text").exists():
+        return out  # no table yet
+    for snap in _table(warehouse).metadata.snapshots:
+        props = snap.summary.additional_properties if snap.summary else {}
+        if props.get("connectors.app") == app_id:
+            batch = int(props["connectors.batch"])
+            out[batch] = out.get(batch, 0) + 1
+    return out
+
+
+def ledger_root(warehouse: Path, sink_id: str) -> Path:
+    return warehouse.joinpath(*TABLE_DIR, "_connectors", sink_id)
+
+
+def ledger_batches(warehouse: Path, sink_id: str) -> list[int]:
+    root = ledger_root(warehouse, sink_id) / "decisions"
+    return sorted(int(p.name.split(".")[0]) for p in root.glob("*.json")) if root.exists() \
+        else []
+
+
+def intents(warehouse: Path, sink_id: str) -> list[int]:
+    root = ledger_root(warehouse, sink_id) / "intents"
+    return sorted(int(p.name.split(".")[0]) for p in root.glob("*.json")) if root.exists() \
+        else []
+
+
+def maintain(warehouse: Path, *statements: str) -> list[list[Any]]:
+    """Run SQL statements against catalog ``lake`` on ``warehouse`` in a driver of its own;
+    each statement's rows."""
+    proc = subprocess.run([sys.executable, "-m", "integration.iceberg._support",
+                           str(warehouse), *statements], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS ")][-1]
+    return list(json.loads(line[5:]))
+
+
+def _main(argv: list[str]) -> int:
+    from connectors.spark import get_session
+    from examples.stream_to_iceberg import catalog_conf
+
+    warehouse, *statements = argv
+    spark = get_session("iceberg-maintenance", components=["iceberg"],
+                        conf=catalog_conf(warehouse))
+    out = [[list(r) for r in spark.sql(sql).collect()] for sql in statements]
+    print("ROWS " + json.dumps(out, default=str))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))
