@@ -45,6 +45,7 @@ __all__ = [
     "add_run_flags",
     "build_session",
     "check_source_flags",
+    "conf_items",
     "connect_builder",
     "job_parser",
     "parse_job_args",
@@ -174,6 +175,11 @@ def connect_builder(master: str) -> SparkSession.Builder:
     return SparkSession.builder.remote(master)
 
 
+def conf_items(conf: list[str]) -> dict[str, str]:
+    """``--conf`` items ``k=v`` as settings (a later one of a key wins)."""
+    return dict(item.partition("=")[::2] for item in conf)
+
+
 def build_session(master: str, conf: list[str], *, connect: bool = False) -> SparkSession:
     """A small local session; ``conf`` items ``k=v`` (``spark.app.name=...`` too) win.
     ``connect``: a Spark Connect client (:func:`connect_builder`)."""
@@ -188,8 +194,7 @@ def build_session(master: str, conf: list[str], *, connect: bool = False) -> Spa
         # transactions to prepare and commit.
         .config("spark.sql.files.maxPartitionBytes", "16k")
     )
-    for item in conf:
-        key, _, value = item.partition("=")
+    for key, value in conf_items(conf).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

@@ -35,6 +35,7 @@ from connectors.delta import DeltaSink, DeltaSinks
 # The job loop (common flags, logging, session, sources, query); this file adds its sink.
 from examples._runner import (
     INPUT_SCHEMA,
+    conf_items,
     job_parser,
     parse_job_args,
     rate_as_input_rows,
@@ -61,10 +62,8 @@ def build_session(master: str, conf: list[str], *, connect: bool = False,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stopTimeout": "30s",
         "spark.sql.files.maxPartitionBytes": "16k",
+        **conf_items(conf),
     }
-    for item in conf:
-        key, _, value = item.partition("=")
-        settings[key] = value
     builder = session_builder("connectors-stream-to-delta", master=master,
                               components=["delta", "s3"] if s3 else ["delta"], conf=settings,
                               connect=connect)

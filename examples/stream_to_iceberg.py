@@ -23,7 +23,14 @@ import os
 from pyspark.sql import SparkSession
 
 from connectors.iceberg import IcebergSink
-from examples._runner import job_parser, parse_job_args, rate_as_input_rows, run_timed, stream
+from examples._runner import (
+    conf_items,
+    job_parser,
+    parse_job_args,
+    rate_as_input_rows,
+    run_timed,
+    stream,
+)
 
 __all__ = ["build_session", "catalog_conf", "main", "run"]
 
@@ -57,10 +64,8 @@ def build_session(master: str, conf: list[str], catalog: dict[str, str], *,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stopTimeout": "30s",
         **catalog,
+        **conf_items(conf),
     }
-    for item in conf:
-        key, _, value = item.partition("=")
-        settings[key] = value
     components = ["iceberg", "s3"] if s3 else ["iceberg"]
     return session_builder("connectors-stream-to-iceberg", master=master,
                            components=components, conf=settings, connect=connect).getOrCreate()

@@ -206,13 +206,6 @@ class IcebergSink(DriverCommitSink):
         """The ledger is empty: the table's newest batch of ``app_id``, if it has one."""
         return TableSnapshots.read(self._session, self.table).last_batch(app_id)
 
-    def _intent_where(self, batch_id: int) -> str:
-        root = getattr(self._ledger, "root", None)
-        if root is not None:
-            return str(root / "intents" / f"{batch_id:020d}.json")
-        store = getattr(self._ledger, "store", None)
-        return store.where(f"intents/{batch_id:020d}.json") if store is not None else "?"
-
     # ---- what the table holds ----
     def record_intent(self, ctx: BatchContext) -> None:
         """Before the batch's first attempt: the ledger's intent (durable), so that a crash
@@ -233,9 +226,10 @@ class IcebergSink(DriverCommitSink):
         return self._settle(ctx)
 
     def _settle(self, ctx: BatchContext) -> bool:
+        assert self._ledger is not None
         snapshots = TableSnapshots.read(self._session, self.table)
         found = snapshots.settle(ctx.app_id, ctx.batch_id, sink_id=self.sink_id,
-                                 intent=self._intent_where(ctx.batch_id))
+                                 intent=self._ledger.intent_where(ctx.batch_id))
         logger.info("sink %s batch %d: the table's snapshots say %s", self.sink_id,
                     ctx.batch_id, "committed" if found else "not committed")
         if found:

@@ -228,16 +228,22 @@ class TableLedger(FileLedger):
         if self.intent(batch_id, app_id) is not None:
             return
         self._intents.mkdir(parents=True, exist_ok=True)
-        write_atomic(self._intents / f"{batch_id:020d}.json",
-                     intent_record(batch_id, app_id, run_id))
+        write_atomic(self._intent_path(batch_id), intent_record(batch_id, app_id, run_id))
+
+    def _intent_path(self, batch_id: int) -> Path:
+        return self._intents / f"{batch_id:020d}.json"
+
+    def intent_where(self, batch_id: int) -> str:
+        """Where ``batch_id``'s intent is kept (for messages that tell an operator what to
+        remove)."""
+        return str(self._intent_path(batch_id))
 
     def intent(self, batch_id: int, app_id: str) -> dict[str, Any] | None:
         """The intent recorded for ``batch_id`` of ``app_id`` (keys ``batch_id``, ``app``,
         ``run_id``, ``at``: wall-clock seconds), or ``None``. One of another app id (an
         earlier binding generation, before a ``reset_binding``) is not this batch's."""
-        path = self._intents / f"{batch_id:020d}.json"
         try:
-            data = path.read_bytes()
+            data = self._intent_path(batch_id).read_bytes()
         except FileNotFoundError:
             return None
         return parse_intent(data, batch_id, app_id)

@@ -130,15 +130,20 @@ class TableObjectLedger(ObjectLedger):
         ``app_id`` (kept if one of the same app id is there)."""
         if self.intent(batch_id, app_id) is not None:
             return
-        self.store.put(f"intents/{batch_id:020d}.json", intent_record(batch_id, app_id, run_id))
+        self.store.put(_intent_key(batch_id), intent_record(batch_id, app_id, run_id))
         if self._intent_ids is not None:
             self._intent_ids.add(batch_id)
+
+    def intent_where(self, batch_id: int) -> str:
+        """Where ``batch_id``'s intent is kept (for messages that tell an operator what to
+        remove)."""
+        return self.store.where(_intent_key(batch_id))
 
     def intent(self, batch_id: int, app_id: str) -> dict[str, Any] | None:
         """The intent recorded for ``batch_id`` of ``app_id``, or ``None``."""
         if self._intent_ids is not None and batch_id not in self._intent_ids:
             return None
-        found = self.store.read(f"intents/{batch_id:020d}.json")
+        found = self.store.read(_intent_key(batch_id))
         return parse_intent(found[0] if found else None, batch_id, app_id)
 
     def prune(self, keep: int) -> None:
@@ -150,9 +155,13 @@ class TableObjectLedger(ObjectLedger):
                {b for k in self.store.keys("intents/") if (b := _intent_batch(k)) is not None})
         for batch_id in sorted(ids):
             if batch_id <= last:
-                self.store.delete(f"intents/{batch_id:020d}.json")
+                self.store.delete(_intent_key(batch_id))
                 if self._intent_ids is not None:
                     self._intent_ids.discard(batch_id)
+
+
+def _intent_key(batch_id: int) -> str:
+    return f"intents/{batch_id:020d}.json"
 
 
 def _intent_batch(key: str) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from integration.support._driver import REPO
 
-__all__ = ["intents", "ledger_batches", "maintain", "snapshot_tags", "table_rows"]
+__all__ = ["intents", "ledger_batches", "maintain", "row_count", "snapshot_tags", "table_rows"]
 
 TABLE_DIR = ("db", "events")
 
@@ -35,6 +35,11 @@ def table_rows(warehouse: Path) -> list[tuple[Any, ...]]:
     cols = [arrow.column(n).to_pylist() for n in ("id", "name", "amount")]
     ts = arrow.column("ts").cast("int64").to_pylist()
     return sorted(zip(*cols, ts, strict=True))
+
+
+def row_count(warehouse: Path) -> int:
+    """How many rows the table holds, whatever its columns (pyiceberg)."""
+    return int(_table(warehouse).scan().to_arrow().num_rows)
 
 
 def snapshot_tags(warehouse: Path, app_id: str) -> dict[int, int]:

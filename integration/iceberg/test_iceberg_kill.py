@@ -11,6 +11,7 @@ into a Hadoop catalog on a local warehouse; maintenance runs in a Spark driver o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,8 @@ class IcebergJob(KillJob):
         return ["--source", "files", "--input", str(self.input), "--checkpoint",
                 str(self.checkpoint), "--warehouse", str(self.warehouse), "--sink-id", SINK]
 
-    def assert_exact(self, extra: list[tuple[Any, ...]] = ()) -> None:  # type: ignore[assignment]
-        want = sorted(input_rows(self.total) + list(extra))
+    def assert_exact(self, extra: Sequence[tuple[Any, ...]] = ()) -> None:
+        want = sorted([*input_rows(self.total), *extra])
         got = table_rows(self.warehouse)
         assert len(got) == len(want), (len(got), len(want))
         assert got == want, "the table differs from the input row by row"
