@@ -176,12 +176,19 @@ def check(ckpt: Checkpoint, entries: list[LedgerEntry], bound_query: str | None)
 def jar_findings() -> list[Finding]:
     """One finding per Spark component: the jars a session would get, from the cache alone.
 
-    A component a session gets only by name (``"s3"``) that cannot be planned is a warning.
+    A component a session gets only by name (``"s3"``) that cannot be planned is a warning;
+    one that has no release for the running Spark (``"iceberg"`` on Spark 4.2) is said, as
+    a fact of this Spark, not a fault.
     """
     from connectors.spark import COMPONENTS, DEFAULT_COMPONENTS, jar_report
+    from connectors.spark.jars import unavailable
 
     out: list[Finding] = []
     for component in COMPONENTS:
+        why = unavailable(component)
+        if why is not None:
+            out.append(Finding(f"jars:{component}", True, f"not for this Spark: {why}"))
+            continue
         try:
             (choice,) = jar_report([component])
         except ConfigurationError as exc:

@@ -11,6 +11,8 @@ into a Hadoop catalog on a local warehouse; maintenance runs in a Spark driver o
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -142,3 +144,32 @@ def test_concurrent_writer_compaction_and_expiry_between_crash_and_restart(
     last = job.run()
     assert last.returncode == 0, last.tail()
     job.assert_exact(_other_rows(1, 10))
+
+
+def test_orphan_file_removal_leaves_the_ledger_beside_the_table(tmp_path: Path) -> None:
+    """Iceberg's remove_orphan_files deletes every file under the table's location that its
+    metadata does not list and that is older than its cut-off (3 days by default): the
+    sink's ledger (``<table>/_connectors/<sink_id>``) must survive it, or a restart would
+    lose its decisions. Every file is made 4 days old first; a stray data file proves the
+    procedure did delete orphans; the restart then writes nothing again."""
+    job = IcebergJob(tmp_path / "orphans", files=2)
+    assert job.run().returncode == 0
+    job.assert_exact()
+    table = job.warehouse / "db" / "events"
+    stray = table / "data" / "00000-0-stray.parquet"
+    stray.write_bytes(b"not listed in any manifest")
+    old = time.time() - 4 * 86_400
+    for path in table.rglob("*"):
+        os.utime(path, (old, old))
+    ledger = sorted(p.relative_to(table) for p in ledger_root(job.warehouse, SINK).rglob("*"))
+    assert ledger, "the ledger has files"
+    removed = maintain(job.warehouse,
+                       "CALL lake.system.remove_orphan_files(table => 'db.events')")[0]
+    assert any(str(row[0]).endswith("00000-0-stray.parquet") for row in removed), removed
+    assert not stray.exists()
+    assert sorted(p.relative_to(table)
+                  for p in ledger_root(job.warehouse, SINK).rglob("*")) == ledger
+    again = job.run()
+    assert again.returncode == 0, again.tail()
+    job.assert_exact()
+    assert snapshot_tags(job.warehouse, SINK) == dict.fromkeys(range(2), 1)

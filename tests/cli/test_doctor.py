@@ -176,6 +176,14 @@ def test_doctor_shows_the_jars_a_session_would_get_without_starting_spark(
     assert rows["jars:s3"] == [
         "ok", f"org.apache.hadoop:hadoop-aws:{hadoop} (not resolved yet: the first session "
         f"with 's3' in components fetches it with Maven into {s3})"]
+    # Iceberg: on a Spark it publishes no runtime for (the test lane's 4.2), a fact, not a fault
+    from connectors.spark.jars import unavailable
+
+    why = unavailable("iceberg")
+    assert rows["jars:iceberg"][0] == "ok"
+    if why is not None:
+        assert rows["jars:iceberg"][1] == f"not for this Spark: {why}"
+        assert "publishes no Spark runtime for Spark" in why
 
     assert main([*doctor_args, "--json"]) == EXIT_OK
     found = {f["check"]: f for f in json.loads(capsys.readouterr().out)}

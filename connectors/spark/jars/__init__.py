@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from connectors.spark.jars._components import COMPONENTS as COMPONENTS
     from connectors.spark.jars._components import DEFAULT_COMPONENTS as DEFAULT_COMPONENTS
     from connectors.spark.jars._components import iceberg_version as iceberg_version
+    from connectors.spark.jars._components import unavailable as unavailable
     from connectors.spark.jars._resolve import JarChoice, jar_report, resolve_jars
     from connectors.spark.jars._session import (
         check_components,
@@ -88,6 +89,7 @@ HOMES = {
     "COMPONENTS": "_components",
     "DEFAULT_COMPONENTS": "_components",
     "iceberg_version": "_components",  # not in __all__: IcebergSink asks it (toolkit)
+    "unavailable": "_components",  # not in __all__: connectors doctor asks it
     "JarChoice": "_resolve",
     "jar_report": "_resolve",
     "resolve_jars": "_resolve",

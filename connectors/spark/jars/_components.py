@@ -240,6 +240,17 @@ def iceberg_version(spark: str) -> str:
     )
 
 
+def unavailable(component: str) -> str | None:
+    """Why ``component`` has no release for the running Spark (Iceberg on Spark 4.2 and 4.3),
+    or ``None``: not a fault of the set-up, only a component this Spark cannot use."""
+    if component == "iceberg":
+        try:
+            iceberg_version(_spark_version())
+        except ConfigurationError as exc:
+            return str(exc)
+    return None
+
+
 def _delta_artifact_id(delta_version: str, spark_version: str, scala: str) -> str:
     if version_tuple(delta_version)[:2] >= _DELTA_FIRST_SPARK_SUFFIXED:
         spark_minor = ".".join(spark_version.split(".")[:2])
