@@ -70,7 +70,8 @@ ROLES: dict[str, str] = {
                "in its summary; crashes settled from the snapshot chain; ledger next to the "
                "table",
     "lake": "what a sink into a table format keeps beside the table (DeltaSink's, "
-            "IcebergSink's): the ledger directory with its lease, or objects with theirs",
+            "IcebergSink's): the ledger directory with its lease, or objects with theirs; "
+            "the SQL MERGE of a change stream and its tagging session confs",
     "savepoints": "savepoints: a sink's last decided batch and, read from the query's "
                   "checkpoint, each source's position and starting option (no pyspark)",
     "cli": "the `connectors` command (`demo`, `status [--watch]`, `recover`, `doctor`, "

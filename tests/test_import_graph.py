@@ -141,8 +141,10 @@ def test_the_core_runs_without_pyspark_installed(module: str) -> None:
 #: Where pyspark may be imported: the Spark adapter package, and the sinks' Spark-facing
 #: modules that docs/architecture.md names ("Spark-facing modules"). Delta Lake's writer is
 #: Spark itself, so the whole Delta package faces Spark (Iceberg's too); Kafka only for its
-#: record checks on a DataFrame; the CLI for the demo's job.
+#: record checks on a DataFrame; the MERGE the two table formats share; the CLI for the demo's
+#: job.
 SPARK_FACING = ("connectors.spark", "connectors.delta", "connectors.iceberg",
+                "connectors.lake.changes", "connectors.lake.commit_confs",
                 "connectors.kafka._scan", "connectors.kafka._spark", "connectors.cli._job")
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from connectors.delta._changes import ChangeSpec
+    from connectors.lake.changes import ChangeSpec
 
 __all__ = ["delta_tables", "history", "is_delta_table", "merge", "properties", "table_schema"]
 
@@ -120,10 +120,11 @@ _views = iter(range(1 << 62))
 def merge(session: SparkSession, location: str, source: DataFrame, spec: ChangeSpec, *,
           schema_evolution: bool) -> None:
     """``MERGE`` ``source`` into the table on ``spec.merge_on`` (null-safe equality) with
-    the condition form's clauses (:func:`~connectors.delta._changes.clauses`: without
+    the condition form's clauses (:func:`~connectors.lake.changes.clauses`: without
     conditions, update every column of a matched row and insert the others). The commit's
     session settings (its tag, the txn id) are the caller's."""
-    from connectors.delta._changes import apply_clauses, clauses, merge_sql, on_keys
+    from connectors.delta._changes import apply_clauses
+    from connectors.lake.changes import clauses, merge_sql, on_keys
 
     condition = on_keys(spec.merge_on)
     parts = clauses(spec, source.columns)

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Literal
 
 from connectors.core.errors import BadInputError, ConfigurationError
-from connectors.delta._changes import ChangeSpec, MergeFunction
+from connectors.delta._changes import MergeFunction
+from connectors.lake.changes import ChangeSpec, change_spec, merge_keys
 from connectors.spark.toolkit import require_spark
 
 if TYPE_CHECKING:
@@ -42,16 +43,7 @@ def check_options(
     for name, value in (("path", path), ("table", table), ("ledger_path", ledger_path)):
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ConfigurationError(f"{name} must be a non-empty string", sink_id=sink_id)
-    if isinstance(merge_on, str):
-        merge_on = [merge_on]
-    keys = tuple(merge_on) if merge_on is not None else ()
-    if merge_on is not None and (not keys or not all(isinstance(k, str) and k for k in keys)):
-        raise ConfigurationError(
-            "merge_on must be a non-empty list of column names, e.g. merge_on=['user_id']",
-            sink_id=sink_id,
-        )
-    if len(set(keys)) != len(keys):
-        raise ConfigurationError(f"merge_on repeats a column: {list(keys)}", sink_id=sink_id)
+    keys = merge_keys(sink_id, merge_on)
     if mode not in ("append", "overwrite"):
         raise ConfigurationError(
             f"mode must be 'append' or 'overwrite', not {mode!r}", sink_id=sink_id
@@ -99,47 +91,15 @@ def check_changes(
 ) -> ChangeSpec:
     """Constructor: the MERGE and overwrite options fit together (the message names the
     fix); return the sink's :class:`ChangeSpec`."""
-    seq = _text(sink_id, "sequence_column", sequence_column)
-    conditions = {name: _text(sink_id, name, value) for name, value in (
-        ("delete_when", delete_when), ("update_when", update_when),
-        ("insert_when", insert_when))}
-    given = [name for name, value in conditions.items() if value is not None]
     _text(sink_id, "replace_where", replace_where)
-    if isinstance(exclude_columns, str):
-        exclude_columns = [exclude_columns]
-    excluded = tuple(exclude_columns or ())
-    if not all(isinstance(c, str) and c for c in excluded):
-        raise ConfigurationError("exclude_columns must be a list of column names, e.g. "
-                                 "exclude_columns=['op']", sink_id=sink_id)
-    if len({c.lower() for c in excluded}) != len(excluded):
-        raise ConfigurationError(f"exclude_columns repeats a column: {list(excluded)}",
-                                 sink_id=sink_id)
     if merge is not None and not callable(merge):
         raise ConfigurationError(
             "merge must be a function (target, source) -> DeltaMergeBuilder, e.g. "
             "merge=lambda t, s: t.alias('t').merge(s.alias('s'), 't.id = s.id')"
             ".whenMatchedUpdateAll().whenNotMatchedInsertAll()", sink_id=sink_id)
-    merges = bool(merge_on) or merge is not None
-    if merge is not None and given:
-        raise ConfigurationError(
-            f"{', '.join(given)} belong(s) to the condition form (merge_on=[...]); with "
-            "merge= write the conditions into the function's when...() clauses",
-            sink_id=sink_id)
-    if (given or seq) and not merge_on:
-        raise ConfigurationError(
-            f"{', '.join([*(['sequence_column'] if seq else []), *given])} need(s) "
-            "merge_on=[...] (the key columns the changes are applied on)", sink_id=sink_id)
-    if seq and seq.lower() in {k.lower() for k in merge_on}:
-        raise ConfigurationError(f"sequence_column {seq!r} is a merge_on key: name the "
-                                 "column that orders a key's changes", sink_id=sink_id)
-    if excluded and not merges:
-        raise ConfigurationError(
-            "exclude_columns applies to a MERGE (merge_on or merge=); for an append or "
-            "overwrite select the columns in the query instead", sink_id=sink_id)
-    kept = [c for c in excluded if c.lower() in {k.lower() for k in merge_on}]
-    if kept:
-        raise ConfigurationError(f"exclude_columns names merge_on key(s) {kept}: the table "
-                                 "must store its keys", sink_id=sink_id)
+    spec = change_spec(sink_id, merge_on=merge_on, sequence_column=sequence_column,
+                       delete_when=delete_when, update_when=update_when,
+                       insert_when=insert_when, exclude_columns=exclude_columns, merge=merge)
     if merge is not None and mode != "append":
         raise ConfigurationError("merge= merges each batch; it cannot be combined with "
                                  f"mode={mode!r}", sink_id=sink_id)
@@ -162,8 +122,7 @@ def check_changes(
             "partition_overwrite_mode='dynamic' replaces the partitions a batch holds: pass "
             "partition_by=[...] (the table's partition columns; on an unpartitioned table "
             "Delta would replace the whole table)", sink_id=sink_id)
-    return ChangeSpec(merge_on, seq, conditions["delete_when"], conditions["update_when"],
-                      conditions["insert_when"], excluded, merge)
+    return spec
 
 
 def schema_problems(

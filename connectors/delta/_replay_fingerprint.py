@@ -29,9 +29,9 @@ from urllib.parse import unquote
 
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.protocol.replay import check_replay
-from connectors.delta._changes import ChangeSpec
 from connectors.delta._history import Commit
 from connectors.delta._table import local_path
+from connectors.lake.changes import ChangeSpec
 from connectors.spark.toolkit import quoted
 from connectors.spark.toolkit import spark_fingerprint as fingerprint_now
 

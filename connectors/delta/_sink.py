@@ -22,7 +22,7 @@ from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledgers.ledger import Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.core.templates.families import DriverCommitSink
-from connectors.delta._changes import MergeFunction
+from connectors.delta._changes import MergeFunction, validate_changes
 from connectors.delta._constraints import ValueChecks
 from connectors.delta._meta import CommitTag
 from connectors.delta._options import Mode, check_batch, check_changes, check_options
@@ -316,7 +316,7 @@ class DeltaSink(DriverCommitSink):
             merge_schema=self.merge_schema, merge_on=self.merge_on, sink_id=self.sink_id,
         )
         if self.changes.merges:  # the options' columns, the conditions (no Spark job)
-            self.changes.validate(df, self._schema, sink_id=self.sink_id)
+            validate_changes(self.changes, df, self._schema, sink_id=self.sink_id)
         return super().plan_input(batch, ctx)
 
     def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:

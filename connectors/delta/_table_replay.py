@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from connectors.core.templates.template import ReplayPolicy
-    from connectors.delta._changes import ChangeSpec
     from connectors.delta._table_commits import TableCommits
+    from connectors.lake.changes import ChangeSpec
 
 __all__ = ["TableReplay"]
 

@@ -1,26 +1,27 @@
 """The write of a DeltaSink's commit: an append/overwrite (``replaceWhere``, dynamic
 partition overwrite) with the ``userMetadata`` tag (and Delta's txn id on the txn path), or
-a MERGE (:mod:`connectors.delta._changes`: the condition form or the user's function) with
+a MERGE (:mod:`connectors.lake.changes`' condition form, or the user's function:
+:mod:`connectors.delta._changes`) with
 the same as session confs; the empty table a MERGE creates. :func:`dedupe_by_key`, which
-gives a MERGE one source row per key, is re-exported from ``_changes``."""
+gives a MERGE one source row per key, is re-exported from :mod:`connectors.lake.changes`."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from connectors.core.batch import BatchContext
 from connectors.core.errors import ConfigurationError
 from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID
-from connectors.delta._changes import CONNECT_MERGE_FUNCTION, ChangeSpec, dedupe_by_key
+from connectors.delta._changes import CONNECT_MERGE_FUNCTION
 from connectors.delta._errors import translate
 from connectors.delta._meta import CommitTag
 from connectors.delta._options import Mode
+from connectors.lake.changes import ChangeSpec, dedupe_by_key
+from connectors.lake.commit_confs import commit_confs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,9 +46,6 @@ CONF_TXN_AUTO_RESET = "spark.databricks.delta.write.txnVersion.autoReset.enabled
 CONF_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _MERGE_CONFS = (CONF_TXN_APP_ID, CONF_TXN_VERSION, CONF_TXN_AUTO_RESET, CONF_USER_METADATA)
 
-#: Serializes MERGEs that run on a session that is not a streaming query's own clone (a
-#: batch job's ``sink(df, run_id)``): the txn confs are session-wide there.
-_SHARED_SESSION_LOCK = threading.Lock()
 @dataclass(frozen=True)
 class DeltaWriter:
     """One batch's write into the table at ``location``, with the sink's options; the
@@ -150,54 +148,18 @@ class DeltaWriter:
                 builder = builder.withSchemaEvolution()
             builder.execute()
 
-    @contextlib.contextmanager
     def _merge_confs(
         self, session: SparkSession, ctx: BatchContext, tag: CommitTag
-    ) -> Iterator[None]:
+    ) -> contextlib.AbstractContextManager[None]:
         """The commit's session confs (the ``userMetadata`` tag; on the txn path Delta's
-        txn confs too), on ``session`` only, unset afterwards.
-
-        In classic ``foreachBatch`` the batch's session is the query's own clone, so two
-        streaming queries never see each other's confs. A batch job's session may be
-        shared: MERGEs on it are serialized by a process-wide lock. Under Spark Connect
-        every query of a client session runs its ``foreachBatch`` in a worker process of
-        its own on the server's host, all on the client's one session: MERGEs of one
-        session are serialized across processes by a file lock named after the session.
-        """
-        from connectors.spark.toolkit import is_connect
-
-        streaming = ctx.query_id not in (None, BATCH_JOB_QUERY_ID)
-        if is_connect(session):
-            lock: contextlib.AbstractContextManager[object] = _session_file_lock(session)
-        else:
-            lock = contextlib.nullcontext() if streaming else _SHARED_SESSION_LOCK
-        with lock:
-            conf = session.conf
-            try:
-                if self.delta_txn_id:
-                    conf.set(CONF_TXN_APP_ID, ctx.app_id)
-                    conf.set(CONF_TXN_VERSION, str(ctx.batch_id))
-                    # Delta clears the version after the commit; the app id stays: unset both.
-                    conf.set(CONF_TXN_AUTO_RESET, "true")
-                conf.set(CONF_USER_METADATA, tag.to_json())
-                yield
-            finally:
-                for key in _MERGE_CONFS:
-                    conf.unset(key)
-
-
-@contextlib.contextmanager
-def _session_file_lock(session: SparkSession) -> Iterator[None]:
-    """An exclusive lock, across the processes of this host, on a Connect session."""
-    import fcntl
-    import tempfile
-    from pathlib import Path
-
-    name = "".join(c for c in str(getattr(session, "session_id", "")) if c.isalnum() or c == "-")
-    path = Path(tempfile.gettempdir()) / f"connectors-merge-{name or 'session'}.lock"
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        txn confs too), on ``session`` only, unset afterwards
+        (:func:`connectors.lake.commit_confs.commit_confs`: who else may share them)."""
+        confs = {}
+        if self.delta_txn_id:
+            confs[CONF_TXN_APP_ID] = ctx.app_id
+            confs[CONF_TXN_VERSION] = str(ctx.batch_id)
+            # Delta clears the version after the commit; the app id stays: unset both.
+            confs[CONF_TXN_AUTO_RESET] = "true"
+        confs[CONF_USER_METADATA] = tag.to_json()
+        return commit_confs(session, confs, streaming=ctx.query_id not in
+                            (None, BATCH_JOB_QUERY_ID), unset=_MERGE_CONFS)

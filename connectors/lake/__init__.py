@@ -8,6 +8,13 @@
 - :mod:`connectors.lake.store`: the object-store client (obstore) and its settings, read
   from the ``spark.hadoop.fs.s3a.*`` confs the user already gave Spark.
 
-No pyspark is imported here. The modules are public to the table-format packages
-(``connectors.delta``, ``connectors.iceberg``); users reach them through those packages.
+- :mod:`connectors.lake.changes`: a change stream applied by SQL MERGE (``merge_on``,
+  ``sequence_column``, ``delete_when``, ...): the options, the source, the statement;
+- :mod:`connectors.lake.commit_confs`: the session confs that tag a commit, set around it
+  under the lock the session's kind needs.
+
+The ledger and store modules import no pyspark; ``changes`` and ``commit_confs`` work on
+Spark DataFrames and sessions (declared Spark-facing, ``docs/architecture.md``). The modules
+are public to the table-format packages (``connectors.delta``, ``connectors.iceberg``);
+users reach them through those packages.
 """

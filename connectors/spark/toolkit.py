@@ -17,6 +17,9 @@ adapter's private modules, which no other package imports):
 - the Arrow hand-over of rows whose size the sink bounds: :class:`Handover`,
   :data:`ROW_BOUND_MARK` (the mark of a row over the bound), :func:`handover_budget` and
   :func:`handover_rows`;
+- :func:`error_facts`: what a Spark error says about itself (an :class:`ErrorFacts`: its
+  error conditions, their message parameters, the Java classes of its cause chain), read
+  without its message text, which may quote rows;
 - :func:`require_spark`: the guard a Spark sink's constructor calls (a usable pyspark, or
   an error naming the supported range and how to get it);
 - :func:`delta_python_from_jars`: Delta Lake's Python API from Delta's jar, when no
@@ -36,6 +39,7 @@ Example::
 from __future__ import annotations
 
 from connectors.spark._binding import is_connect
+from connectors.spark._error_facts import ErrorFacts, error_facts
 from connectors.spark._handover import ROW_BOUND_MARK, Handover, handover_budget, handover_rows
 from connectors.spark._names import quoted
 from connectors.spark._observed import Observed, observe
@@ -58,10 +62,12 @@ def iceberg_runtime(spark_version: str) -> str:
 
 __all__ = [
     "ROW_BOUND_MARK",
+    "ErrorFacts",
     "Handover",
     "Observed",
     "combine_fingerprint",
     "delta_python_from_jars",
+    "error_facts",
     "fingerprint_aggregates",
     "handover_budget",
     "handover_rows",

@@ -9,8 +9,8 @@ import pytest
 
 from connectors.core.errors import BadInputError, ConfigurationError
 from connectors.delta import DeltaSink
-from connectors.delta._changes import ChangeSpec, clauses, merge_sql
 from connectors.delta._errors import ErrorFacts, translate
+from connectors.lake.changes import ChangeSpec, clauses, merge_sql
 
 
 def merge_fn(target: object, source: object) -> object:
