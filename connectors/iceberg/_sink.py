@@ -1,4 +1,4 @@
-"""``IcebergSink``: exactly-once appends and overwrites into an Apache Iceberg table.
+"""``IcebergSink``: exactly-once appends, overwrites and MERGEs into an Apache Iceberg table.
 
 Family COMMIT_ON_DRIVER: the driver commits the whole batch as one Iceberg snapshot tagged
 with ``connectors.{sink, app, batch, ...}`` summary properties (:mod:`connectors.iceberg.
@@ -7,7 +7,8 @@ records an intent; a batch with an intent and no decision is settled from the ta
 snapshots (:mod:`connectors.iceberg._snapshots`), so a crash, a concurrent writer, a
 compaction or a snapshot expiry never writes a batch twice nor loses one
 (``docs/design/iceberg.md``). The hooks delegate by role: the table (``_table``), its
-snapshots (``_snapshots``), the write (``_writer``), the ledger (``connectors.lake``).
+snapshots (``_snapshots``), the write (``_writer``; a MERGE's statement: ``connectors.lake.
+changes``), the ledger (``connectors.lake``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from connectors.core.batch import BatchContext, BatchInput
 from connectors.core.errors import ConfigurationError
 from connectors.core.fingerprint import Fingerprint
-from connectors.core.ledgers.ledger import Ledger
+from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.core.templates.families import DriverCommitSink
 from connectors.iceberg._snapshots import TableSnapshots
-from connectors.iceberg._table import check_columns, check_spark, resolve_table, table_schema
+from connectors.iceberg._table import (
+    check_columns,
+    check_required_values,
+    check_spark,
+    resolve_table,
+    table_schema,
+)
 from connectors.iceberg._tag import SnapshotTag
 from connectors.iceberg._writer import IcebergWriter, Mode
+from connectors.lake.changes import change_spec, merge_keys
 from connectors.lake.ledger import TableLedger
 from connectors.lake.object_ledger import TableObjectLedger, open_ledger
 from connectors.lake.store import spark_conf
@@ -56,6 +64,14 @@ class IcebergSink(DriverCommitSink):
             with ``partition_overwrite_mode="dynamic"`` the partitions the batch holds, or
             with ``replace_where`` the rows matching that SQL condition (Iceberg's
             overwrite by filter, which refuses a batch row outside it).
+        merge_on: key columns: apply each batch as changes by SQL ``MERGE INTO`` on them
+            (NULL-safe equality) instead of appending; one row per key, deterministically
+            (the greatest ``sequence_column`` wins, then the greatest row by value).
+        sequence_column, delete_when, update_when, insert_when, exclude_columns: with
+            ``merge_on``, as DeltaSink's (``docs/delta.md``, "Change streams"): the column
+            ordering a key's changes; SQL conditions over the source ``s`` (and for
+            ``update_when`` the target ``t``) choosing delete, update or insert; batch
+            columns the table does not store (control columns such as ``op``).
         partition_overwrite_mode: with ``mode="overwrite"``: ``"dynamic"`` (see ``mode``)
             or ``"static"`` (default).
         replace_where: with ``mode="overwrite"``: the rows to replace (a SQL condition).
@@ -99,6 +115,12 @@ class IcebergSink(DriverCommitSink):
         *,
         sink_id: str,
         mode: Mode = "append",
+        merge_on: Iterable[str] | None = None,
+        sequence_column: str | None = None,
+        delete_when: str | None = None,
+        update_when: str | None = None,
+        insert_when: str | None = None,
+        exclude_columns: Iterable[str] | None = None,
         partition_overwrite_mode: str | None = None,
         replace_where: str | None = None,
         create_table: bool = False,
@@ -110,7 +132,6 @@ class IcebergSink(DriverCommitSink):
     ) -> None:
         super().__init__(sink_id=sink_id, **options)
         require_spark("IcebergSink")
-        check_spark(self.sink_id)
         if not isinstance(table, str) or not table.strip():
             raise ConfigurationError("table must be a catalog table name, e.g. "
                                      "'lake.db.events'", sink_id=self.sink_id)
@@ -127,6 +148,14 @@ class IcebergSink(DriverCommitSink):
         if partition_overwrite_mode == "dynamic" and replace_where:
             raise ConfigurationError("give partition_overwrite_mode='dynamic' or "
                                      "replace_where, not both", sink_id=self.sink_id)
+        keys = merge_keys(self.sink_id, merge_on)
+        self.changes = change_spec(self.sink_id, merge_on=keys, sequence_column=sequence_column,
+                                   delete_when=delete_when, update_when=update_when,
+                                   insert_when=insert_when, exclude_columns=exclude_columns)
+        if keys and mode != "append":
+            raise ConfigurationError("merge_on applies each batch as changes; it cannot be "
+                                     "combined with mode='overwrite'", sink_id=self.sink_id)
+        check_spark(self.sink_id)  # after the options: they are checked on every Spark
         self.table = table.strip()
         self.mode: Mode = mode
         self.partition_overwrite_mode = partition_overwrite_mode
@@ -150,7 +179,8 @@ class IcebergSink(DriverCommitSink):
         return f"the Iceberg table {self.table}"
 
     def __repr__(self) -> str:
-        return f"IcebergSink({self.table!r}, sink_id={self.sink_id!r}, mode={self.mode!r})"
+        merge = f", merge_on={list(self.changes.merge_on)!r}" if self.changes.merges else ""
+        return f"IcebergSink({self.table!r}, sink_id={self.sink_id!r}, mode={self.mode!r}{merge})"
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_spark": None, "_ledger": None}
@@ -162,7 +192,8 @@ class IcebergSink(DriverCommitSink):
         df = self._frame(ctx.batch)
         self._spark = df.sparkSession
         if self._location is None:
-            self._location = resolve_table(df, self.table, create_table=self.create_table,
+            self._location = resolve_table(self.changes.table_df(df), self.table,
+                                           create_table=self.create_table,
                                            partition_by=self.partition_by,
                                            sink_id=self.sink_id)
         self._committed.clear()
@@ -264,11 +295,29 @@ class IcebergSink(DriverCommitSink):
     # ---- hooks ----
     def plan_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
         """Driver, before a fresh write (before the intent): the batch's columns fit the
-        table (names; its required columns present)."""
+        table (names; its required columns present); a MERGE's keys are in both and its
+        conditions resolve (a Spark analysis, no job)."""
         df = self._frame(batch)
-        check_columns(df.schema, table_schema(self._session, self.table), self.table,
-                      sink_id=self.sink_id)
+        schema = table_schema(self._session, self.table)
+        check_columns(self.changes.table_df(df).schema, schema, self.table,
+                      merge_on=self.changes.merge_on, sink_id=self.sink_id)
+        if self.changes.merges:
+            self.changes.validate(df, schema, sink_id=self.sink_id)
         return super().plan_input(batch, ctx)
+
+    def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:
+        """Driver, a fan-out before its decision: no row the commit writes holds a NULL in a
+        column the table requires (a MERGE's rows: its source's, but those it deletes)."""
+        df = self._frame(batch)
+        if self.changes.merges:
+            df = self.changes.source(df)
+            if self.changes.delete_when:
+                from pyspark.sql import functions as F  # noqa: N812
+
+                df = df.alias("s").where(
+                    F.expr(f"NOT coalesce(({self.changes.delete_when}), false)"))
+        check_required_values(self.changes.table_df(df), table_schema(self._session, self.table),
+                              self.table, sink_id=self.sink_id, batch_id=ctx.batch_id)
 
     def fingerprint_input(self, batch: BatchInput) -> Fingerprint | None:
         """Driver, on a replay of a recorded batch only: the batch's fingerprint, one job."""
@@ -280,7 +329,8 @@ class IcebergSink(DriverCommitSink):
 
         A retry in this process first asks the table whether the failed attempt landed
         (Iceberg may report a commit whose outcome it does not know); the lease is checked
-        right before the write. An overwrite observes its fingerprint in its own job."""
+        right before the write. An overwrite or a MERGE (whose snapshot holds merged rows,
+        not the batch's) observes its fingerprint in its own job."""
         df = self._frame(batch)
         key = (ctx.app_id, ctx.batch_id)
         if key in self._attempted and self._settle(ctx):
@@ -293,13 +343,15 @@ class IcebergSink(DriverCommitSink):
                           ctx.run_id)
         observed = (observe(df, f"connectors_{self.sink_id}_{ctx.batch_id}_"
                                 f"{uuid.uuid4().hex[:8]}")
-                    if self.verify_replay and self.mode == "overwrite" else None)
+                    if self.verify_replay and (self.mode == "overwrite" or self.changes.merges)
+                    else None)
         writer = IcebergWriter(self.table, self.sink_id, mode=self.mode,
                                partition_overwrite_mode=self.partition_overwrite_mode,
-                               replace_where=self.replace_where)
+                               replace_where=self.replace_where, changes=self.changes)
         assert self._ledger is not None
         self._ledger.check_lease()
-        self._write_ms = writer.write(observed.df if observed is not None else df, tag)
+        self._write_ms = writer.write(observed.df if observed is not None else df, tag,
+                                      streaming=ctx.query_id not in (None, BATCH_JOB_QUERY_ID))
         self._committed.add(key)
         return observed.result() if observed is not None else None
 

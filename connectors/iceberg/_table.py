@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["check_columns", "check_spark", "resolve_table", "table_schema"]
+__all__ = ["check_columns", "check_required_values", "check_spark", "resolve_table",
+           "table_schema"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,9 +83,11 @@ def table_schema(session: SparkSession, table: str) -> StructType:
     return session.table(table).schema
 
 
-def check_columns(batch: StructType, table: StructType, name: str, *, sink_id: str) -> None:
+def check_columns(batch: StructType, table: StructType, name: str, *,
+                  merge_on: tuple[str, ...] = (), sink_id: str) -> None:
     """Before the intent: every batch column is one of the table's (by name, as Iceberg's
-    writer matches them), and every required column of the table is in the batch."""
+    writer matches them), every required column of the table is in the batch, and so is
+    every ``merge_on`` key."""
     have = {f.name.lower() for f in table.fields}
     extra = [f.name for f in batch.fields if f.name.lower() not in have]
     if extra:
@@ -100,3 +103,38 @@ def check_columns(batch: StructType, table: StructType, name: str, *, sink_id: s
             f"the Iceberg table {name} requires column(s) {', '.join(missing)} (NOT NULL) and "
             "the batch lacks them: nothing was committed. Select them in the query",
             sink_id=sink_id)
+    absent = [k for k in merge_on if k.lower() not in given]
+    if absent:
+        raise BadInputError(
+            f"merge_on column(s) {', '.join(absent)} are not in the batch (its columns: "
+            f"{', '.join(batch.fieldNames())}): nothing was committed. Select them in the "
+            "query, or change merge_on", sink_id=sink_id)
+
+
+def check_required_values(df: DataFrame, table: StructType, name: str, *, sink_id: str,
+                          batch_id: int) -> None:
+    """A fan-out, before its decision: no row ``df`` writes holds a NULL in a column the
+    table requires (Iceberg's writer refuses it only while committing, after the other
+    targets committed). One Spark job, none when the batch can leave no required column
+    NULL; :class:`BadInputError` naming the column and the count, never a row."""
+    required = {f.name.lower() for f in table.fields if not f.nullable}
+    columns = [f.name for f in df.schema.fields if f.nullable and f.name.lower() in required]
+    if not columns:
+        return
+    from pyspark.sql import functions as F  # noqa: N812
+
+    from connectors.spark.toolkit import quoted
+
+    row = df.agg(*[F.sum(F.when(F.col(quoted(c)).isNull(), 1).otherwise(0)).alias(f"c{i}")
+                   for i, c in enumerate(columns)]).first()
+    broken = [(c, int(row[i] or 0)) for i, c in enumerate(columns)
+              if row is not None and (row[i] or 0) > 0]
+    if broken:
+        column, rows = broken[0]
+        raise BadInputError(
+            f"{rows} row(s) of the batch hold NULL in column {column!r}, which the Iceberg "
+            f"table {name} requires (NOT NULL): Iceberg's writer would refuse them after the "
+            f"fan-out's other targets committed, so nothing was decided. Filter or fill "
+            f"those rows in the query (e.g. .where('{column} IS NOT NULL')), or make the "
+            f"column optional (ALTER TABLE {name} ALTER COLUMN {column} DROP NOT NULL)",
+            sink_id=sink_id, batch_id=batch_id)

@@ -43,6 +43,12 @@ class SnapshotTag:
         """As DataFrameWriterV2 options: ``snapshot-property.<key>`` -> value."""
         return {f"snapshot-property.{k}": v for k, v in self.properties().items()}
 
+    def session_confs(self) -> dict[str, str]:
+        """As session confs (Iceberg >= 1.11), for a SQL MERGE, which takes no write
+        options: ``spark.sql.iceberg.snapshot-property.<key>`` -> value."""
+        return {f"spark.sql.iceberg.snapshot-property.{k}": v
+                for k, v in self.properties().items()}
+
     @classmethod
     def parse(cls, summary: Mapping[str, str] | None) -> SnapshotTag | None:
         """The tag in a snapshot's summary, or ``None`` (another writer's snapshot, a

@@ -6,6 +6,12 @@ holds are replaced); ``overwrite(condition)`` (``replace_where``, or ``true``: t
 table). Each carries the tag as ``snapshot-property.connectors.*`` write options
 (:mod:`connectors.iceberg._tag`), so the tag and the rows land in one atomic commit.
 
+With ``merge_on`` the batch is a change stream: one SQL ``MERGE INTO`` from the batch
+(one row per key, :mod:`connectors.lake.changes`) as a temporary view; a MERGE takes no
+write options, so the tag goes in as Iceberg's ``spark.sql.iceberg.snapshot-property.*``
+session confs, set around that one statement (:func:`connectors.lake.commit_confs.
+commit_confs`) and landing in the same atomic commit.
+
 A NULL in a column the table declares required fails Spark's write job
 (``NOT_NULL_ASSERT_VIOLATION``) before anything is committed; :func:`translate` turns it and
 Iceberg's schema refusals into a :class:`~connectors.core.errors.BadInputError` naming the
@@ -14,12 +20,16 @@ column and the fix, never quoting a row.
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import time
 from typing import TYPE_CHECKING, Literal
 
 from connectors.core.errors import BadInputError
 from connectors.iceberg._tag import SnapshotTag
+from connectors.lake.changes import ChangeSpec, clauses, merge_sql, on_keys
+from connectors.lake.commit_confs import commit_confs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -28,6 +38,8 @@ __all__ = ["IcebergWriter", "Mode", "translate"]
 
 Mode = Literal["append", "overwrite"]
 
+_views = itertools.count()
+
 _NOT_NULL = re.compile(r"NOT_NULL_ASSERT_VIOLATION.*?non-nullable field:\s*([^\s.]+)", re.S)
 
 
@@ -35,22 +47,28 @@ class IcebergWriter:
     """One batch's write into ``table`` (a catalog table name), in the sink's mode."""
 
     def __init__(self, table: str, sink_id: str, *, mode: Mode,
-                 partition_overwrite_mode: str | None, replace_where: str | None) -> None:
+                 partition_overwrite_mode: str | None, replace_where: str | None,
+                 changes: ChangeSpec | None = None) -> None:
         self.table = table
         self.sink_id = sink_id
         self.mode = mode
         self.dynamic = partition_overwrite_mode == "dynamic"
         self.replace_where = replace_where
+        self.changes = changes if changes is not None and changes.merges else None
 
-    def write(self, df: DataFrame, tag: SnapshotTag) -> float:
+    def write(self, df: DataFrame, tag: SnapshotTag, *, streaming: bool = True) -> float:
         """Write and commit ``df`` as one snapshot carrying ``tag``; the write's duration in
-        milliseconds. Raises :class:`BadInputError` for a batch the table refuses."""
+        milliseconds. Raises :class:`BadInputError` for a batch the table refuses.
+        ``streaming``: ``df``'s session is a streaming query's own (a MERGE's tagging confs
+        need no lock there: :func:`~connectors.lake.commit_confs.commit_confs`)."""
         from pyspark.sql import functions as F  # noqa: N812
 
         started = time.perf_counter()
         writer = df.writeTo(self.table).options(**tag.write_options())
         try:
-            if self.mode == "append":
+            if self.changes is not None:
+                self._merge(df, tag, streaming=streaming)
+            elif self.mode == "append":
                 writer.append()
             elif self.dynamic:
                 writer.overwritePartitions()
@@ -62,6 +80,22 @@ class IcebergWriter:
                 raise
             raise bad from None
         return (time.perf_counter() - started) * 1000.0
+
+    def _merge(self, df: DataFrame, tag: SnapshotTag, *, streaming: bool) -> None:
+        """``MERGE INTO`` the table from the batch's one row per key, tagged by session
+        confs; the temporary view is dropped afterwards."""
+        assert self.changes is not None
+        session = df.sparkSession
+        source = self.changes.source(df)
+        view = f"connectors_merge_{os.getpid()}_{next(_views)}"
+        sql = merge_sql(self.table, view, on_keys(self.changes.merge_on),
+                        clauses(self.changes, source.columns), schema_evolution=False)
+        source.createOrReplaceTempView(view)
+        try:
+            with commit_confs(session, tag.session_confs(), streaming=streaming):
+                session.sql(sql).collect()
+        finally:
+            session.catalog.dropTempView(view)
 
 
 def translate(exc: BaseException, table: str, *, sink_id: str) -> BadInputError | None:

@@ -16,15 +16,14 @@ from typing import Any
 
 from integration.support._driver import REPO
 
-__all__ = ["intents", "ledger_batches", "maintain", "row_count", "snapshot_tags", "table_rows"]
+__all__ = ["change_rows", "intents", "ledger_batches", "maintain", "row_count", "snapshot_tags",
+           "table_rows"]
 
-TABLE_DIR = ("db", "events")
 
-
-def _table(warehouse: Path) -> Any:
+def _table(warehouse: Path, name: str = "events") -> Any:
     from pyiceberg.table import StaticTable
 
-    meta = warehouse.joinpath(*TABLE_DIR, "metadata")
+    meta = warehouse.joinpath("db", name, "metadata")
     version = int((meta / "version-hint.text").read_text().strip())
     return StaticTable.from_metadata(str(meta / f"v{version}.metadata.json"))
 
@@ -42,12 +41,20 @@ def row_count(warehouse: Path) -> int:
     return int(_table(warehouse).scan().to_arrow().num_rows)
 
 
-def snapshot_tags(warehouse: Path, app_id: str) -> dict[int, int]:
-    """Batch id -> how many retained snapshots carry the sink's tag for it (pyiceberg)."""
+def change_rows(warehouse: Path, name: str = "changes") -> list[tuple[Any, ...]]:
+    """``(id, seq, name, amount, bucket)`` of every row of ``db.<name>``, sorted (pyiceberg)."""
+    arrow = _table(warehouse, name).scan().to_arrow()
+    cols = [arrow.column(n).to_pylist() for n in ("id", "seq", "name", "amount", "bucket")]
+    return sorted(zip(*cols, strict=True))
+
+
+def snapshot_tags(warehouse: Path, app_id: str, name: str = "events") -> dict[int, int]:
+    """Batch id -> how many retained snapshots of ``db.<name>`` carry the sink's tag for it
+    (pyiceberg)."""
     out: dict[int, int] = {}
-    if not warehouse.joinpath(*TABLE_DIR, "metadata", "version-hint.text").exists():
+    if not warehouse.joinpath("db", name, "metadata", "version-hint.text").exists():
         return out  # no table yet
-    for snap in _table(warehouse).metadata.snapshots:
+    for snap in _table(warehouse, name).metadata.snapshots:
         props = snap.summary.additional_properties if snap.summary else {}
         if props.get("connectors.app") == app_id:
             batch = int(props["connectors.batch"])
@@ -55,18 +62,18 @@ def snapshot_tags(warehouse: Path, app_id: str) -> dict[int, int]:
     return out
 
 
-def ledger_root(warehouse: Path, sink_id: str) -> Path:
-    return warehouse.joinpath(*TABLE_DIR, "_connectors", sink_id)
+def ledger_root(warehouse: Path, sink_id: str, name: str = "events") -> Path:
+    return warehouse.joinpath("db", name, "_connectors", sink_id)
 
 
-def ledger_batches(warehouse: Path, sink_id: str) -> list[int]:
-    root = ledger_root(warehouse, sink_id) / "decisions"
+def ledger_batches(warehouse: Path, sink_id: str, name: str = "events") -> list[int]:
+    root = ledger_root(warehouse, sink_id, name) / "decisions"
     return sorted(int(p.name.split(".")[0]) for p in root.glob("*.json")) if root.exists() \
         else []
 
 
-def intents(warehouse: Path, sink_id: str) -> list[int]:
-    root = ledger_root(warehouse, sink_id) / "intents"
+def intents(warehouse: Path, sink_id: str, name: str = "events") -> list[int]:
+    root = ledger_root(warehouse, sink_id, name) / "intents"
     return sorted(int(p.name.split(".")[0]) for p in root.glob("*.json")) if root.exists() \
         else []
 

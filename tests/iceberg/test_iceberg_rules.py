@@ -106,6 +106,13 @@ def test_the_runtime_table_has_no_runtime_for_spark_4_2_and_4_3(version: str) ->
 
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"mode": "upsert"}, "mode must be"),
+    ({"mode": "overwrite", "merge_on": ["id"]}, "cannot be combined with mode='overwrite'"),
+    ({"sequence_column": "seq"}, r"need\(s\) merge_on"),
+    ({"merge_on": ["id"], "sequence_column": "id"}, "is a merge_on key"),
+    ({"merge_on": ["id", "id"]}, "repeats a column"),
+    ({"merge_on": ["id"], "exclude_columns": ["id"]}, "the table must store its keys"),
+    ({"exclude_columns": ["op"]}, "applies to a MERGE"),
+    ({"merge_on": ["id"], "delete_when": " "}, "must be a non-empty string"),
     ({"replace_where": "d = 1"}, "go with mode='overwrite'"),
     ({"mode": "overwrite", "partition_overwrite_mode": "dynamic", "replace_where": "d = 1"},
      "not both"),
@@ -114,7 +121,26 @@ def test_the_runtime_table_has_no_runtime_for_spark_4_2_and_4_3(version: str) ->
 ])
 def test_options_that_do_not_fit_together_are_refused(kwargs: dict[str, str],
                                                       match: str) -> None:
-    # Checked after the Spark check: on a Spark without a runtime that refusal comes first.
-    with pytest.raises(ConfigurationError,
-                       match=match if has_runtime() else "publishes no Spark runtime"):
+    # Checked before the Spark check: on every Spark, with or without an Iceberg runtime.
+    with pytest.raises(ConfigurationError, match=match):
         IcebergSink("lake.db.t", sink_id="events", **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_merge_is_one_sql_statement_tagged_by_session_confs() -> None:
+    from connectors.lake.changes import change_spec, clauses, merge_sql, on_keys
+
+    spec = change_spec("events", merge_on=("id",), sequence_column="seq",
+                       delete_when="s.op = 'd'", update_when="s.seq > t.seq", insert_when=None,
+                       exclude_columns=["op"])
+    sql = merge_sql("lake.db.t", "v", on_keys(spec.merge_on),
+                    clauses(spec, ["id", "op", "seq", "name"]), schema_evolution=False)
+    assert sql == (
+        "MERGE INTO lake.db.t t USING `v` s ON t.`id` <=> s.`id` "
+        "WHEN MATCHED AND (s.op = 'd') THEN DELETE "
+        "WHEN MATCHED AND (s.seq > t.seq) THEN UPDATE SET `id` = s.`id`, `seq` = s.`seq`, "
+        "`name` = s.`name` "
+        "WHEN NOT MATCHED AND (NOT coalesce((s.op = 'd'), false)) THEN INSERT (`id`, `seq`, "
+        "`name`) VALUES (s.`id`, s.`seq`, s.`name`)")
+    confs = tag(3).session_confs()
+    assert confs["spark.sql.iceberg.snapshot-property.connectors.batch"] == "3"
+    assert set(confs) == {f"spark.sql.iceberg.{k}" for k in tag(3).write_options()}
