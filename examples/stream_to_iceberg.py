@@ -5,9 +5,11 @@ micro-batch, ``Trigger.AvailableNow``; ``rate``: ``--rows-per-batch`` rows per b
 first ``--batches`` batches written). The table ``--table`` (default ``lake.db.events``) is
 in the Iceberg catalog ``lake``: a Hadoop catalog on ``--warehouse`` (a local directory or
 ``s3a://bucket/prefix``), or with ``--jdbc-uri`` a JDBC catalog (``jdbc:postgresql://...``,
-``--jdbc-user``; the password from ``$ICEBERG_JDBC_PASSWORD``) whose data files go to
-``--warehouse``. ``--mode overwrite --dynamic`` replaces the partitions of each batch
-(``--partition-by``).
+``--jdbc-user``; the password from ``$ICEBERG_JDBC_PASSWORD``, set on the running session,
+never on the JVM's command line; PostgreSQL's driver from the ``postgres-jdbc`` jars) whose
+data files go to ``--warehouse``, or with ``--rest-uri`` a REST catalog
+(``http://host:8181``). ``--mode overwrite --dynamic`` replaces the partitions of each
+batch (``--partition-by``).
 
 Run it, kill it (``CONNECTORS_TEST_MODE=1`` with ``CONNECTORS_CRASH_AT`` arms a crash
 point), run it again with the same ``--checkpoint``: every input row is in the table exactly
@@ -32,31 +34,46 @@ from examples._runner import (
     stream,
 )
 
-__all__ = ["build_session", "catalog_conf", "main", "run"]
+__all__ = ["build_session", "catalog_conf", "catalog_secrets", "main", "run"]
 
 logger = logging.getLogger("examples.stream_to_iceberg")  # not __name__ ("__main__" under -m)
 
 
 def catalog_conf(warehouse: str, *, jdbc_uri: str = "", jdbc_user: str = "",
-                 catalog: str = "lake") -> dict[str, str]:
-    """The Spark confs of an Iceberg catalog named ``catalog``: Hadoop on ``warehouse``, or
-    JDBC at ``jdbc_uri`` (its password from ``$ICEBERG_JDBC_PASSWORD``)."""
+                 rest_uri: str = "", catalog: str = "lake") -> dict[str, str]:
+    """The Spark confs of an Iceberg catalog named ``catalog``: Hadoop on ``warehouse``,
+    JDBC at ``jdbc_uri`` or REST at ``rest_uri``. No secret: the JDBC password is
+    :func:`catalog_secrets`'s."""
     prefix = f"spark.sql.catalog.{catalog}"
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.warehouse": warehouse}
     if jdbc_uri:
         conf.update({f"{prefix}.type": "jdbc", f"{prefix}.uri": jdbc_uri,
                      f"{prefix}.jdbc.user": jdbc_user,
-                     f"{prefix}.jdbc.password": os.environ.get("ICEBERG_JDBC_PASSWORD", ""),
                      f"{prefix}.jdbc.schema-version": "V1"})
+    elif rest_uri:
+        conf.update({f"{prefix}.type": "rest", f"{prefix}.uri": rest_uri})
     else:
         conf[f"{prefix}.type"] = "hadoop"
     return conf
 
 
+def catalog_secrets(*, jdbc_uri: str = "", catalog: str = "lake") -> dict[str, str]:
+    """The catalog's secret confs (a JDBC catalog's password, from
+    ``$ICEBERG_JDBC_PASSWORD``): set on the running session (``spark.conf.set``), since
+    PySpark passes a builder's confs to the JVM on its command line, which ``ps`` shows.
+    Iceberg reads a catalog's confs when the catalog is first used."""
+    password = os.environ.get("ICEBERG_JDBC_PASSWORD", "")
+    if not jdbc_uri or not password:
+        return {}
+    return {f"spark.sql.catalog.{catalog}.jdbc.password": password}
+
+
 def build_session(master: str, conf: list[str], catalog: dict[str, str], *,
-                  connect: bool = False, s3: bool = False) -> SparkSession:
+                  connect: bool = False, s3: bool = False,
+                  secrets: dict[str, str] | None = None) -> SparkSession:
     """A small-machine session with Iceberg's runtime jar (``connectors.spark``) and the
-    catalog ``catalog``; ``s3``: also S3A's jars."""
+    catalog ``catalog``; ``s3``: also S3A's jars; a JDBC catalog on PostgreSQL: its
+    driver's jar. ``secrets`` are set on the running session (never on the command line)."""
     from connectors.spark import session_builder
 
     settings = {
@@ -67,8 +84,13 @@ def build_session(master: str, conf: list[str], catalog: dict[str, str], *,
         **conf_items(conf),
     }
     components = ["iceberg", "s3"] if s3 else ["iceberg"]
-    return session_builder("connectors-stream-to-iceberg", master=master,
-                           components=components, conf=settings, connect=connect).getOrCreate()
+    if any(k.endswith(".uri") and v.startswith("jdbc:postgresql:") for k, v in catalog.items()):
+        components.append("postgres-jdbc")
+    spark = session_builder("connectors-stream-to-iceberg", master=master,
+                            components=components, conf=settings, connect=connect).getOrCreate()
+    for key, value in (secrets or {}).items():
+        spark.conf.set(key, value)
+    return spark
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,9 +100,11 @@ def run(args: argparse.Namespace) -> int:
                        partition_overwrite_mode="dynamic" if args.dynamic else None,
                        query_name=args.query_name or None)
     logger.info("writing %s", sink)
-    catalog = catalog_conf(args.warehouse, jdbc_uri=args.jdbc_uri, jdbc_user=args.jdbc_user)
+    catalog = catalog_conf(args.warehouse, jdbc_uri=args.jdbc_uri, jdbc_user=args.jdbc_user,
+                           rest_uri=args.rest_uri)
     spark = build_session(args.master, args.conf, catalog, connect=args.connect,
-                          s3=args.warehouse.startswith("s3a://"))
+                          s3=args.warehouse.startswith("s3a://"),
+                          secrets=catalog_secrets(jdbc_uri=args.jdbc_uri))
     namespace = args.table.rsplit(".", 1)[0]
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
     return stream(spark, args, sink, rate=rate_as_input_rows)
@@ -98,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partition-by", default="", help="partition columns, comma-separated")
     parser.add_argument("--jdbc-uri", default="", help="a JDBC catalog instead of Hadoop")
     parser.add_argument("--jdbc-user", default="")
+    parser.add_argument("--rest-uri", default="", help="a REST catalog instead of Hadoop")
     args = parse_job_args(parser, argv)
     return run_timed(run, args, logger)
 

@@ -85,7 +85,7 @@ def test_spark_all_is_pinned_and_every_name_resolves_from_its_home() -> None:
     for name, home in homes.items():
         assert getattr(cs, name).__module__ == f"connectors.spark.{home}"
     # not in __all__; connectors doctor uses them
-    assert cs.COMPONENTS == ("delta", "kafka", "s3", "iceberg")
+    assert cs.COMPONENTS == ("delta", "kafka", "s3", "iceberg", "postgres-jdbc")
     assert cs.DEFAULT_COMPONENTS == ("delta", "kafka")  # "s3" (650 MB and more) by name only
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         cs.nothing_here  # noqa: B018

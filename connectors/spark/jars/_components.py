@@ -25,7 +25,7 @@ from connectors.core.errors import ConfigurationError
 logger = logging.getLogger(__name__)
 
 #: Components :func:`connectors.spark.resolve_jars` knows.
-COMPONENTS: tuple[str, ...] = ("delta", "kafka", "s3", "iceberg")
+COMPONENTS: tuple[str, ...] = ("delta", "kafka", "s3", "iceberg", "postgres-jdbc")
 #: What a session gets when no ``components`` are named. ``"s3"`` is asked for by name: its
 #: AWS SDK bundle is 650 MB and more.
 DEFAULT_COMPONENTS: tuple[str, ...] = ("delta", "kafka")
@@ -222,6 +222,13 @@ ICEBERG_FOR_SPARK: dict[tuple[int, ...], str] = {
 }
 
 
+#: PostgreSQL's JDBC driver (``org.postgresql:postgresql``, the newest 42.7.x on Maven Central
+#: when checked, 2026-11-30): for an Iceberg JDBC catalog on PostgreSQL
+#: (``spark.sql.catalog.<c>.uri=jdbc:postgresql://...``) or Spark's JDBC source. One jar and
+#: ``checker-qual``; it does not depend on the Spark version.
+POSTGRES_JDBC_VERSION = "42.7.14"
+
+
 def iceberg_version(spark: str) -> str:
     """The Iceberg release for Spark ``spark``: ``$EOS_ICEBERG_VERSION``, else
     :data:`ICEBERG_FOR_SPARK`'s; a Spark minor without a runtime jar is refused by name."""
@@ -282,6 +289,10 @@ def component_plan(component: str, spark_home: Path) -> Plan:
                             f"iceberg-spark-runtime-{minor_version(spark)}_{scala}", iceberg)
         # One shaded jar: its POM names no dependency a Spark session needs.
         return Plan("iceberg", f"iceberg-{iceberg}-spark{spark}_{scala}", (artifact,),
+                     pinned_group=artifact.group, pinned_exact=True, spark_version=spark)
+    if component == "postgres-jdbc":
+        artifact = Artifact("org.postgresql", "postgresql", POSTGRES_JDBC_VERSION)
+        return Plan("postgres-jdbc", f"postgres-jdbc-{POSTGRES_JDBC_VERSION}", (artifact,),
                      pinned_group=artifact.group, pinned_exact=True, spark_version=spark)
     raise ConfigurationError(
         f"Unknown Spark component {component!r}: choose from {', '.join(COMPONENTS)}."

@@ -88,8 +88,10 @@ def resolve_jars(
     resolving anything).
 
     Args:
-        components: any of ``"delta"``, ``"kafka"`` and ``"s3"`` (default: ``"delta"`` and
-            ``"kafka"``); a single string is one component.
+        components: any of ``"delta"``, ``"kafka"``, ``"s3"``, ``"iceberg"`` (Iceberg's
+            Spark runtime) and ``"postgres-jdbc"`` (``org.postgresql:postgresql``, for an
+            Iceberg JDBC catalog on PostgreSQL) (default: ``"delta"`` and ``"kafka"``); a
+            single string is one component.
         cache_dir: cache root instead of ``$EOS_CACHE_DIR`` or ``~/.cache/connectors``;
             jars go to ``<cache_dir>/jars/<component>-<version>/``.
 

@@ -161,6 +161,7 @@ _MARKER_CLASSES = {
     "kafka": "org.apache.spark.sql.kafka010.KafkaSourceProvider",
     "s3": "org.apache.hadoop.fs.s3a.S3AFileSystem",
     "iceberg": "org.apache.iceberg.spark.SparkCatalog",
+    "postgres-jdbc": "org.postgresql.Driver",
 }
 
 
