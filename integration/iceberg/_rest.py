@@ -118,7 +118,11 @@ def _ready(uri: str) -> bool:
 def rest_catalog_server(root: Path, port: int, *, timeout: float = 60.0) -> Iterator[str]:
     """Run the REST catalog server on ``port`` (its catalog in ``root/catalog.db``, its
     tables under ``root/warehouse``) for the block; yields its URI. Stopped after it
-    (SIGTERM, then SIGKILL), its log in ``root/server.log``."""
+    (SIGTERM, then SIGKILL; SIGTERM too if the test process dies), its log in
+    ``root/server.log``. Jetty listens on every interface of the machine (the server has
+    no host setting); the tests reach it on 127.0.0.1 only."""
+    from integration.support._standalone import _die_with_parent
+
     root.mkdir(parents=True, exist_ok=True)
     classpath = os.pathsep.join(map(str, rest_jars()))
     java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) \
@@ -133,7 +137,8 @@ def rest_catalog_server(root: Path, port: int, *, timeout: float = 60.0) -> Iter
         proc = subprocess.Popen(
             [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", classpath,
              "org.apache.iceberg.rest.RESTCatalogServer"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
+            preexec_fn=_die_with_parent)
         try:
             deadline = time.monotonic() + timeout
             while not _ready(uri):
