@@ -20,6 +20,7 @@ ADMIN_MODULES = {
     "connectors.kafka.admin": ("confluent_kafka", ["KafkaAdmin", "OpenTransaction",
                                                    "check_topic", "is_secret_key"]),
     "connectors.delta.admin": ("deltalake", ["DeltaAdmin", "is_secret_option"]),
+    "connectors.iceberg.admin": ("json", ["IcebergAdmin"]),
 }
 
 

@@ -9,6 +9,7 @@
     connectors doctor  --checkpoint PATH --sink-id ID --postgres CONNINFO
     connectors status  --kafka b:9092 --kafka-config-file client.properties
     connectors status  --delta s3a://bucket/table     # store settings from AWS_* variables
+    connectors status  --iceberg /warehouse/db/events # an Iceberg table's location
     connectors status  --postgres-env PGCONN --watch --interval 5 --prometheus-port 9464
     connectors submit-args --components delta,kafka     # --packages/--conf for spark-submit
     connectors savepoint --checkpoint PATH --sink-id ID --postgres-env PGCONN [--stop-pid PID]
@@ -89,12 +90,23 @@ def _delta(args: argparse.Namespace) -> Target | None:
                        storage_options=storage_options(args.storage_option))
 
 
+def _iceberg(args: argparse.Namespace) -> Target | None:
+    from connectors.cli._iceberg_target import IcebergTarget
+
+    if not args.iceberg:
+        return None
+    return IcebergTarget(args.iceberg, ledger_root=args.iceberg_ledger_root,
+                         storage_options=storage_options(args.storage_option),
+                         metadata_location=args.iceberg_metadata)
+
+
 def _targets(args: argparse.Namespace) -> list[Target]:
-    factories: list[TargetFactory] = [_postgres, _kafka, _delta]
+    factories: list[TargetFactory] = [_postgres, _kafka, _delta, _iceberg]
     chosen = [target for factory in factories if (target := factory(args)) is not None]
     if not chosen:
         raise ConfigurationError("name a target: --postgres CONNINFO (or --postgres-env VAR, "
-                                 "--postgres-file FILE), --kafka BOOTSTRAP or --delta PATH|URI")
+                                 "--postgres-file FILE), --kafka BOOTSTRAP, --delta PATH|URI "
+                                 "or --iceberg PATH|URI")
     return chosen
 
 
@@ -131,8 +143,18 @@ def _add_target_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--delta-ledger-root", metavar="DIR|URI",
                    help="where the sinks' ledgers are, if not <table>/_connectors (the "
                    "parent of DeltaSink's ledger_path)")
+    g.add_argument("--iceberg", metavar="PATH|URI",
+                   help="Iceberg table's location (DESCRIBE TABLE EXTENDED's Location): a "
+                   "local path, or an s3a://, s3://, gs:// or abfss:// URI (settings and "
+                   "credentials from the environment, as --delta)")
+    g.add_argument("--iceberg-metadata", metavar="PATH|URI",
+                   help="the table's current metadata file, as its catalog names it (default: "
+                   "version-hint.text's, else the newest under <location>/metadata)")
+    g.add_argument("--iceberg-ledger-root", metavar="DIR|URI",
+                   help="where the sinks' ledgers are, if not <location>/_connectors (the "
+                   "parent of IcebergSink's ledger_path)")
     g.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a non-secret delta-rs storage option for --delta (AWS_REGION, "
+                   help="a non-secret storage option for --delta and --iceberg (AWS_REGION, "
                    "AWS_ENDPOINT_URL, ...), repeatable; secrets (keys, tokens, passwords) "
                    "are refused: set their environment variables")
     p.add_argument("--sink-id", action="append", default=[], dest="sink_ids",
@@ -178,7 +200,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         from connectors.cli._watch_loop import run_watch
 
         kinds: dict[str, TargetFactory] = {"postgres": _postgres, "kafka": _kafka,
-                                           "delta": _delta}
+                                           "delta": _delta, "iceberg": _iceberg}
         return run_watch(args, _targets(args), lambda kind: _rebuilt(kinds[kind], args))
     if args.checkpoints or args.prometheus_port is not None or args.prometheus_textfile:
         raise ConfigurationError("--checkpoint, --prometheus-port and --prometheus-textfile "

@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 class Target(ABC):
     """One participant (a database, a broker, a table) as the operator tools see it."""
 
-    #: "postgres", "kafka" or "delta".
+    #: "postgres", "kafka", "delta" or "iceberg".
     kind: str
 
     @abstractmethod

@@ -47,7 +47,7 @@ class WatchRow:
     """One sink on one target at one refresh (``error`` set: the values are unknown)."""
 
     sink_id: str
-    target: str  # the kind: "postgres", "kafka" or "delta"
+    target: str  # the kind: "postgres", "kafka", "delta" or "iceberg"
     where: str  # the target described, secrets redacted
     reachable: bool = True
     query_id: str | None = None

@@ -11,7 +11,10 @@ into a Hadoop catalog on a local warehouse; maintenance runs in a Spark driver o
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,6 +73,16 @@ PLAN = [
 ]
 
 
+def status(job: IcebergJob) -> tuple[int, dict[str, Any]]:
+    """``connectors status --iceberg <the table's location> --json`` as an operator runs it
+    (no Spark): its exit code and the sink's entry."""
+    proc = subprocess.run([sys.executable, "-m", "connectors", "status", "--iceberg",
+                           str(job.warehouse / "db" / "events"), "--sink-id", SINK, "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return proc.returncode, json.loads(proc.stdout)[0]
+
+
 def test_killed_at_every_crash_point_then_at_random(tmp_path: Path) -> None:
     job = IcebergJob(tmp_path / "points")
 
@@ -78,9 +91,16 @@ def test_killed_at_every_crash_point_then_at_random(tmp_path: Path) -> None:
         # the table holds the batch exactly from AFTER_DECISION on (the commit is the decision)
         assert (batch in tags) == (point is not CrashPoint.BEFORE_DECISION), (point, tags)
         assert all(n == 1 for n in tags.values()), tags
+        if point is CrashPoint.AFTER_DECISION:  # the table is ahead of the ledger: status says so
+            code, entry = status(job)
+            assert code == 1 and entry["last_committed"] == batch - 1, entry
+            assert entry["unfinished"] == [batch], entry
+            assert f"last batch committed by this sink = {batch}" in " ".join(entry["notes"])
 
     kill_at_each(job, PLAN, after_kill=after_kill)
     job.assert_exact()
+    code, entry = status(job)
+    assert code == 0 and entry["last_committed"] == FILES - 1 and entry["unfinished"] == []
     assert snapshot_tags(job.warehouse, SINK) == dict.fromkeys(range(FILES), 1)
 
     rnd = IcebergJob(tmp_path / "random", files=6)
