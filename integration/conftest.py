@@ -154,6 +154,10 @@ def spark(
     if any(item.get_closest_marker("s3") for item in request.session.items):
         components.append("s3")
         conf.update(s3_hadoop_confs())
+    # With an in-process Iceberg test (the conformance kit) on a Spark Iceberg publishes a
+    # runtime for: its jar and SQL extension, which only a new session can take.
+    if any(item.get_closest_marker("iceberg_session") for item in request.session.items):
+        components.append("iceberg")
     session = get_session(
         "connectors-integration", master="local[2]", components=components, conf=conf
     )

@@ -45,13 +45,9 @@ from connectors.spark._binding import (
     query_id_for,
     stop_flag,
 )
+from connectors.spark._connect_gc import collect_between_batches
 from connectors.spark._failures import transient_task_error
-from connectors.spark._handover import (
-    ROW_BOUND_MARK,
-    Handover,
-    arrow_settings,
-    session_settings,
-)
+from connectors.spark._handover import ROW_BOUND_MARK, Handover, arrow_settings, session_settings
 from connectors.spark._local import SmallBatchInDriver
 from connectors.spark._plan import ADAPTIVE, narrow_plan
 from connectors.spark._require import require_spark
@@ -94,6 +90,7 @@ def front_end(data: Any, call: EngineCall) -> tuple[BatchInput, str | None] | No
     if not is_spark_frame(data):
         return None
     require_spark("a sink called with a Spark DataFrame")  # the version: cached after once
+    collect_between_batches(data)  # Connect: earlier frames' finalizers before any RPC
     query_id = query_id_for(data, call)
     return SparkBatch(data, hash_in_tasks=call.hash_rows_in_tasks), query_id
 

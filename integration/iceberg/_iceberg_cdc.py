@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(args: Any) -> int:
         sink = make_sink(args)
-        spark = build_session(args.master, args.conf, catalog_conf(args.warehouse))
+        spark = build_session(args.master, args.conf, catalog_conf(args.warehouse),
+                              connect=args.connect)
         spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.db")
         return stream(spark, args, sink, rate=lambda df: with_null(
             changes(df, args.rows_per_batch), args.null_bucket_at, args.rows_per_batch))

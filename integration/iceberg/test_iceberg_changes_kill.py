@@ -57,20 +57,22 @@ PG_DDL = ("id bigint PRIMARY KEY, seq bigint NOT NULL, name text, amount double 
 class CdcJob(KillJob):
     module = "integration.iceberg._iceberg_cdc"
 
-    def __init__(self, root: Path, batches: int, pg: PgTarget | None = None) -> None:
+    def __init__(self, root: Path, batches: int, pg: PgTarget | None = None,
+                 extra: list[str] | None = None) -> None:
         self.fan_id = f"{pg.sink_id}-fan" if pg is not None else ""
         super().__init__(root, sink_id=self.fan_id or ICEBERG_SINK, cwd=REPO)
         self.warehouse = root / "wh"
         self.batches = batches
         self.pg = pg
         self.runs = 0
+        self.extra = list(extra or [])
 
     def args(self) -> list[str]:
         pg = ["--pg-conninfo", self.pg.conninfo, "--pg-table", self.pg.table, "--pg-ledger",
               self.pg.ledger, "--pg-sink-id", self.pg.sink_id, "--fan-id", self.fan_id] \
             if self.pg is not None else []
         return ["--checkpoint", str(self.checkpoint), "--warehouse", str(self.warehouse),
-                "--batches", str(self.batches), "--rows-per-batch", str(R), *pg]
+                "--batches", str(self.batches), "--rows-per-batch", str(R), *pg, *self.extra]
 
     def run(self, *extra: str, **kwargs: Any) -> DriverRun:
         """One run; its output kept as ``run-<n>.log`` beside the checkpoint (for a failure's
@@ -186,3 +188,52 @@ def test_fan_out_with_postgres_killed_after_decision_and_between_commits(
     assert pg.prepared() == []
     assert job.run().returncode == 0
     job.assert_exact()
+
+
+def test_stopped_gracefully_and_plainly_then_exact(tmp_path: Path) -> None:
+    """A deploy's SIGTERM while a batch holds at a point (``connectors.stop_on_sigterm``):
+    gracefully before its tasks and after its MERGE committed (the batch in flight lands,
+    is recorded, and nothing after it runs), plainly before the decision (the batch in flight
+    may be cut: at most its intent is left, settled by the restart). After each stop the
+    table holds whole batches, each once; the last run ends exact."""
+    from integration.core.test_stopping import G, P, Stopped, batches_for, stop_chain
+
+    plan = [(G, CrashPoint.BEFORE_TASKS), (G, CrashPoint.AFTER_DECISION),
+            (P, CrashPoint.BEFORE_DECISION)]
+    job = CdcJob(tmp_path, batches=batches_for(plan))
+
+    def nothing_left(stopped: Stopped) -> None:
+        where = f"{stopped.kind} stop at {stopped.point.value}, batch {stopped.batch}"
+        tags = job.tags()
+        assert all(n == 1 for n in tags.values()), (where, tags)
+        done = len(tags)
+        assert sorted(tags) == list(range(done)), (where, tags)
+        assert change_rows(job.warehouse, TABLE) == job.want(done), where
+        left = intents(job.warehouse, ICEBERG_SINK, TABLE)
+        if stopped.kind == G:
+            assert done == stopped.batch + 1 and left == [], (where, tags, left)
+            assert ledger_batches(job.warehouse, ICEBERG_SINK, TABLE) == list(range(done))
+        else:
+            assert set(left) <= {stopped.batch}, (where, left)
+
+    stop_chain(job, ICEBERG_SINK, plan, nothing_left)
+    job.assert_exact()
+
+
+@pytest.mark.connect_local
+def test_under_spark_connect_the_worker_killed_after_decision_then_exact(tmp_path: Path) -> None:
+    """The job as a Spark Connect client of a local Connect server: ``foreachBatch`` and the
+    sink's driver side (the MERGE, its tag in session confs, the ledger) run in the server's
+    Python worker, which SIGKILLs itself after batch 1's MERGE committed (the client ends
+    with the query's error); the restart, on a new server, settles batch 1 from the table's
+    snapshots. Exact, one tagged snapshot per batch; the sink ran in the worker."""
+
+    def failed_in_the_worker(run: DriverRun) -> None:
+        assert run.returncode not in (0, -9), run.tail()
+
+    job = CdcJob(tmp_path, batches=4, extra=["--connect", "--query-name", "iceberg-cdc"])
+    runs = kill_at_each(job, [(CrashPoint.AFTER_DECISION, ICEBERG_SINK, 1)],
+                        killed=failed_in_the_worker)
+    assert sorted(job.tags()) == [0, 1, 2, 3]
+    job.assert_exact()
+    assert "Streaming ForeachBatch worker" in runs[-1].output, runs[-1].tail()
