@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import shutil
 import statistics
@@ -12,6 +13,10 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "REPO_ROOT",
@@ -21,7 +26,10 @@ __all__ = [
     "judged",
     "load_service_env",
     "machine_cpu_seconds",
+    "make_batches",
     "median",
+    "ratio_interval",
+    "ratio_verdict",
     "stopwatch",
 ]
 
@@ -138,6 +146,46 @@ def ratio_interval(
     ratios.sort()
     tail = (1 - level) / 2
     return ratios[int(tail * resamples)], ratios[min(resamples - 1, int((1 - tail) * resamples))]
+
+
+def ratio_verdict(ratio: float, low: float, high: float, rounds: int, target: float) -> str:
+    """A sink's ratio to its baseline against ``target``, by its interval ``[low, high]``
+    (:func:`ratio_interval`): met, NOT met, or undecided with the rounds that would decide."""
+    if high <= target:
+        return "met"
+    if low > target:
+        return "NOT met"
+    margin = abs(target - ratio)
+    half = (high - low) / 2
+    # The interval narrows with the square root of the batch pairs: the rounds whose
+    # half-width would fit between the ratio and the target.
+    need = max(rounds + 1, math.ceil(rounds * (half / margin) ** 2)) if margin > 0 else None
+    return (f"{'met' if ratio <= target else 'NOT met'} by the ratio, undecided by the "
+            "interval (it holds the target)"
+            + (f": about {need} rounds would decide it" if need and need <= 10 * rounds
+               else f": more than {10 * rounds} rounds would be needed"))
+
+
+def make_batches(spark: SparkSession, batches: int, rows: int, partitions: int) -> list[DataFrame]:
+    """``batches`` micro-batches of ``rows`` rows each (``id bigint, name string, amount
+    double, ts timestamp``; batch ``b`` holds ids ``b * rows`` to ``(b + 1) * rows - 1``) in
+    ``partitions`` partitions, cached in memory and materialised before any timing."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F  # noqa: N812
+
+    out = []
+    for b in range(batches):
+        idc = F.col("id")
+        df = spark.range(b * rows, (b + 1) * rows, 1, partitions).select(
+            idc.alias("id"),
+            F.concat(F.lit("customer-"), F.lpad((idc % 1_000_003).cast("string"), 7, "0"))
+            .alias("name"),
+            ((idc % 100_000) / F.lit(100.0)).alias("amount"),
+            F.timestamp_micros(F.lit(1_700_000_000_000_000) + idc * 1001).alias("ts"),
+        ).persist(StorageLevel.MEMORY_ONLY)
+        df.count()
+        out.append(df)
+    return out
 
 
 def machine_cpu_seconds() -> float | None:

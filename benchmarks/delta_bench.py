@@ -92,7 +92,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import shutil
 import sys
@@ -102,11 +101,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks._chart import Panel, default_chart_path, draw_chart
-from benchmarks._common import SMOKE_NOTE, format_table, median, ratio_interval
+from benchmarks._common import (
+    SMOKE_NOTE,
+    format_table,
+    make_batches,
+    median,
+    ratio_interval,
+    ratio_verdict,
+)
 from benchmarks._delta_s3 import S3Run, report_s3, s3_part, s3_server
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from connectors.delta import DeltaSink
 
@@ -122,25 +128,6 @@ SINKS: dict[str, tuple[str, dict[str, Any], str]] = {
 PLAIN = ("plain", "plain-txn")
 
 
-def make_batches(spark: SparkSession, batches: int, rows: int, partitions: int) -> list[DataFrame]:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F  # noqa: N812
-
-    out = []
-    for b in range(batches):
-        idc = F.col("id")
-        df = spark.range(b * rows, (b + 1) * rows, 1, partitions).select(
-            idc.alias("id"),
-            F.concat(F.lit("customer-"), F.lpad((idc % 1_000_003).cast("string"), 7, "0"))
-            .alias("name"),
-            ((idc % 100_000) / F.lit(100.0)).alias("amount"),
-            F.timestamp_micros(F.lit(1_700_000_000_000_000) + idc * 1001).alias("ts"),
-        ).persist(StorageLevel.MEMORY_ONLY)
-        df.count()
-        out.append(df)
-    return out
-
-
 def check(spark: SparkSession, who: str, path: Path | str, rows: int) -> None:
     """The table holds every row exactly once (count and sum of ids), else exit 1."""
     from pyspark.sql import functions as F  # noqa: N812
@@ -152,23 +139,6 @@ def check(spark: SparkSession, who: str, path: Path | str, rows: int) -> None:
     if (got[0], got[1]) != expected:
         raise SystemExit(f"{who} ({path}): the table holds {got[0]} rows, sum of ids "
                          f"{got[1]}; expected {expected}: rows lost or duplicated")
-
-
-def verdict(ratio: float, low: float, high: float, rounds: int) -> str:
-    """met / NOT met against the target, or undecided with the rounds that would decide."""
-    if high <= TARGET_RATIO:
-        return "met"
-    if low > TARGET_RATIO:
-        return "NOT met"
-    margin = abs(TARGET_RATIO - ratio)
-    half = (high - low) / 2
-    # The interval narrows with the square root of the batch pairs: the rounds whose
-    # half-width would fit between the ratio and the target.
-    need = max(rounds + 1, math.ceil(rounds * (half / margin) ** 2)) if margin > 0 else None
-    return (f"{'met' if ratio <= TARGET_RATIO else 'NOT met'} by the ratio, undecided by the "
-            "interval (it holds the target)"
-            + (f": about {need} rounds would decide it" if need and need <= 10 * rounds
-               else f": more than {10 * rounds} rounds would be needed"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  - {label}: {total:.3f}x [{low:.3f}-{high:.3f}]: "
               + ("not judged (--smoke)" if args.smoke
                  else "not judged (--quick: too few batches)" if args.quick
-                 else verdict(total, low, high, args.rounds))
+                 else ratio_verdict(total, low, high, args.rounds, TARGET_RATIO))
               + "; its own steps "
               f"{median(own_ms[k]):.1f} ms per batch "
               f"({median(own_ms[k]) / 1000 / plain_batch * 100:.1f} % of a plain append)")

@@ -13,7 +13,9 @@ classic and over Spark Connect (a JVM each, a local server's for Connect: 8, as 
 ``--quick``, with 2 batches each instead of 15). connect_overhead's smoke run is
 ``EOS_WIDE_MATRIX=1`` only (``scripts/test --wide``): 170 s of CI's test time on
 2026-11-29 for what test_connect proves under Spark Connect with every sink already (CI's
-budget; its figures in benchmarks/README.md come from its full runs).
+budget; its figures in benchmarks/README.md come from its full runs). iceberg_bench's smoke
+run is integration/iceberg/test_iceberg_bench_smoke.py, in the spark41 lane: Iceberg has no
+runtime for this lane's Spark.
 
 They run in ``scripts/test``'s one pytest run, beside the other tests (CI's former bench lane
 ran them alone, after everything: 578 s of wall time that 2 workers now share). Their charts
