@@ -1,11 +1,11 @@
-"""IcebergSink vs a plain Iceberg append of the same micro-batches, and a MERGE pair.
+"""IcebergSink vs a plain Iceberg append of the same micro-batches, and a MERGE trio.
 
 Run from the repository root, on a Spark that Iceberg publishes a runtime for (3.5, 4.0,
 4.1; on any other the bench exits with status 2 and the reason, before starting Spark)::
 
-    python -m benchmarks.iceberg_bench            # 6 batches x 500,000 rows, 7 rounds (~6-8 min)
-    python -m benchmarks.iceberg_bench --no-merge # the append pair alone (~3 min)
-    python -m benchmarks.iceberg_bench --quick    # 3 x 100,000 rows, 3 rounds (~1-2 min)
+    python -m benchmarks.iceberg_bench            # 6 x 500,000 rows (MERGE: 100,000), 12 rounds
+    python -m benchmarks.iceberg_bench --no-merge # the append pair alone
+    python -m benchmarks.iceberg_bench --quick    # 3 x 100,000 rows, 4 rounds (~1-2 min)
     python -m benchmarks.iceberg_bench --smoke    # 1 x 2,000 rows, 1 round: every contender
                                                   # and check, no verdict (CI)
 
@@ -34,7 +34,7 @@ contender               what                                                    
                         its source's fingerprint observed in the MERGE's job
 ======================  ==========================================================  =============
 
-``--no-merge`` leaves the MERGE pair out; ``--no-verify`` builds the sinks with
+``--no-merge`` leaves the MERGE contenders out; ``--no-verify`` builds the sinks with
 ``verify_replay=False`` (for an append it changes nothing on the normal path: the replay
 check reads the snapshot only on a replay; for a MERGE it drops the observed fingerprint).
 
@@ -44,11 +44,15 @@ driver run: the table's location, the ledger's binding and lease), as a long-run
 has it behind it; the timed batches are 1..N, the steady state. A MERGE table's batch 1
 updates those 1,000 rows and inserts the rest; later batches insert only, each MERGE joining
 a table that grows by a batch per batch. Interleaved: within a round, batch ``i`` is written
-by every contender back to back, the order rotating with ``i`` and the round and reversed
-every other lap of the rotation (``order``), so that a sink runs right after its reference as
-often as right before it (a rotation alone keeps neighbours in the same order: in delta_bench
-each sink always follows the contender listed before it). Every table is
-checked after its round (row count and sum of ids, read with Spark): a contender that loses
+by every contender back to back, the order rotating with ``i`` (and every other round), and
+each odd round writing every batch in the reverse of the even round's order before it
+(``order``): over an even number of rounds, every contender is written right after each
+other one exactly as often as right before it. That matters: whoever writes right after a
+500,000-row write pays for it (a 2026-11-30 run: the sink's paired ratio was 1.18 in the
+batches it wrote after the plain append, 0.88 in those it wrote before it), and a rotation
+alone keeps neighbours in one order (as in delta_bench, where each sink always follows the
+contender listed before it but once a lap). The bench prints that split for each sink. Every
+table is checked after its round (row count and sum of ids, read with Spark): a contender that loses
 or duplicates rows ends the benchmark with exit status 1. Nothing timed is asserted.
 
 Reported per contender: its ratio to its reference (the wall time of all its timed batches
@@ -63,19 +67,20 @@ intent, the ledger's decision, mark and prune, ...: wrappers on the sink's hooks
 ledger set by the bench, the library unchanged). The target, IcebergSink <= 1.05x a plain
 append (issue 53), is printed beside the sink's figure with a verdict: met, NOT met, or
 undecided while the interval holds 1.05 (with the rounds that would decide it). The MERGE
-pair has no target: its ratio is reported.
+contenders have no target: their ratios are reported.
 
-Why 13 rounds (78 batch pairs, ~5-6 min with the MERGE contenders): a plain append of
-500,000 rows takes only ~0.26 s here, and the sink's own steps ~8 ms of it (3 %), so the
-margin to decide against 1.05 is ~2 %, which no affordable run decides on this shared
-2-core machine: 54 pairs (9 rounds) at a 1-min load of 2.4-2.9 gave a half-width of 0.072
-(2026-11-30). 13 rounds is what delta_bench runs; the interval then says how far the noise
-reaches, and the verdict says "undecided" rather than claim the target. The sink's own
-steps, measured inside its call, do not depend on that noise: they are the figure to watch.
-The MERGE contenders (100,000-row batches, ``--merge-rows``) run in the same rounds and take
+Why 12 rounds (72 batch pairs, an even number for the order's balance; with the MERGE
+contenders ~6 min at a 1-min load of 2-5, ~10 min at 8-12): a plain append of 500,000 rows
+takes only ~0.3 s here, and the sink's own steps ~8-10 ms of it (3 %), so the margin to
+decide against 1.05 is ~2 %, which no affordable run decides on this shared 2-core machine:
+78 pairs (13 rounds) at a 1-min load of 1.5-5.5 gave a half-width of 0.08 (2026-11-30). 12
+rounds is about what delta_bench runs; the interval then says how far the noise reaches,
+and the verdict says "undecided" rather than claim the target. The sink's own steps,
+measured inside its call, do not depend on that noise: they are the figure to watch. The
+MERGE contenders (100,000-row batches, ``--merge-rows``) run in the same rounds and take
 most of the time (a MERGE joins the whole table).
 
-``--quick`` (3 rounds of 3 batches of 100,000 rows) judges nothing: too few pairs.
+``--quick`` (4 rounds of 3 batches of 100,000 rows) judges nothing: too few pairs.
 ``--smoke`` (CI's smoke test, ``integration/iceberg/test_iceberg_bench_smoke.py``) is for
 correctness only: every contender at the smallest size, 1 round of 1 timed batch of 2,000
 rows after each table's batch 0, the replay of a recorded batch (its outcome checked) and
@@ -112,7 +117,7 @@ if TYPE_CHECKING:
     from connectors.iceberg import IcebergSink
 
 TARGET_RATIO = 1.05
-DEFAULT_ROUNDS, QUICK_ROUNDS = 13, 3
+DEFAULT_ROUNDS, QUICK_ROUNDS = 12, 4
 NAMESPACE = "lake.bench"
 WARM_IDS = 1000  # batch 0: ids 0..999 of the first batch
 
@@ -180,12 +185,13 @@ class StepTimes:
         return out
 
 
-def order(kinds: list[str], step: int) -> list[str]:
-    """The contenders' order for interleaved step ``step`` (batch + round): rotated by the
-    step, and reversed on every other lap of the rotation."""
-    shift = step % len(kinds)
+def order(kinds: list[str], batch: int, round_: int) -> list[str]:
+    """The contenders' order for ``batch`` of round ``round_``: rotated by the batch and the
+    round pair, and in an odd round the reverse of the even round's before it (so over two
+    rounds every contender writes right after each other one as often as right before)."""
+    shift = (batch + round_ // 2) % len(kinds)
     out = kinds[shift:] + kinds[:shift]
-    return out[::-1] if (step // len(kinds)) % 2 else out
+    return out[::-1] if round_ % 2 else out
 
 
 def spark_problem() -> str | None:
@@ -292,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds = QUICK_ROUNDS if args.quick else DEFAULT_ROUNDS
     if args.rounds < 3 and not args.smoke:
         parser.error("--rounds must be >= 3 (the round ratio is a median)")
+    if args.rounds % 2 and not args.smoke:
+        print(f"* --rounds {args.rounds} is odd: the last round's order is not mirrored by "
+              "another (the order's balance needs an even number)", flush=True)
     if min(args.rows, args.merge_rows) < WARM_IDS:
         parser.error(f"--rows and --merge-rows must be >= {WARM_IDS} (batch 0 repeats the "
                      "first batch's ids)")
@@ -375,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
                 t.take()
             times = dict.fromkeys(kinds, 0.0)
             for i in range(1, args.batches + 1):
-                sequence = order(kinds, i + r)
+                sequence = order(kinds, i, r)
                 for who in sequence:
                     df = (merge_batches if who in MERGES else batches)[i - 1]
                     group = f"iceberg-bench-{who}-{r}-{i}"
@@ -496,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
            for f in ("decide_ms", "commit_ms_beyond_write", "outside_driver_program")]))
     print()
     if args.chart:
-        panel = Panel(f"{args.batches} batches x {args.rows:,} rows per round",
+        panel = Panel(f"{args.batches} batches x {args.rows:,} rows per round"
+                      + ("" if args.no_merge else f" (MERGE: {args.merge_rows:,} rows)"),
                       {k: [t[k] / t[REFERENCE[k]] for t in per_round] for k in sink_kinds},
                       "the sink's wall time / its plain counterpart's (per round)",
                       better="lower")
