@@ -61,25 +61,30 @@ class IcebergWriter:
         milliseconds. Raises :class:`BadInputError` for a batch the table refuses.
         ``streaming``: ``df``'s session is a streaming query's own (a MERGE's tagging confs
         need no lock there: :func:`~connectors.lake.commit_confs.commit_confs`)."""
-        from pyspark.sql import functions as F  # noqa: N812
-
         started = time.perf_counter()
-        writer = df.writeTo(self.table).options(**tag.write_options())
         try:
             if self.changes is not None:
                 self._merge(df, tag, streaming=streaming)
-            elif self.mode == "append":
-                writer.append()
-            elif self.dynamic:
-                writer.overwritePartitions()
             else:
-                writer.overwrite(F.expr(self.replace_where or "true"))
+                self._write(df, tag)
         except Exception as exc:
             bad = translate(exc, self.table, sink_id=self.sink_id)
             if bad is None:
                 raise
             raise bad from None
         return (time.perf_counter() - started) * 1000.0
+
+    def _write(self, df: DataFrame, tag: SnapshotTag) -> None:
+        """An append or overwrite through DataFrameWriterV2, tagged by write options."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        writer = df.writeTo(self.table).options(**tag.write_options())
+        if self.mode == "append":
+            writer.append()
+        elif self.dynamic:
+            writer.overwritePartitions()
+        else:
+            writer.overwrite(F.expr(self.replace_where or "true"))
 
     def _merge(self, df: DataFrame, tag: SnapshotTag, *, streaming: bool) -> None:
         """``MERGE INTO`` the table from the batch's one row per key, tagged by session
