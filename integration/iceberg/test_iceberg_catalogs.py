@@ -58,8 +58,12 @@ PLAN = [(CrashPoint.AFTER_DECISION, SINK, 1)]
 
 
 class CommandLineWatch:
-    """Every process's command line (``/proc/*/cmdline``), read every 0.2 s while open: did
-    one hold any of ``secrets``? A JVM's arguments stand for its whole life."""
+    """The command lines (``/proc/<pid>/cmdline``) of the drivers this test starts and of
+    everything they start, read every 0.2 s while open: did one hold any of ``secrets``? A
+    JVM's arguments stand for its whole life. Only this process's descendants in sessions
+    of their own count (``run_driver`` starts each driver in a new session): not another
+    pytest worker's processes, nor the in-process test session's JVM, whose S3 confs are the
+    test infrastructure's (``integration/conftest.py``), not the example's."""
 
     def __init__(self, *secrets_: str) -> None:
         self.secrets = [s.encode() for s in secrets_ if s]
@@ -68,9 +72,30 @@ class CommandLineWatch:
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self.scans = 0
 
+    @staticmethod
+    def _drivers() -> list[Path]:
+        """``/proc/<pid>`` of this process's descendants outside its own session."""
+        parent: dict[int, int] = {}
+        session: dict[int, int] = {}
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            parent[int(proc.name)], session[int(proc.name)] = int(fields[1]), int(fields[3])
+        me, mine = os.getpid(), os.getsid(0)
+        out = []
+        for pid in parent:
+            at, seen = pid, 0
+            while at in parent and at != me and seen < 64:
+                at, seen = parent[at], seen + 1
+            if at == me and pid != me and session.get(pid) != mine:
+                out.append(Path(f"/proc/{pid}"))
+        return out
+
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
-            for proc in Path("/proc").glob("[0-9]*"):
+            for proc in self._drivers():
                 try:
                     line = (proc / "cmdline").read_bytes()
                 except OSError:
