@@ -20,19 +20,19 @@ here it becomes what the commands report.
 
 from __future__ import annotations
 
-from connectors.cli._model import Lingering, RecoverReport, SinkStatus
-from connectors.cli._targets import Target
-from connectors.core.ledgers.ledger import Ledger
+from connectors.cli._table_target import TableTarget
 
 __all__ = ["DeltaTarget"]
 
 
-class DeltaTarget(Target):
+class DeltaTarget(TableTarget):
     """A Delta table (a local path or an object-store URI), with ledgers under
     ``_connectors/`` beside it (or under ``ledger_root``):
     :class:`connectors.delta.admin.DeltaAdmin`."""
 
     kind = "delta"
+    format_name = "Delta"
+    history = "Delta log"
 
     def __init__(self, location: str, ledger_root: str | None = None,
                  storage_options: dict[str, str] | None = None) -> None:
@@ -40,34 +40,5 @@ class DeltaTarget(Target):
 
         self.admin = DeltaAdmin(location, ledger_root, storage_options)
 
-    def describe(self) -> str:
-        return self.admin.describe()
-
-    def sink_ids(self) -> list[str]:
-        return self.admin.sink_ids()
-
-    def ledger(self, sink_id: str) -> Ledger:
-        return self.admin.ledger(sink_id)
-
-    def lingering(self, sink_id: str) -> list[Lingering]:
-        return []  # a Delta commit is atomic: nothing stays open or prepared
-
-    def status(self, sink_id: str) -> SinkStatus:
-        status = super().status(sink_id)
-        in_log = self.admin.last_batch_in_log(sink_id)
-        status.notes.append(f"Delta log: last batch committed by this sink = {in_log}")
-        if in_log is not None and (status.last_committed is None
-                                   or in_log > status.last_committed):
-            status.unfinished.append(in_log)
-            status.notes.append(
-                f"batch {in_log} is committed in Delta but not yet recorded in the ledger: "
-                "the sink's next run records it without writing it again")
-        return status
-
-    def recover(
-        self, sink_id: str, *, commit_decided: bool, abort_undecided: bool, min_age_s: float
-    ) -> RecoverReport:
-        report = RecoverReport(sink_id, self.describe())
-        report.notes.append("Delta commits are atomic: nothing to commit or roll back; a batch "
-                            "committed but not recorded is recorded by the sink's next run")
-        return report
+    def last_batch_in_table(self, sink_id: str) -> int | None:
+        return self.admin.last_batch_in_log(sink_id)  # type: ignore[no-any-return]

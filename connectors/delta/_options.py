@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from connectors.core.errors import BadInputError, ConfigurationError
 from connectors.delta._changes import MergeFunction
-from connectors.lake.changes import ChangeSpec, change_spec, merge_keys
+from connectors.lake.changes import ChangeSpec, change_spec, merge_keys, text_option
 from connectors.spark.toolkit import require_spark
 
 if TYPE_CHECKING:
@@ -67,13 +67,6 @@ def check_options(
     return keys
 
 
-def _text(sink_id: str, name: str, value: object) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigurationError(f"{name} must be a non-empty string (a SQL expression or a "
-                                 f"column name), not {value!r}", sink_id=sink_id)
-    return value
-
-
 def check_changes(
     sink_id: str,
     *,
@@ -91,7 +84,7 @@ def check_changes(
 ) -> ChangeSpec:
     """Constructor: the MERGE and overwrite options fit together (the message names the
     fix); return the sink's :class:`ChangeSpec`."""
-    _text(sink_id, "replace_where", replace_where)
+    text_option(sink_id, "replace_where", replace_where)
     if merge is not None and not callable(merge):
         raise ConfigurationError(
             "merge must be a function (target, source) -> DeltaMergeBuilder, e.g. "

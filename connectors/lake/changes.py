@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = ["ChangeSpec", "Clause", "change_spec", "clauses", "dedupe_by_key", "merge_keys",
-           "merge_sql", "on_keys"]
+           "merge_sql", "on_keys", "text_option"]
 
 _RANK = "__connectors_rank"
 
@@ -230,7 +230,9 @@ def merge_keys(sink_id: str, merge_on: Iterable[str] | str | None) -> tuple[str,
     return keys
 
 
-def _text(sink_id: str, name: str, value: object) -> str | None:
+def text_option(sink_id: str, name: str, value: object) -> str | None:
+    """Constructor: ``value`` (a SQL expression or a column name) as given, ``None`` when
+    not given; an empty or non-string one is a :class:`ConfigurationError`."""
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise ConfigurationError(f"{name} must be a non-empty string (a SQL expression or a "
                                  f"column name), not {value!r}", sink_id=sink_id)
@@ -250,8 +252,8 @@ def change_spec(
 ) -> ChangeSpec:
     """Constructor: the MERGE options fit together (each refusal names the fix); the sink's
     :class:`ChangeSpec`. ``merge``: a format's MERGE function (checked by that format)."""
-    seq = _text(sink_id, "sequence_column", sequence_column)
-    conditions = {name: _text(sink_id, name, value) for name, value in (
+    seq = text_option(sink_id, "sequence_column", sequence_column)
+    conditions = {name: text_option(sink_id, name, value) for name, value in (
         ("delete_when", delete_when), ("update_when", update_when),
         ("insert_when", insert_when))}
     given = [name for name, value in conditions.items() if value is not None]
