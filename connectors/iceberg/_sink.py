@@ -19,18 +19,18 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from connectors.core.batch import BatchContext, BatchInput
-from connectors.core.errors import ConfigurationError
+from connectors.core.errors import BadInputError, ConfigurationError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledgers.ledger import BATCH_JOB_QUERY_ID, Ledger
 from connectors.core.metrics import BatchMetrics
 from connectors.core.templates.families import DriverCommitSink
 from connectors.iceberg._snapshots import TableSnapshots
 from connectors.iceberg._table import (
+    TableSchema,
     check_columns,
     check_required_values,
     check_spark,
     resolve_table,
-    table_schema,
 )
 from connectors.iceberg._tag import SnapshotTag
 from connectors.iceberg._writer import IcebergWriter, Mode
@@ -43,6 +43,7 @@ from connectors.spark.toolkit import observe, quoted, require_spark, spark_finge
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = ["IcebergSink"]
 
@@ -169,6 +170,7 @@ class IcebergSink(DriverCommitSink):
 
     def _reset_driver_side(self) -> None:  # driver-only state, never pickled
         self._spark: SparkSession | None = None
+        self._schema: TableSchema | None = None  # the table's, as this run last read it
         self._location: str | None = None
         self._ledger: TableLedger | TableObjectLedger | None = None
         self._committed: set[tuple[str, int]] = set()  # this driver run's commits
@@ -191,6 +193,7 @@ class IcebergSink(DriverCommitSink):
         table's location (created if missing and ``create_table``)."""
         df = self._frame(ctx.batch)
         self._spark = df.sparkSession
+        self._schema = TableSchema(self._spark, self.table)
         if self._location is None:
             self._location = resolve_table(self.changes.table_df(df), self.table,
                                            create_table=self.create_table,
@@ -210,6 +213,12 @@ class IcebergSink(DriverCommitSink):
         if self._spark is None:  # pragma: no cover - driver hooks run after begin_run
             raise ConfigurationError("no run in progress", sink_id=self.sink_id)
         return self._spark
+
+    @property
+    def _table_schema(self) -> TableSchema:
+        if self._schema is None:  # pragma: no cover - driver hooks run after begin_run
+            raise ConfigurationError("no run in progress", sink_id=self.sink_id)
+        return self._schema
 
     def location(self) -> str:
         """The table's location, as the catalog gives it (known once a run started)."""
@@ -296,18 +305,24 @@ class IcebergSink(DriverCommitSink):
     def plan_input(self, batch: BatchInput, ctx: BatchContext) -> BatchInput:
         """Driver, before a fresh write (before the intent): the batch's columns fit the
         table (names; its required columns present); a MERGE's keys are in both and its
-        conditions resolve (a Spark analysis, no job)."""
+        conditions resolve (a Spark analysis, no job). Checked against the schema this run
+        last read, and a fresh read before any refusal (:class:`TableSchema`)."""
         df = self._frame(batch)
-        schema = table_schema(self._session, self.table)
-        check_columns(self.changes.table_df(df).schema, schema, self.table,
-                      merge_on=self.changes.merge_on, sink_id=self.sink_id)
-        if self.changes.merges:
-            self.changes.validate(df, schema, sink_id=self.sink_id)
+        columns = self.changes.table_df(df).schema
+
+        def check(schema: StructType) -> None:
+            check_columns(columns, schema, self.table, merge_on=self.changes.merge_on,
+                          sink_id=self.sink_id)
+            if self.changes.merges:
+                self.changes.validate(df, schema, sink_id=self.sink_id)
+
+        self._table_schema.check(check)
         return super().plan_input(batch, ctx)
 
     def check_input(self, batch: BatchInput, ctx: BatchContext) -> None:
         """Driver, a fan-out before its decision: no row the commit writes holds a NULL in a
-        column the table requires (a MERGE's rows: its source's, but those it deletes)."""
+        column the table requires (a MERGE's rows: its source's, but those it deletes), by
+        a fresh read of the table's schema."""
         df = self._frame(batch)
         if self.changes.merges:
             df = self.changes.source(df)
@@ -316,7 +331,7 @@ class IcebergSink(DriverCommitSink):
 
                 df = df.alias("s").where(
                     F.expr(f"NOT coalesce(({self.changes.delete_when}), false)"))
-        check_required_values(self.changes.table_df(df), table_schema(self._session, self.table),
+        check_required_values(self.changes.table_df(df), self._table_schema.read(),
                               self.table, sink_id=self.sink_id, batch_id=ctx.batch_id)
 
     def fingerprint_input(self, batch: BatchInput) -> Fingerprint | None:
@@ -350,8 +365,13 @@ class IcebergSink(DriverCommitSink):
                                replace_where=self.replace_where, changes=self.changes)
         assert self._ledger is not None
         self._ledger.check_lease()
-        self._write_ms = writer.write(observed.df if observed is not None else df, tag,
-                                      streaming=ctx.query_id not in (None, BATCH_JOB_QUERY_ID))
+        try:
+            self._write_ms = writer.write(observed.df if observed is not None else df, tag,
+                                          streaming=ctx.query_id not in (None,
+                                                                         BATCH_JOB_QUERY_ID))
+        except BadInputError:
+            self._table_schema.forget()  # the table refused the batch: read it again next
+            raise
         self._committed.add(key)
         return observed.result() if observed is not None else None
 

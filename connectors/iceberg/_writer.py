@@ -30,6 +30,7 @@ from connectors.core.errors import BadInputError
 from connectors.iceberg._tag import SnapshotTag
 from connectors.lake.changes import ChangeSpec, clauses, merge_sql, on_keys
 from connectors.lake.commit_confs import commit_confs
+from connectors.spark.toolkit import error_facts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,6 +40,10 @@ __all__ = ["IcebergWriter", "Mode", "translate"]
 Mode = Literal["append", "overwrite"]
 
 _views = itertools.count()
+
+#: Spark's conditions for a batch whose columns do not fit the table (names and types only:
+#: their messages quote no row)
+_SCHEMA_CONDITIONS = ("INCOMPATIBLE_DATA_FOR_TABLE", "INSERT_COLUMN_ARITY_MISMATCH")
 
 _NOT_NULL = re.compile(r"NOT_NULL_ASSERT_VIOLATION.*?non-nullable field:\s*([^\s.]+)", re.S)
 
@@ -116,9 +121,17 @@ def translate(exc: BaseException, table: str, *, sink_id: str) -> BadInputError 
             f"in the query (e.g. .where('{column} IS NOT NULL')), or make the column "
             f"optional (ALTER TABLE {table} ALTER COLUMN {column} DROP NOT NULL)",
             sink_id=sink_id)
-    if "INCOMPATIBLE_DATA_FOR_TABLE" in text or "Cannot write incompatible data" in text \
+    facts = error_facts(exc)
+    condition = next((c for c in facts.conditions if c.split(".")[0] in _SCHEMA_CONDITIONS),
+                     None)
+    if condition is not None or "INCOMPATIBLE_DATA_FOR_TABLE" in text \
+            or "Cannot write incompatible data" in text \
             or "Cannot find data for the output column" in text:
         first = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+        params = facts.params.get(condition or "", {})
+        columns = "".join(f" {label}: {params[key]}." for key, label in (
+            ("tableColumns", "Table columns"), ("dataColumns", "Data columns")) if key in params)
+        first = f"{first}{columns}"
         return BadInputError(
             f"the batch's columns do not fit the Iceberg table {table}: Spark says {first}. "
             "Nothing was committed. Select and cast the columns to the table's schema in the "

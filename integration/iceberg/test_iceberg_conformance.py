@@ -121,3 +121,37 @@ def test_a_merge_with_bad_input_is_refused_before_anything_commits(
     fixed.run_batch(good, 0)  # the same batch again: a replay, nothing written
     rows = sorted(tuple(r) for r in spark.table(table).collect())
     assert rows == [(1, "a", 1), (2, "b", 1)] and snapshots() == 1
+
+
+def test_a_table_another_writer_alters_during_a_run_is_checked_afresh(
+        spark: SparkSession, warehouse: Path) -> None:
+    """The sink keeps the table's schema within a run (no catalog read per batch). Another
+    writer adds a column the next batch brings: the kept schema would refuse it, a fresh
+    read lets it through. It then drops a column the batch still has: the kept schema lets
+    the batch through, Iceberg's writer refuses it, a ``BadInputError`` names the fix and
+    nothing commits; the fixed batch lands once."""
+    from connectors.core.errors import BadInputError
+
+    table = f"{CATALOG}.db.altered_{_RUN}"
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, name STRING) USING iceberg")
+    sink = IcebergSink(table, sink_id=f"altered-{_RUN}")
+
+    def tags() -> list[str]:
+        return [r[0] for r in spark.sql(
+            f"SELECT summary['connectors.batch'] FROM {table}.snapshots "
+            f"WHERE summary['connectors.sink'] = 'altered-{_RUN}' ORDER BY committed_at"
+        ).collect()]
+
+    sink(spark.createDataFrame([(1, "a")], "id BIGINT, name STRING"), 0)
+    spark.sql(f"ALTER TABLE {table} ADD COLUMN amount DOUBLE")  # another writer
+    sink(spark.createDataFrame([(2, "b", 2.0)], "id BIGINT, name STRING, amount DOUBLE"), 1)
+    spark.sql(f"ALTER TABLE {table} DROP COLUMN name")  # another writer, again
+    stale = spark.createDataFrame([(3, "secret-c", 3.0)], "id BIGINT, name STRING, amount DOUBLE")
+    with pytest.raises(BadInputError, match="do not fit the Iceberg table") as err:
+        sink(stale, 2)
+    assert "secret-c" not in str(err.value) and "Nothing was committed" in str(err.value)
+    assert tags() == ["0", "1"], "the refused batch committed nothing"
+    sink(stale.drop("name"), 2)
+    sink(stale.drop("name"), 2)  # the same batch again: a replay, nothing written
+    rows = sorted(tuple(r) for r in spark.table(table).collect())
+    assert rows == [(1, None), (2, 2.0), (3, 3.0)] and tags() == ["0", "1", "2"]
