@@ -3,7 +3,8 @@
 Service fixtures live in ``integration/support/_fixtures_services.py`` and are re-exported here:
 ``postgres_conninfo``, ``kafka_bootstrap``, ``s3_service`` (session-scoped),
 ``native_postgres``, ``native_kafka`` and ``native_s3`` (restart hooks). See that module
-for how services are found or started.
+for how services are found or started. MariaDB's, ``mariadb_url`` and ``native_mariadb``,
+are in ``integration/support/_fixtures_mariadb.py``.
 
 Add further fixtures (e.g. Spark) below the re-export block; extend ``pytest_configure``
 instead of defining a second one.
@@ -45,6 +46,7 @@ os.environ.setdefault(
 )
 
 from integration.support._file_order import longest_files_first  # noqa: E402
+from integration.support._fixtures_mariadb import mariadb_url, native_mariadb  # noqa: E402
 from integration.support._fixtures_secured import kafka_sasl, pg_tls, secrets_env  # noqa: E402
 from integration.support._fixtures_services import (  # noqa: E402
     docker_compose_file,
@@ -65,7 +67,9 @@ __all__ = [
     "eos_services",
     "kafka_bootstrap",
     "kafka_sasl",
+    "mariadb_url",
     "native_kafka",
+    "native_mariadb",
     "native_postgres",
     "native_s3",
     "pg_tls",

@@ -1,4 +1,5 @@
-"""Real PostgreSQL, Apache Kafka and an S3 API for the integration tests, without Docker.
+"""Real PostgreSQL, Apache Kafka, an S3 API and MariaDB for the integration tests, without
+Docker.
 
 Standard library only, so ``scripts/services`` works before any pip install (the S3 part
 needs ``moto[s3]``, flask and flask-cors for its server, and boto3, all of the ``[dev]``
@@ -27,14 +28,24 @@ extra, when it starts).
   persistence: it logs every request, bodies included, and replays them; a replayed
   multipart upload gets a new upload id, so its later parts and its completion fail.)
 
+* MariaDB: Debian 12's ``mariadbd`` (10.11; packages ``mariadb-server-core`` and
+  ``mariadb-client-core``, installed when missing), ``mariadb-install-db`` into
+  ``<state>/mariadb/data``, run by the service user (``mariadbd --user``) on 127.0.0.1 on a
+  port chosen once and kept, its socket in ``<state>/mariadb/run``, TLS on the same port
+  (the test CA's server certificate), InnoDB, ``local_infile``, utf8mb4, UTC, no binary
+  log. Administration over the socket only (``unix_socket``: the OS user running this);
+  the database ``eos``, the user ``eos``/``eos`` and the TLS-only user ``eos_tls`` hold
+  only the sink's table privileges on ``eos.*`` (:mod:`.mariadb_cluster`). Prepared XA
+  branches survive a disconnect, a SIGKILL and a restart.
+
 ``<state>`` is ``<repo>/.services`` (``$EOS_SERVICES_DIR`` overrides). When the
 service user cannot reach that directory (for example a repository under ``/root``),
-the PostgreSQL part falls back to ``/tmp/eos-services-<uid>-<hash>/postgres``.
+the PostgreSQL and MariaDB parts fall back to ``/tmp/eos-services-<uid>-<hash>/``.
 
 Command line (``scripts/services`` wraps this)::
 
-    python3 -m integration.services start [--only postgres|kafka|s3]
-    python3 -m integration.services stop [--only postgres|kafka|s3]
+    python3 -m integration.services start [--only postgres|kafka|s3|mariadb]
+    python3 -m integration.services stop [--only postgres|kafka|s3|mariadb]
     python3 -m integration.services restart [--only ...] [--mode fast|immediate] [--kill]
     python3 -m integration.services status [--only ...]
 
@@ -49,12 +60,16 @@ users holding exactly the sink's ACLs.
 ``EOS_KAFKA_BOOTSTRAP``, ``EOS_S3_ENDPOINT``, ``EOS_S3_BUCKET``, ``EOS_S3_ACCESS_KEY``,
 ``EOS_S3_SECRET_KEY``, and the secured listeners' ``EOS_POSTGRES_TLS_CONNINFO``,
 ``EOS_POSTGRES_TLS_SCRAM_CONNINFO``, ``EOS_KAFKA_SASL_BOOTSTRAP``,
-``EOS_KAFKA_SASL_CONFIG``, ``EOS_KAFKA_SASL_READER_CONFIG``); ``stop`` removes it once
+``EOS_KAFKA_SASL_CONFIG``, ``EOS_KAFKA_SASL_READER_CONFIG``, and MariaDB's
+``EOS_MARIADB_URL``, ``EOS_MARIADB_HOST``, ``EOS_MARIADB_PORT``, ``EOS_MARIADB_USER``,
+``EOS_MARIADB_PASSWORD``, ``EOS_MARIADB_DATABASE``, ``EOS_MARIADB_TLS_USER``,
+``EOS_MARIADB_TLS_PASSWORD``, ``EOS_MARIADB_SSL_CA``); ``stop`` removes it once
 nothing runs any more.
 
 From tests: :func:`start_postgres`, :func:`stop_postgres`, :func:`restart_postgres`,
 :func:`start_kafka`, :func:`stop_kafka`, :func:`restart_kafka`, :func:`start_s3`,
-:func:`stop_s3`, :func:`restart_s3`, :func:`status`.
+:func:`stop_s3`, :func:`restart_s3`, :func:`start_mariadb`, :func:`stop_mariadb`,
+:func:`restart_mariadb`, :func:`status`.
 """
 
 from __future__ import annotations
@@ -62,17 +77,27 @@ from __future__ import annotations
 from integration.services.cli import main
 from integration.services.config import (
     ENV_KAFKA,
+    ENV_MARIADB_SSL_CA,
+    ENV_MARIADB_TLS_PASSWORD,
+    ENV_MARIADB_TLS_USER,
+    ENV_MARIADB_URL,
     ENV_POSTGRES,
     ENV_S3_ACCESS_KEY,
     ENV_S3_BUCKET,
     ENV_S3_ENDPOINT,
     ENV_S3_SECRET_KEY,
+    MARIADB_DATABASE,
+    MARIADB_PASSWORD,
+    MARIADB_TLS_PASSWORD,
+    MARIADB_TLS_USER,
+    MARIADB_USER,
     REPO_ROOT,
     S3_ACCESS_KEY,
     S3_BUCKET,
     S3_REGION,
     S3_SECRET_KEY,
     KafkaInfo,
+    MariaDBInfo,
     PgStopMode,
     PostgresInfo,
     S3Info,
@@ -89,6 +114,12 @@ from integration.services.control import read_env_file, start, status, stop
 from integration.services.kafka import restart_kafka, start_kafka, stop_kafka
 from integration.services.kafka_cluster import kafka_metadata_ok
 from integration.services.kafka_jars import kafka_libs
+from integration.services.mariadb import (
+    mariadb_answers,
+    restart_mariadb,
+    start_mariadb,
+    stop_mariadb,
+)
 from integration.services.postgres import (
     postgres_messages,
     restart_postgres,
@@ -99,17 +130,27 @@ from integration.services.s3 import restart_s3, s3_answers, start_s3, stop_s3
 
 __all__ = [
     "ENV_KAFKA",
+    "ENV_MARIADB_SSL_CA",
+    "ENV_MARIADB_TLS_PASSWORD",
+    "ENV_MARIADB_TLS_USER",
+    "ENV_MARIADB_URL",
     "ENV_POSTGRES",
     "ENV_S3_ACCESS_KEY",
     "ENV_S3_BUCKET",
     "ENV_S3_ENDPOINT",
     "ENV_S3_SECRET_KEY",
+    "MARIADB_DATABASE",
+    "MARIADB_PASSWORD",
+    "MARIADB_TLS_PASSWORD",
+    "MARIADB_TLS_USER",
+    "MARIADB_USER",
     "REPO_ROOT",
     "S3_ACCESS_KEY",
     "S3_BUCKET",
     "S3_REGION",
     "S3_SECRET_KEY",
     "KafkaInfo",
+    "MariaDBInfo",
     "PgStopMode",
     "PostgresInfo",
     "S3Info",
@@ -122,21 +163,25 @@ __all__ = [
     "kafka_metadata_ok",
     "kafka_version",
     "main",
+    "mariadb_answers",
     "postgres_messages",
     "read_env_file",
     "restart_kafka",
+    "restart_mariadb",
     "restart_postgres",
     "restart_s3",
     "s3_answers",
     "service_timeout",
     "start",
     "start_kafka",
+    "start_mariadb",
     "start_postgres",
     "start_s3",
     "state_dir",
     "status",
     "stop",
     "stop_kafka",
+    "stop_mariadb",
     "stop_postgres",
     "stop_s3",
 ]

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from integration.services.config import SERVICES, PgStopMode, ServiceError, Status, env_file
 from integration.services.control import _selected, start, status, stop
 from integration.services.kafka import restart_kafka
+from integration.services.mariadb import restart_mariadb
 from integration.services.postgres import restart_postgres
 from integration.services.s3 import restart_s3
 
@@ -40,6 +41,14 @@ def _print_status(current: Status) -> None:
         )
     else:
         print(f"s3:       stopped  ({current.s3_dir})")
+    if current.mariadb is not None:
+        print(
+            f"mariadb:  running  {current.mariadb.host}:{current.mariadb.port}  (MariaDB "
+            f"{current.mariadb.version}, pid {current.mariadb_pid}, data "
+            f"{current.mariadb_dir}/data)"
+        )
+    else:
+        print(f"mariadb:  stopped  ({current.mariadb_dir or 'not initialised'})")
     path = env_file()
     print(f"env file: {path if path.exists() else '(none)'}")
 
@@ -47,7 +56,7 @@ def _print_status(current: Status) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="scripts/services",
-        description="Real PostgreSQL, Kafka and S3 (moto) for the integration tests, "
+        description="Real PostgreSQL, Kafka, S3 (moto) and MariaDB for the integration tests, "
         "without Docker.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,12 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "--mode",
                 choices=("smart", "fast", "immediate"),
                 default="fast",
-                help="pg_ctl stop mode",
+                help="pg_ctl stop mode; MariaDB: immediate = SIGKILL, else SIGTERM",
             )
             cmd.add_argument(
                 "--kill",
                 action="store_true",
-                help="SIGKILL the Kafka broker and moto instead of SIGTERM",
+                help="SIGKILL the Kafka broker, moto and MariaDB instead of SIGTERM",
             )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="services: %(message)s", stream=sys.stderr)
@@ -94,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 restart_kafka(kill=args.kill)
             if "s3" in names:
                 restart_s3(kill=args.kill)
+            if "mariadb" in names:
+                restart_mariadb("immediate" if args.kill else args.mode)
             _print_status(status())
         else:
             current = status()
@@ -103,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "postgres": current.postgres is not None,
                 "kafka": current.kafka is not None,
                 "s3": current.s3 is not None,
+                "mariadb": current.mariadb is not None,
             }
             return 0 if all(up[name] for name in wanted) else 3
     except ServiceError as exc:

@@ -35,12 +35,29 @@ PG_MAX_CONNECTIONS: Final = 200
 PG_LC_MESSAGES: Final = "de_DE.UTF-8"
 HOST: Final = "127.0.0.1"
 
+MARIADB_USER: Final = "eos"
+MARIADB_PASSWORD: Final = "eos"
+MARIADB_DATABASE: Final = "eos"
+#: The TLS-only user (``REQUIRE SSL``), with the same grants as :data:`MARIADB_USER`.
+MARIADB_TLS_USER: Final = "eos_tls"
+MARIADB_TLS_PASSWORD: Final = "eos-tls-mariadb-pass-3Jd"
+MARIADB_MAX_CONNECTIONS: Final = 200
+
 ENV_POSTGRES: Final = "EOS_POSTGRES_CONNINFO"
 ENV_KAFKA: Final = "EOS_KAFKA_BOOTSTRAP"
 ENV_S3_ENDPOINT: Final = "EOS_S3_ENDPOINT"
 ENV_S3_BUCKET: Final = "EOS_S3_BUCKET"
 ENV_S3_ACCESS_KEY: Final = "EOS_S3_ACCESS_KEY"
 ENV_S3_SECRET_KEY: Final = "EOS_S3_SECRET_KEY"
+ENV_MARIADB_URL: Final = "EOS_MARIADB_URL"
+ENV_MARIADB_HOST: Final = "EOS_MARIADB_HOST"
+ENV_MARIADB_PORT: Final = "EOS_MARIADB_PORT"
+ENV_MARIADB_USER: Final = "EOS_MARIADB_USER"
+ENV_MARIADB_PASSWORD: Final = "EOS_MARIADB_PASSWORD"
+ENV_MARIADB_DATABASE: Final = "EOS_MARIADB_DATABASE"
+ENV_MARIADB_TLS_USER: Final = "EOS_MARIADB_TLS_USER"
+ENV_MARIADB_TLS_PASSWORD: Final = "EOS_MARIADB_TLS_PASSWORD"
+ENV_MARIADB_SSL_CA: Final = "EOS_MARIADB_SSL_CA"
 #: Where the services keep their state, and their env file (defaults: ``<repo>/.services``,
 #: ``<repo>/.services.env``).
 ENV_SERVICES_DIR: Final = "EOS_SERVICES_DIR"
@@ -55,8 +72,8 @@ S3_REGION: Final = "us-east-1"
 #: moto's request log is rotated (one old copy kept) at a start that finds it this large.
 S3_LOG_ROTATE_BYTES: Final = 20 * 1024 * 1024
 
-ServiceName = Literal["postgres", "kafka", "s3"]
-SERVICES: Final[tuple[ServiceName, ...]] = ("postgres", "kafka", "s3")
+ServiceName = Literal["postgres", "kafka", "s3", "mariadb"]
+SERVICES: Final[tuple[ServiceName, ...]] = ("postgres", "kafka", "s3", "mariadb")
 PgStopMode = Literal["smart", "fast", "immediate"]
 
 
@@ -112,6 +129,25 @@ class S3Info:
 
 
 @dataclasses.dataclass(frozen=True)
+class MariaDBInfo:
+    host: str
+    port: int
+    version: str = "?"
+    user: str = MARIADB_USER
+    password: str = MARIADB_PASSWORD
+    database: str = MARIADB_DATABASE
+
+    @property
+    def url(self) -> str:
+        return f"mariadb://{self.user}:{self.password}@{self.host}:{self.port}/{self.database}"
+
+    @property
+    def redacted(self) -> str:
+        """The URL without the password, for printing."""
+        return f"mariadb://{self.user}:***@{self.host}:{self.port}/{self.database}"
+
+
+@dataclasses.dataclass(frozen=True)
 class Status:
     postgres: PostgresInfo | None
     kafka: KafkaInfo | None
@@ -121,6 +157,9 @@ class Status:
     s3: S3Info | None = None
     s3_dir: Path | None = None
     s3_pid: int | None = None
+    mariadb: MariaDBInfo | None = None
+    mariadb_dir: Path | None = None
+    mariadb_pid: int | None = None
 
 
 # ------------------------------------------------------------------- configuration
@@ -205,10 +244,13 @@ def _s3_dir() -> Path:
     return state_dir() / "s3"
 
 
-def _fallback_pg_root() -> Path:
-    """Where the cluster goes when the service user cannot reach ``state_dir()``.
-
-    One per state directory, so two checkouts never share a cluster.
-    """
+def _fallback_root(service: str) -> Path:
+    """Where a service run by the service user keeps its files when that user cannot reach
+    ``state_dir()``: one per state directory, so two checkouts never share one."""
     digest = hashlib.sha1(str(state_dir()).encode(), usedforsecurity=False).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"eos-services-{os.getuid()}-{digest}" / "postgres"
+    return Path(tempfile.gettempdir()) / f"eos-services-{os.getuid()}-{digest}" / service
+
+
+def _fallback_pg_root() -> Path:
+    """Where the PostgreSQL cluster goes when the service user cannot reach ``state_dir()``."""
+    return _fallback_root("postgres")

@@ -2,7 +2,7 @@
 
 The shared services (``scripts/services``, ``<repo>/.services``) serve every test at once,
 so a test that restarts one would cut the others' connections. Such a test gets its own
-PostgreSQL, Kafka broker or S3 API instead, started on demand in a directory of its own
+PostgreSQL, Kafka broker, S3 API or MariaDB instead, started on demand in a directory of its own
 (new ports, its own env file), and stopped and removed afterwards: it runs beside the
 others, on any pytest-xdist worker. Measured on the CI machine: PostgreSQL answers 1.4 s
 after the start, Kafka 6.4 s, moto 1.4 s.
@@ -25,6 +25,7 @@ from integration.services.config import (
     ENV_SERVICES_DIR,
     ENV_SERVICES_ENV_FILE,
     KafkaInfo,
+    MariaDBInfo,
     PostgresInfo,
     S3Info,
     ServiceError,
@@ -34,6 +35,7 @@ from integration.services.config import (
 )
 from integration.services.control import status, stop
 from integration.services.kafka import start_kafka
+from integration.services.mariadb import start_mariadb
 from integration.services.postgres import start_postgres
 from integration.services.s3 import start_s3
 
@@ -45,7 +47,7 @@ class ServiceInstance:
 
     def __init__(self, label: str = "private") -> None:
         self.state = Path(tempfile.mkdtemp(prefix=f"eos-services-{label}-"))
-        # PostgreSQL runs as the unprivileged service user, which must reach its data
+        # PostgreSQL and MariaDB run as the unprivileged service user, which must reach its data
         # directory under here (mkdtemp makes it 0700).
         self.state.chmod(0o755)
         self.env = self.state / "services.env"
@@ -78,6 +80,11 @@ class ServiceInstance:
         """Its S3 API (moto) with the bucket, started unless it runs."""
         with self.active():
             return start_s3()
+
+    def mariadb(self) -> MariaDBInfo:
+        """Its MariaDB server, started unless it runs."""
+        with self.active():
+            return start_mariadb()
 
     def status(self) -> Status:
         """What of it runs."""

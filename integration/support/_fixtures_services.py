@@ -1,4 +1,5 @@
-"""Session fixtures that hand the integration tests a real PostgreSQL, Kafka and S3 API.
+"""Session fixtures that hand the integration tests a real PostgreSQL, Kafka and S3 API
+(MariaDB's, resolved the same way: integration/support/_fixtures_mariadb.py).
 
 ``postgres_conninfo`` / ``kafka_bootstrap`` / ``s3_service`` resolve each service once per
 session:
@@ -11,7 +12,7 @@ session:
    service's);
 2. a Docker engine that answers ``docker info``: pytest-docker's ``docker_services`` with
    ``docker/docker-compose.yml`` (pytest-docker is only touched on this path; the compose
-   file has no S3, which always comes from 1 or 3);
+   file has no S3, which always comes from 1 or 3; MariaDB is ``$EOS_MARIADB_URL``);
 3. otherwise the native services of :mod:`integration.services`, started here and stopped
    at session end only when this session started them.
 
@@ -66,6 +67,7 @@ _ENV_VARS: dict[ServiceName, str] = {
     "postgres": _services.ENV_POSTGRES,
     "kafka": _services.ENV_KAFKA,
     "s3": _services.ENV_S3_ENDPOINT,
+    "mariadb": _services.ENV_MARIADB_URL,
 }
 _PROBE_TIMEOUT = 15.0
 
@@ -141,7 +143,22 @@ def _probe_s3(endpoint: str) -> str | None:
     return f"no S3 API answers GET / at {endpoint}"
 
 
-_PROBES = {"postgres": _probe_postgres, "kafka": _probe_kafka, "s3": _probe_s3}
+def _probe_mariadb(url: str) -> str | None:
+    """None when ``mariadb://user:password@host:port/db`` takes a login and ``SELECT 1``
+    (the ``mariadb`` command line: no Python driver is a dependency yet)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "mariadb" or not parts.hostname or port is None or not parts.username:
+        return f"cannot parse {redact(url)!r} (expected mariadb://user:password@host:port/db)"
+    return _services.mariadb_answers(parts.hostname, port, parts.username,
+                                     parts.password or "", parts.path.lstrip("/"))
+
+
+_PROBES = {"postgres": _probe_postgres, "kafka": _probe_kafka, "s3": _probe_s3,
+           "mariadb": _probe_mariadb}
 
 
 def _probe(service: ServiceName, value: str, timeout: float) -> str | None:
@@ -272,6 +289,9 @@ class ServiceResolver:
         if service == "postgres":
             port = int(self._docker.port_for("postgres", 5432))
             value = f"postgresql://eos:eos@{docker_ip}:{port}/eos"
+        elif service == "mariadb":
+            port = int(self._docker.port_for("mariadb", 3306))
+            value = f"mariadb://eos:eos@{docker_ip}:{port}/eos"
         else:
             port = int(self._docker.port_for("kafka", 9092))
             value = f"{docker_ip}:{port}"
@@ -285,13 +305,16 @@ class ServiceResolver:
 
     def _from_native(self, service: ServiceName) -> str:
         current = _services.status()
-        running = {"postgres": current.postgres, "kafka": current.kafka, "s3": current.s3}
+        running = {"postgres": current.postgres, "kafka": current.kafka, "s3": current.s3,
+                   "mariadb": current.mariadb}
         was_running = running[service] is not None
         try:
             if service == "postgres":
                 value = _services.start_postgres().conninfo
             elif service == "kafka":
                 value = _services.start_kafka().bootstrap
+            elif service == "mariadb":
+                value = _services.start_mariadb().url
             else:
                 value = _services.start_s3().endpoint
         except _services.ServiceError as exc:
@@ -316,6 +339,8 @@ class ServiceResolver:
             return current.postgres is not None and current.postgres.conninfo == value
         if service == "s3":
             return current.s3 is not None and current.s3.endpoint == value
+        if service == "mariadb":
+            return current.mariadb is not None and current.mariadb.url == value
         return current.kafka is not None and current.kafka.bootstrap == value
 
     def close(self) -> None:
@@ -325,6 +350,8 @@ class ServiceResolver:
                     _services.stop_postgres()
                 elif service == "s3":
                     _services.stop_s3()
+                elif service == "mariadb":
+                    _services.stop_mariadb()
                 else:
                     _services.stop_kafka()
             except _services.ServiceError as exc:  # teardown must not hide test results
