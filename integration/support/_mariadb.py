@@ -64,9 +64,11 @@ class MariaDBAddress:
 
 
 def mariadb_sql(address: MariaDBAddress, sql: str, *, check: bool = True,
+                options: tuple[str, ...] = (),
                 timeout: float = STATEMENT_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    """Run ``sql`` on a connection of its own; ``check``: fail on an error, naming it."""
-    proc = subprocess.run(address.argv("-e", sql), stdin=subprocess.DEVNULL,
+    """Run ``sql`` on a connection of its own (``options``: more of the client's);
+    ``check``: fail on an error, naming it."""
+    proc = subprocess.run(address.argv(*options, "-e", sql), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, env=address.env(), timeout=timeout,
                           check=False)
     if check and proc.returncode != 0:

@@ -1,0 +1,1 @@
+"""MariaDB: the test service an exactly-once MariaDB sink will rely on."""
