@@ -208,12 +208,14 @@ def _apt_install(packages: Sequence[str], why: str) -> None:
 
 
 def _service_user(create: bool) -> str:
-    """The user PostgreSQL runs as: ``eos`` (created if needed) when root, else ourselves."""
+    """The user PostgreSQL and MariaDB run as: ``eos`` (created if needed) when root, else
+    ourselves."""
     if not _is_root():
         return pwd.getpwuid(os.getuid()).pw_name
     name = os.environ.get("EOS_SERVICE_USER", "").strip() or "eos"
     if name == "root":
-        raise ServiceError("EOS_SERVICE_USER must not be root: PostgreSQL refuses to run as root")
+        raise ServiceError("EOS_SERVICE_USER must not be root: PostgreSQL and MariaDB refuse "
+                           "to run as root")
     try:
         pwd.getpwnam(name)
         return name
@@ -226,7 +228,8 @@ def _service_user(create: bool) -> str:
         raise ServiceError(
             f"cannot create system user {name!r}: useradd is missing (apt-get install passwd)"
         )
-    log.info("creating system user %r to run PostgreSQL (it refuses to run as root)", name)
+    log.info("creating system user %r to run PostgreSQL and MariaDB (they refuse to run as "
+             "root)", name)
     _run(
         [
             "useradd",
