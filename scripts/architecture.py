@@ -62,6 +62,8 @@ ROLES: dict[str, str] = {
              "classic and Connect; the jar resolver and session helper (`spark/jars/`)",
     "postgres": "`PostgresSink` (PREPARE_IN_TASK): binary COPY, `PREPARE TRANSACTION`, "
                 "ledger tables",
+    "mariadb": "MariaDB/MySQL (PREPARE_IN_TASK, issue 54, being built): Arrow batches as "
+               "LOAD DATA LOCAL INFILE files, XA branches",
     "kafka": "`KafkaSink` (COMMIT_IN_TASK): a transactional producer per slot, markers, "
              "ledger topic",
     "delta": "`DeltaSink` (COMMIT_ON_DRIVER): one Delta commit per batch, keyed by "

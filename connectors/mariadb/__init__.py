@@ -1,0 +1,1 @@
+"""MariaDB and MySQL: exactly-once through XA prepared transactions (issue 54)."""
