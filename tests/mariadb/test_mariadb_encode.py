@@ -129,19 +129,21 @@ def test_random_text_survives_the_file() -> None:
 
 def test_binary_as_hex_loads_through_unhex() -> None:
     values = [b"\x00\t\n\r\\\xff", b"", None, b"\\N"]
-    assert column(values, pa.binary()) == ["00090a0d5cff", "", None, "5c4e"]
-    plan = LoadPlan.for_schema(pa.schema([("k", pa.int32()), ("b", pa.binary())]))
+    assert column(values, pa.binary(), binary="hex") == ["00090a0d5cff", "", None, "5c4e"]
+    plan = LoadPlan.for_schema(pa.schema([("k", pa.int32()), ("b", pa.binary())]),
+                               binary="hex")
     assert plan.statement("t", "/p").endswith("(`k`, @eos_hex1) SET `b` = UNHEX(@eos_hex1)")
 
 
 @pytest.mark.parametrize("typ", [pa.binary(), pa.large_binary(), pa.binary(2),
                                  pa.binary_view()])
-def test_binary_as_escaped_bytes(typ: pa.DataType) -> None:
+def test_binary_as_escaped_bytes_by_default(typ: pa.DataType) -> None:
     values = [b"\xff\t", b"\x00\\", None]
-    plan = LoadPlan.for_schema(pa.schema([("b", typ)]), binary="bytes")
-    rows = unload(bytes(plan.encode(pa.table({"b": pa.array(values, typ)}))))
-    assert [r[0] for r in rows] == values
-    assert "UNHEX" not in plan.statement("t", "/p")
+    for plan in (LoadPlan.for_schema(pa.schema([("b", typ)])),  # the default
+                 LoadPlan.for_schema(pa.schema([("b", typ)]), binary="bytes")):
+        rows = unload(bytes(plan.encode(pa.table({"b": pa.array(values, typ)}))))
+        assert [r[0] for r in rows] == values
+        assert "UNHEX" not in plan.statement("t", "/p")
 
 
 def test_hex_of_a_sliced_array_starts_at_the_slice() -> None:
@@ -271,7 +273,7 @@ def test_the_statement_quotes_identifiers_and_spells_delimiters_in_hex() -> None
 
 
 def test_the_plan_is_picklable_for_the_tasks() -> None:
-    plan = LoadPlan.for_schema(pa.schema([("a", pa.int8()), ("b", pa.binary())]))
+    plan = LoadPlan.for_schema(pa.schema([("a", pa.int8()), ("b", pa.binary())]), binary="hex")
     assert pickle.loads(pickle.dumps(plan)) == plan
 
 
