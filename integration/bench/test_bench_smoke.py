@@ -82,3 +82,23 @@ def test_benchmark_smoke_mode_runs_and_checks_its_results(
     assert "this run judges nothing" in out, "no word that the smoke run judges nothing"
     if BENCHMARKS[name]:
         assert (tmp_path / f"{name}.png").stat().st_size > 0, "no chart drawn"
+
+
+def test_mariadb_load_smoke_mode_round_trips_every_type_and_probes_strictness(
+        mariadb_url: str) -> None:
+    """``benchmarks.mariadb_load --smoke`` (issue 54's driver choice, with PyMySQL, the one
+    driver of the test set): every Arrow type loaded by LOAD DATA LOCAL INFILE from the
+    encoder's bytes and read back value for value, and every bad value a warning as
+    connectors/mariadb/_strict.py documents; it exits 1 on any difference."""
+    from urllib.parse import unquote, urlsplit
+
+    url = urlsplit(mariadb_url)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.mariadb_load", "--smoke",
+                           "--driver", "pymysql", "--host", str(url.hostname), "--port",
+                           str(url.port), "--user", unquote(url.username or ""), "--database",
+                           url.path.lstrip("/")], cwd=REPO,
+                          env=dict(os.environ, EOS_MARIADB_PASSWORD=unquote(url.password or "")),
+                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-8000:]
+    assert out.count("(as documented)") >= 7, out[-4000:]

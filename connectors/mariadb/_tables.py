@@ -1,0 +1,141 @@
+"""Driver side, before a batch is written: the target table read, created or refused.
+
+:func:`plan_table` reads the table's columns (``information_schema.columns``), creates the
+table from the batch's Arrow schema when it is missing and ``create_table`` allows it
+(:func:`ddl_type`), and refuses a batch that does not fit: a column the table lacks, a
+required column (``NOT NULL`` without a default) the batch lacks, or a type the sink
+cannot write. Each refusal names the column and the fix, and comes before any task runs.
+The result, :class:`TablePlan`, is what the tasks load with.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.core.errors import BadInputError
+from connectors.mariadb._config import MariaDBOptions, TableName, quote
+from connectors.mariadb._encode import LoadPlan
+from connectors.mariadb._ledger import DriverConnection
+
+__all__ = ["TableColumn", "TablePlan", "ddl_type", "plan_table", "read_columns"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TableColumn:
+    """One column of the target table, as ``information_schema`` gives it."""
+
+    name: str
+    data_type: str  # e.g. "bigint", "varchar", "datetime", "json" (longtext + JSON check)
+    column_type: str  # e.g. "bigint(20) unsigned", "varchar(64)"
+    required: bool  # NOT NULL and no default
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """What a task needs to load a batch: the table and the batch's columns in order, each
+    with its table column."""
+
+    table: TableName
+    columns: tuple[str, ...]
+    table_columns: tuple[TableColumn, ...]
+    load: LoadPlan  # how the tasks encode and load the batch's columns
+
+
+def read_columns(db: DriverConnection, table: TableName) -> list[TableColumn]:
+    """The columns of ``table`` in order; empty if it does not exist."""
+    rows = db.fetch(
+        f"reading the columns of {table}",
+        "SELECT column_name, data_type, column_type, is_nullable, column_default, extra "
+        "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+        "ORDER BY ordinal_position", (table.database, table.name))
+    return [TableColumn(name=str(r[0]), data_type=str(r[1]).lower(),
+                        column_type=str(r[2]).lower(),
+                        required=(r[3] == "NO" and r[4] is None
+                                  and "auto_increment" not in str(r[5]).lower()
+                                  and "generated" not in str(r[5]).lower()))
+            for r in rows]
+
+
+def ddl_type(field: pa.Field) -> str:
+    """The MariaDB type ``create_table`` gives an Arrow field (``BadInputError`` for one the
+    sink cannot write)."""
+    t = field.type
+    simple: list[tuple[Any, str]] = [
+        (pa.types.is_boolean, "BOOLEAN"), (pa.types.is_int8, "TINYINT"),
+        (pa.types.is_int16, "SMALLINT"), (pa.types.is_int32, "INT"),
+        (pa.types.is_int64, "BIGINT"), (pa.types.is_uint8, "TINYINT UNSIGNED"),
+        (pa.types.is_uint16, "SMALLINT UNSIGNED"), (pa.types.is_uint32, "INT UNSIGNED"),
+        (pa.types.is_uint64, "BIGINT UNSIGNED"), (pa.types.is_float32, "FLOAT"),
+        (pa.types.is_float64, "DOUBLE"), (pa.types.is_date, "DATE"),
+        (pa.types.is_timestamp, "DATETIME(6)"), (pa.types.is_time, "TIME(6)"),
+        (pa.types.is_string, "LONGTEXT"), (pa.types.is_large_string, "LONGTEXT"),
+        (pa.types.is_binary, "LONGBLOB"), (pa.types.is_large_binary, "LONGBLOB"),
+        (pa.types.is_fixed_size_binary, "LONGBLOB"),
+    ]
+    for test, name in simple:
+        if test(t):
+            return name
+    if pa.types.is_decimal(t):
+        if t.precision > 65 or t.scale > 38:
+            raise BadInputError(
+                f"column {field.name!r} is {t}: MariaDB's DECIMAL holds at most 65 digits, 38 "
+                "after the point. Cast it in the query (e.g. to decimal(38, 9)) or create "
+                "the table yourself")
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t) \
+            or pa.types.is_struct(t):
+        return "JSON"
+    raise BadInputError(
+        f"column {field.name!r} has type {t}, which MariaDBSink cannot write: cast it in "
+        "the query to a number, string, binary, decimal, date, timestamp, array, map or "
+        "struct")
+
+
+def plan_table(db: DriverConnection, options: MariaDBOptions, schema: pa.Schema, *,
+               sink_id: str) -> TablePlan:
+    """The table exists (or is created), the batch's columns fit it (see the module
+    docstring)."""
+    table = options.table
+    columns = read_columns(db, table)
+    if not columns:
+        if not options.create_table:
+            raise BadInputError(
+                f"the table {table} does not exist in MariaDB {db.address.where()}: create "
+                "it, or pass create_table=True", sink_id=sink_id)
+        body = ", ".join(f"{quote(f.name)} {ddl_type(f)}"
+                         + ("" if f.nullable else " NOT NULL") for f in schema)
+        db.fetch(f"creating the table {table}",
+                 f"CREATE TABLE IF NOT EXISTS {table.sql()} ({body}) ENGINE=InnoDB "
+                 "DEFAULT CHARSET=utf8mb4")
+        logger.info("sink %s: created the table %s", sink_id, table)
+        columns = read_columns(db, table)
+    by_name = {c.name.lower(): c for c in columns}
+    extra = [f.name for f in schema if f.name.lower() not in by_name]
+    if extra:
+        raise BadInputError(
+            f"the batch has column(s) {', '.join(extra)} that the table {table} does not "
+            f"(its columns: {', '.join(c.name for c in columns)}): nothing was committed. "
+            f"Drop them in the query, or add them (ALTER TABLE {table} ADD COLUMN ...)",
+            sink_id=sink_id)
+    given = {f.name.lower() for f in schema}
+    missing = [c.name for c in columns if c.required and c.name.lower() not in given]
+    if missing:
+        raise BadInputError(
+            f"the table {table} requires column(s) {', '.join(missing)} (NOT NULL, no "
+            "default) and the batch lacks them: nothing was committed. Select them in the "
+            "query", sink_id=sink_id)
+    for f in schema:  # a type the sink cannot write is refused before any task
+        ddl_type(f)
+    try:
+        load = LoadPlan.for_schema(schema)
+    except (ValueError, TypeError) as exc:
+        raise BadInputError(f"the batch cannot be loaded into {table}: {exc}",
+                            sink_id=sink_id) from None
+    return TablePlan(table=table, columns=tuple(f.name for f in schema),
+                     table_columns=tuple(by_name[f.name.lower()] for f in schema), load=load)

@@ -1,0 +1,153 @@
+"""Executor side of the MariaDB sink: one XA branch per Spark task attempt.
+
+A task's steps, on a connection of its own (MariaDB keeps a prepared branch attached to
+the session that prepared it, so a connection prepares one branch and is then closed):
+
+1. :meth:`TaskWriter.begin`: connect (strict, UTC session), ``XA START <xid>``;
+2. :meth:`TaskWriter.write`: each Arrow batch of the partition encoded
+   (:mod:`connectors.mariadb._encode`) and spooled to a private temporary file;
+3. :meth:`TaskWriter.pre_commit`: ``LOAD DATA LOCAL INFILE`` of the spool, then the load's
+   warnings read: any warning refuses the batch (MariaDB reports some bad values of a
+   ``LOCAL`` load as warnings, not errors; :mod:`connectors.mariadb._strict` names the
+   column, the row number and the fix, never a value); the receipt row (xid, sink, batch,
+   rows, fingerprint) inserted into the ledger's receipts table; ``XA END``,
+   ``XA PREPARE``; the connection closed, the spool removed.
+
+A failure before the prepare closes the connection: MariaDB rolls back a branch that is not
+prepared when its session ends. No statement inside a branch is ever retried (a retried
+statement could apply twice); a failed task is a new attempt with a new xid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import IO, Any
+
+import pyarrow as pa
+
+from connectors.core.errors import BadInputError
+from connectors.core.fingerprint import Fingerprint
+from connectors.core.naming import TransactionId
+from connectors.mariadb._client import connect, raise_translated, translate
+from connectors.mariadb._config import Address, MariaDBOptions
+from connectors.mariadb._encode import ValueRefused
+from connectors.mariadb._strict import refusal
+from connectors.mariadb._tables import TablePlan
+from connectors.mariadb._xid import xid_sql
+
+__all__ = ["MariaTxn", "TaskWriter"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class MariaTxn:
+    """One task attempt's open branch: its connection, xid and spool."""
+
+    conn: Any
+    tid: TransactionId
+    transaction_id: str
+    plan: TablePlan
+    spool: IO[bytes]
+    rows: int = 0
+
+
+class TaskWriter:
+    """The task side's settings (picklable) and its steps."""
+
+    def __init__(self, address: Address, options: MariaDBOptions, sink_id: str,
+                 values_in_errors: bool = False) -> None:
+        self.address = address
+        self.options = options
+        self.sink_id = sink_id
+        self.values_in_errors = values_in_errors
+
+    def _error(self, doing: str, tid: TransactionId, exc: BaseException) -> BaseException:
+        return translate(exc, doing=doing, address=self.address, sink_id=self.sink_id,
+                         values=self.values_in_errors, batch_id=tid.batch_id,
+                         transaction_id=str(tid))
+
+    def begin(self, tid: TransactionId, plan: TablePlan) -> MariaTxn:
+        """Connect and ``XA START`` the branch of ``tid``."""
+        conn = connect(self.address, connect_timeout=self.options.connect_timeout,
+                       lock_wait_timeout=self.options.lock_wait_timeout, local_infile=True)
+        try:
+            raise_translated(lambda: conn.cursor().execute(f"XA START {xid_sql(tid)}"),
+                             lambda exc: self._error("starting the XA branch", tid, exc))
+            spool = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in _release
+                prefix=f"connectors-mariadb-{self.sink_id}-", suffix=".tsv", delete=False)
+        except BaseException:
+            _close(conn)
+            raise
+        return MariaTxn(conn=conn, tid=tid, transaction_id=str(tid), plan=plan, spool=spool)
+
+    def write(self, handle: MariaTxn, batch: pa.RecordBatch) -> None:
+        """Encode ``batch`` into the branch's spool (nothing is sent yet)."""
+        if batch.num_rows == 0:
+            return
+        try:
+            data = handle.plan.load.encode(batch)
+        except ValueRefused as exc:  # a value MariaDB has no form for (NaN, ...)
+            raise BadInputError(f"{exc}: nothing was committed", sink_id=self.sink_id,
+                                batch_id=handle.tid.batch_id) from None
+        handle.spool.write(memoryview(data))
+        handle.rows += batch.num_rows
+
+    def pre_commit(self, handle: MariaTxn, fingerprint: Fingerprint) -> None:
+        """Load the spool, refuse on any warning, insert the receipt, ``XA END`` and
+        ``XA PREPARE``; then close the connection (see the module docstring)."""
+        tid = handle.tid
+        try:
+            handle.spool.flush()
+            cur = handle.conn.cursor()
+            if handle.rows:
+                table = handle.plan.table
+                statement = handle.plan.load.statement((table.database, table.name),
+                                                       handle.spool.name)
+                raise_translated(lambda: cur.execute(statement),
+                                 lambda exc: self._error(
+                                     f"loading {handle.rows} rows into {handle.plan.table}",
+                                     tid, exc))
+                if cur.warning_count:
+                    warnings = raise_translated(
+                        handle.conn.show_warnings,
+                        lambda exc: self._error("reading the load's warnings", tid, exc))
+                    raise BadInputError(
+                        f"loading into {table}: "
+                        + refusal(warnings, handle.plan.load.names, total=cur.warning_count)
+                        + "\nNothing was committed; after the fix a restart writes the batch",
+                        sink_id=self.sink_id, batch_id=tid.batch_id)
+            receipts = self.options.ledger_table.sql("_receipts")
+            raise_translated(
+                lambda: cur.execute(
+                    f"INSERT INTO {receipts} (xid, sink_id, batch_id, `rows`, digest) VALUES "
+                    "(%s, %s, %s, %s, %s)", (handle.transaction_id, self.sink_id,
+                                             tid.batch_id, fingerprint.rows, fingerprint.hex)),
+                lambda exc: self._error("inserting the receipt", tid, exc))
+            xid = xid_sql(tid)
+            raise_translated(lambda: (cur.execute(f"XA END {xid}"),
+                                      cur.execute(f"XA PREPARE {xid}")),
+                             lambda exc: self._error("preparing the XA branch", tid, exc))
+        finally:
+            self._release(handle)
+
+    def abort(self, handle: MariaTxn) -> None:
+        """Close the connection (the unprepared branch rolls back with its session)."""
+        self._release(handle)
+
+    @staticmethod
+    def _release(handle: MariaTxn) -> None:
+        _close(handle.conn)
+        with contextlib.suppress(OSError):
+            handle.spool.close()
+        with contextlib.suppress(OSError):
+            os.unlink(handle.spool.name)
+
+
+def _close(conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        conn.close()
