@@ -302,6 +302,7 @@ CORE_ROLES: dict[str, str] = {
               "points",
     "fingerprint": "order-independent fingerprints of Arrow data",
     "naming": "sink ids, transaction ids",
+    "keyed": "rows reduced to one per key for upserts (the greatest row by value)",
     "metrics": "a batch's figures and the exporters' registration point",
     "errors": "the one exception tree",
     "pool": "clients a Python worker keeps between tasks",

@@ -32,7 +32,7 @@ from connectors.core.errors import ConfigurationError
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_LOCK_WAIT_TIMEOUT", "Address", "MariaDBOptions",
            "Mode", "TableName", "quote"]
 
-Mode = Literal["append"]
+Mode = Literal["append", "upsert"]
 
 MASK = "***"
 #: Seconds a task waits on a row lock (``innodb_lock_wait_timeout``): a prepared branch
@@ -203,13 +203,19 @@ class MariaDBOptions:
     table: TableName
     ledger_table: TableName
     mode: Mode = "append"
+    key_columns: tuple[str, ...] = ()
     create_table: bool = False
     lock_wait_timeout: int = DEFAULT_LOCK_WAIT_TIMEOUT
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT
 
     def __post_init__(self) -> None:
-        if self.mode != "append":
-            raise ConfigurationError(f"mode must be 'append' for now, got {self.mode!r}")
+        if self.mode not in ("append", "upsert"):
+            raise ConfigurationError(f"mode must be 'append' or 'upsert', got {self.mode!r}")
+        if self.mode == "upsert" and not self.key_columns:
+            raise ConfigurationError("mode='upsert' needs key_columns (the columns of a "
+                                     "primary key or unique index of the table)")
+        if self.mode == "append" and self.key_columns:
+            raise ConfigurationError("key_columns are for mode='upsert'")
         for name in ("lock_wait_timeout", "connect_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from connectors.core.batch import BatchInput
 from connectors.core.errors import ConfigurationError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.ledgers.ledger import Ledger, TaskCommit
@@ -48,6 +49,14 @@ from connectors.mariadb._writer import MariaTxn, TaskWriter
 __all__ = ["MariaDBSink"]
 
 
+def _key_columns(keys: str | Iterable[str] | None) -> tuple[str, ...]:
+    """One string is one column; each name as in the table, none twice."""
+    names = () if keys is None else (keys,) if isinstance(keys, str) else tuple(keys)
+    if any(not isinstance(n, str) or not n for n in names) or len(set(names)) != len(names):
+        raise ConfigurationError(f"key_columns must be distinct column names, got {keys!r}")
+    return names
+
+
 class MariaDBSink(PreparedTransactionSink[MariaTxn]):
     """Exactly-once sink into a MariaDB (or MySQL) table, for ``foreachBatch`` and batch
     jobs.
@@ -59,7 +68,12 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
             prepared branches, so it must be the same user.
         table: ``"table"`` (in the address's database) or ``"database.table"``.
         sink_id: the sink's stable name (1-40 characters of ``A-Za-z0-9_-``).
-        mode: ``"append"``.
+        mode: ``"append"`` (``LOAD DATA LOCAL INFILE``) or ``"upsert"`` (one row per key:
+            the greatest row by value; loaded into a temporary table in the task's branch,
+            then ``INSERT ... SELECT ... ON DUPLICATE KEY UPDATE``; the user needs the
+            ``CREATE TEMPORARY TABLES`` privilege). Every row of a key goes to one task.
+        key_columns: the upsert's key: a primary key or unique index of the table must cover
+            exactly these columns (checked before every batch; one string is one column).
         create_table: create the table from the batch's schema if it does not exist.
         ledger_table: where the ledger tables live (default ``eos_ledger`` in the
             address's database); the ledger appends up to 9 characters to the name.
@@ -76,6 +90,7 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
         *,
         sink_id: str,
         mode: Mode = "append",
+        key_columns: str | Iterable[str] | None = None,
         create_table: bool = False,
         ledger_table: str = "eos_ledger",
         lock_wait_timeout: int = DEFAULT_LOCK_WAIT_TIMEOUT,
@@ -88,7 +103,8 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
             table=TableName.parse(table, self.address.database),
             ledger_table=TableName.parse(ledger_table, self.address.database,
                                          what="ledger_table", reserve=LEDGER_NAME_RESERVE),
-            mode=mode, create_table=bool(create_table), lock_wait_timeout=lock_wait_timeout,
+            mode=mode, key_columns=_key_columns(key_columns), create_table=bool(create_table),
+            lock_wait_timeout=lock_wait_timeout,
             connect_timeout=connect_timeout)
         self._plan: TablePlan | None = None
         self._db: DriverConnection | None = None
@@ -132,6 +148,14 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
     def validate_input(self, schema: pa.Schema) -> None:
         """Driver: the table exists (or is created) and every column fits."""
         self._plan = plan_table(self._driver_db(), self.options, schema, sink_id=self.sink_id)
+
+    def partition_input(self, batch: BatchInput) -> BatchInput:
+        """Driver: in upsert mode, every row of a key to one task (two branches holding the
+        same key would wait on each other's locks until one is committed)."""
+        if self.options.mode == "upsert":
+            return batch.slotted(batch.estimated_partitions() or 1,
+                                 list(self.options.key_columns))
+        return batch
 
     # ---- executor side ----
     def begin_transaction(self, txn: TaskTransaction) -> MariaTxn:

@@ -2,9 +2,11 @@
 
 :func:`plan_table` reads the table's columns (``information_schema.columns``), creates the
 table from the batch's Arrow schema when it is missing and ``create_table`` allows it
-(:func:`ddl_type`), and refuses a batch that does not fit: a column the table lacks, a
-required column (``NOT NULL`` without a default) the batch lacks, or a type the sink
-cannot write. Each refusal names the column and the fix, and comes before any task runs.
+(:func:`ddl_type`; in upsert mode with the keys as its primary key), and refuses a batch
+that does not fit: a column the table lacks, a required column (``NOT NULL`` without a
+default) the batch lacks, a type the sink cannot write, or (upsert) a key the batch lacks
+or that no primary key or unique index of the table covers exactly. Each refusal names
+the column and the fix, and comes before any task runs.
 The result, :class:`TablePlan`, is what the tasks load with.
 """
 
@@ -21,7 +23,8 @@ from connectors.mariadb._config import MariaDBOptions, TableName, quote
 from connectors.mariadb._encode import LoadPlan
 from connectors.mariadb._ledger import DriverConnection
 
-__all__ = ["TableColumn", "TablePlan", "ddl_type", "plan_table", "read_columns"]
+__all__ = ["TableColumn", "TablePlan", "ddl_type", "key_ddl_type", "plan_table",
+           "read_columns", "unique_keys"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +100,48 @@ def ddl_type(field: pa.Field) -> str:
         "struct")
 
 
+def key_ddl_type(field: pa.Field) -> str:
+    """A key column's type for ``create_table``: text and binary as ``VARCHAR(255)`` /
+    ``VARBINARY(255)`` (an index needs a bounded length)."""
+    t = field.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "VARCHAR(255)"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "VARBINARY(255)"
+    return ddl_type(field)
+
+
+def unique_keys(db: DriverConnection, table: TableName) -> list[set[str]]:
+    """The column sets (lower case) of the table's primary key and unique indexes."""
+    rows = db.fetch(
+        f"reading the unique indexes of {table}",
+        "SELECT index_name, column_name FROM information_schema.statistics WHERE "
+        "table_schema = %s AND table_name = %s AND non_unique = 0", (table.database, table.name))
+    found: dict[str, set[str]] = {}
+    for index, column in rows:
+        found.setdefault(str(index), set()).add(str(column).lower())
+    return list(found.values())
+
+
+def _check_keys(db: DriverConnection, options: MariaDBOptions, schema: pa.Schema, *,
+                sink_id: str) -> None:
+    table, keys = options.table, options.key_columns
+    given = {f.name.lower() for f in schema}
+    absent = [k for k in keys if k.lower() not in given]
+    if absent:
+        raise BadInputError(
+            f"key column(s) {', '.join(absent)} are not in the batch (its columns: "
+            f"{', '.join(schema.names)}): nothing was committed. Select them in the query, or "
+            "change key_columns", sink_id=sink_id)
+    want = {k.lower() for k in keys}
+    if want not in unique_keys(db, table):
+        raise BadInputError(
+            f"no primary key or unique index of {table} covers exactly the key columns "
+            f"{', '.join(keys)}: an upsert would insert duplicates. Add one (ALTER TABLE "
+            f"{table} ADD UNIQUE ({', '.join(quote(k) for k in keys)})) or change "
+            "key_columns", sink_id=sink_id)
+
+
 def plan_table(db: DriverConnection, options: MariaDBOptions, schema: pa.Schema, *,
                sink_id: str) -> TablePlan:
     """The table exists (or is created), the batch's columns fit it (see the module
@@ -108,8 +153,13 @@ def plan_table(db: DriverConnection, options: MariaDBOptions, schema: pa.Schema,
             raise BadInputError(
                 f"the table {table} does not exist in MariaDB {db.address.where()}: create "
                 "it, or pass create_table=True", sink_id=sink_id)
-        body = ", ".join(f"{quote(f.name)} {ddl_type(f)}"
-                         + ("" if f.nullable else " NOT NULL") for f in schema)
+        keys = {k.lower() for k in options.key_columns}
+        body = ", ".join(
+            f"{quote(f.name)} {key_ddl_type(f) if f.name.lower() in keys else ddl_type(f)}"
+            + ("" if f.nullable and f.name.lower() not in keys else " NOT NULL")
+            for f in schema)
+        if options.key_columns:
+            body += f", PRIMARY KEY ({', '.join(quote(k) for k in options.key_columns)})"
         db.fetch(f"creating the table {table}",
                  f"CREATE TABLE IF NOT EXISTS {table.sql()} ({body}) ENGINE=InnoDB "
                  "DEFAULT CHARSET=utf8mb4")
@@ -132,6 +182,8 @@ def plan_table(db: DriverConnection, options: MariaDBOptions, schema: pa.Schema,
             "query", sink_id=sink_id)
     for f in schema:  # a type the sink cannot write is refused before any task
         ddl_type(f)
+    if options.mode == "upsert":
+        _check_keys(db, options, schema, sink_id=sink_id)
     try:
         load = LoadPlan.for_schema(schema)
     except (ValueError, TypeError) as exc:

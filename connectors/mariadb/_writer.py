@@ -13,6 +13,13 @@ the session that prepared it, so a connection prepares one branch and is then cl
    rows, fingerprint) inserted into the ledger's receipts table; ``XA END``,
    ``XA PREPARE``; the connection closed, the spool removed.
 
+With ``mode="upsert"`` the task keeps its batches until the prepare, reduces them to one
+row per key (the greatest by value: :func:`~connectors.core.keyed.last_row_per_key`; the
+driver routed every row of a key to one task), loads them into a temporary table made
+``LIKE`` the target inside the branch (so the load's warnings are the target's), then
+``INSERT ... SELECT ... ON DUPLICATE KEY UPDATE`` every other column (LOAD DATA has no
+upsert of its own; its ``REPLACE`` would delete and re-insert).
+
 A failure before the prepare closes the connection: MariaDB rolls back a branch that is not
 prepared when its session ends. No statement inside a branch is ever retried (a retried
 statement could apply twice); a failed task is a new attempt with a new xid.
@@ -24,16 +31,17 @@ import contextlib
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 import pyarrow as pa
 
 from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import Fingerprint
+from connectors.core.keyed import last_row_per_key
 from connectors.core.naming import TransactionId
 from connectors.mariadb._client import connect, raise_translated, translate
-from connectors.mariadb._config import Address, MariaDBOptions
+from connectors.mariadb._config import Address, MariaDBOptions, TableName, quote
 from connectors.mariadb._encode import ValueRefused
 from connectors.mariadb._strict import refusal
 from connectors.mariadb._tables import TablePlan
@@ -42,6 +50,9 @@ from connectors.mariadb._xid import xid_sql
 __all__ = ["MariaTxn", "TaskWriter"]
 
 logger = logging.getLogger(__name__)
+
+#: The upsert's staging table: temporary, so private to the task's session (and branch).
+STAGE = "connectors_stage"
 
 
 @dataclass
@@ -54,6 +65,7 @@ class MariaTxn:
     plan: TablePlan
     spool: IO[bytes]
     rows: int = 0
+    pending: list[pa.RecordBatch] = field(default_factory=list)  # upsert: kept to the end
 
 
 class TaskWriter:
@@ -89,6 +101,12 @@ class TaskWriter:
         """Encode ``batch`` into the branch's spool (nothing is sent yet)."""
         if batch.num_rows == 0:
             return
+        if self.options.mode == "upsert":
+            handle.pending.append(batch)
+            return
+        self._spool(handle, batch)
+
+    def _spool(self, handle: MariaTxn, batch: pa.RecordBatch | pa.Table) -> None:
         try:
             data = handle.plan.load.encode(batch)
         except ValueRefused as exc:  # a value MariaDB has no form for (NaN, ...)
@@ -101,12 +119,22 @@ class TaskWriter:
         """Load the spool, refuse on any warning, insert the receipt, ``XA END`` and
         ``XA PREPARE``; then close the connection (see the module docstring)."""
         tid = handle.tid
+        upsert = self.options.mode == "upsert"
         try:
+            if upsert and handle.pending:
+                self._spool(handle, last_row_per_key(pa.Table.from_batches(handle.pending),
+                                                     self.options.key_columns))
             handle.spool.flush()
             cur = handle.conn.cursor()
             if handle.rows:
                 table = handle.plan.table
-                statement = handle.plan.load.statement((table.database, table.name),
+                into = TableName(table.database, STAGE) if upsert else table
+                if upsert:
+                    raise_translated(lambda: cur.execute(
+                        f"CREATE TEMPORARY TABLE {into.sql()} LIKE {table.sql()}"),
+                        lambda exc: self._error("creating the upsert's staging table", tid,
+                                                exc))
+                statement = handle.plan.load.statement((into.database, into.name),
                                                        handle.spool.name)
                 raise_translated(lambda: cur.execute(statement),
                                  lambda exc: self._error(
@@ -121,6 +149,11 @@ class TaskWriter:
                         + refusal(warnings, handle.plan.load.names, total=cur.warning_count)
                         + "\nNothing was committed; after the fix a restart writes the batch",
                         sink_id=self.sink_id, batch_id=tid.batch_id)
+                if upsert:
+                    raise_translated(lambda: (cur.execute(self._upsert_sql(handle.plan, into)),
+                                              cur.execute(f"DROP TEMPORARY TABLE {into.sql()}")),
+                                     lambda exc: self._error(f"upserting into {table}", tid,
+                                                             exc))
             receipts = self.options.ledger_table.sql("_receipts")
             raise_translated(
                 lambda: cur.execute(
@@ -134,6 +167,16 @@ class TaskWriter:
                              lambda exc: self._error("preparing the XA branch", tid, exc))
         finally:
             self._release(handle)
+
+    def _upsert_sql(self, plan: TablePlan, stage: TableName) -> str:
+        """``INSERT INTO <table> (cols) SELECT cols FROM <stage> ON DUPLICATE KEY UPDATE``
+        every non-key column (a key column itself when there is none)."""
+        cols = [quote(c) for c in plan.columns]
+        keys = {k.lower() for k in self.options.key_columns}
+        others = [quote(c) for c in plan.columns if c.lower() not in keys] or cols[:1]
+        updates = ", ".join(f"{c} = VALUES({c})" for c in others)
+        return (f"INSERT INTO {plan.table.sql()} ({', '.join(cols)}) SELECT {', '.join(cols)} "
+                f"FROM {stage.sql()} ON DUPLICATE KEY UPDATE {updates}")
 
     def abort(self, handle: MariaTxn) -> None:
         """Close the connection (the unprepared branch rolls back with its session)."""

@@ -25,7 +25,6 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
-import pyarrow.compute as pc
 from pgpq import ArrowToPostgresBinaryEncoder
 from pgpq.encoders import LargeStringEncoderBuilder
 from pgpq.schema import Jsonb
@@ -34,6 +33,7 @@ from psycopg.pq import TransactionStatus
 
 from connectors.core.errors import BadInputError, ConnectorError, FatalError
 from connectors.core.fingerprint import Fingerprint
+from connectors.core.keyed import last_row_per_key
 from connectors.core.naming import TransactionId
 from connectors.postgres._changes import apply_changes, stage
 from connectors.postgres._config import Conninfo, PostgresOptions
@@ -299,13 +299,8 @@ class TaskWriter:
         if not h.pending:
             return
         table = pa.Table.from_batches(h.pending)  # special columns travel as text
-        keys = list(self.options.key_columns)
-        # Deterministic dedup: order by every column, keep the last (greatest) row per key.
-        order = [(c, "ascending") for c in table.column_names]
-        table = table.take(pc.sort_indices(table, sort_keys=order))
-        table = table.append_column("__row", pa.array(range(table.num_rows), pa.int64()))
-        last = table.group_by(keys, use_threads=False).aggregate([("__row", "max")])
-        self._upsert_rows(h, table.take(last["__row_max"]).drop_columns(["__row"]))
+        # Deterministic dedup: the greatest row by value of each key.
+        self._upsert_rows(h, last_row_per_key(table, self.options.key_columns))
 
     def _upsert_rows(self, h: PgTxn, table: pa.Table) -> None:
         """``INSERT ... ON CONFLICT (keys) DO UPDATE`` of ``table``'s rows (one per key)."""

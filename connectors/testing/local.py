@@ -8,6 +8,7 @@ in milliseconds. (The integration tests prove the same on real Spark, ``local[N,
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 import threading
@@ -19,10 +20,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from connectors.core.batch import BatchInput, TaskFunction, TaskInfo, TaskOutcome
-from connectors.core.errors import TransientError
+from connectors.core.errors import ConnectorError, TransientError
 from connectors.core.fingerprint import Fingerprint, fingerprint_batches
 
 __all__ = ["Attempt", "LocalBatch", "SimulatedTaskFailure"]
+
+logger = logging.getLogger(__name__)
 
 
 class SimulatedTaskFailure(TransientError):
@@ -56,7 +59,8 @@ class LocalBatch(BatchInput):
         partitions: with a table, how many partitions to split it into (round robin).
         fail_first_attempt: partitions whose first attempt fails mid-write (then retried).
         speculate: partitions that get a second, speculative attempt after the accepted
-            one; its outcome is discarded, as Spark discards the slower attempt's.
+            one; its outcome is discarded, as Spark discards the slower attempt's (its
+            failure with a library error too: the task succeeded already).
         max_failures: attempts per partition before the "job" fails (like
             ``spark.task.maxFailures``).
 
@@ -164,7 +168,15 @@ class LocalBatch(BatchInput):
                 break
             if p in self.speculate:
                 spec = TaskInfo(p, attempt + 1, _new_task_attempt_id())
-                fn(spec, self._input(p, False))  # its result is discarded, like Spark's
+                try:
+                    fn(spec, self._input(p, False))  # its result is discarded, like Spark's
+                except ConnectorError as exc:
+                    # So is its failure: the task succeeded already. (An upsert's duplicate
+                    # attempt waits on the rows the accepted attempt's prepared transaction
+                    # locks, and fails when its lock wait ends.)
+                    logger.info("partition %d: the speculative attempt failed (%s): "
+                                "discarded, as Spark does once the task succeeded", p,
+                                type(exc).__name__)
                 self.attempts.append(Attempt(p, attempt + 1, spec.task_attempt_id, "speculative"))
         return outcomes
 

@@ -57,7 +57,9 @@ CLIENT_PACKAGE: Final = "mariadb-client-core"
 #: prepared needs none either, not even a privilege on its tables: a ``USAGE``-only user
 #: committed and rolled back ``eos``'s branches. So any account may finish any prepared
 #: branch: the sink must recognise its own by its xids, never by who can see them.
-SINK_GRANTS: Final = "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX"
+#: CREATE TEMPORARY TABLES: the upsert's staging table inside each task's branch.
+SINK_GRANTS: Final = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, "
+                      "CREATE TEMPORARY TABLES")
 
 
 # --------------------------------------------------------------------------- binaries

@@ -126,3 +126,17 @@ def test_raise_translated_keeps_no_trace_of_the_driver_error() -> None:
     with pytest.raises(ConnectorError) as err:
         raise_translated(fail, lambda exc: ConnectorError("translated"))
     assert err.value.__cause__ is None and err.value.__context__ is None
+
+
+def test_upsert_needs_its_keys_and_append_takes_none() -> None:
+    from connectors.mariadb._sink import MariaDBSink
+
+    with pytest.raises(ConfigurationError, match="needs key_columns"):
+        MariaDBSink(URL, "t", sink_id="s", mode="upsert")
+    with pytest.raises(ConfigurationError, match="for mode='upsert'"):
+        MariaDBSink(URL, "t", sink_id="s", key_columns="id")
+    with pytest.raises(ConfigurationError, match="distinct"):
+        MariaDBSink(URL, "t", sink_id="s", mode="upsert", key_columns=["id", "id"])
+    sink = MariaDBSink(URL, "t", sink_id="s", mode="upsert", key_columns="user id")
+    assert sink.options.key_columns == ("user id",)  # one string is one column
+    assert SECRET not in repr(sink) and "upsert" in repr(sink)
