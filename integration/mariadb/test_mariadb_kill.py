@@ -195,3 +195,60 @@ def test_server_sigkilled_with_a_decided_batch_then_exact(
         job.assert_exact()
     finally:
         target.cleanup()
+
+
+def test_server_restarted_while_a_decided_batch_waits_then_the_same_run_finishes_exact(
+        tmp_path: Path, native_mariadb: NativeMariaDB) -> None:
+    """The driver stalls between batch 1's decision and its ``XA COMMIT``; MariaDB restarts
+    meanwhile (SIGTERM, 1 s down): the prepared branches survive it, the driver's dead
+    connection is replaced, the commit is retried and the same run ends exact."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    target = Target(native_mariadb.url)
+    try:
+        job = MariaJob(tmp_path, target, files=3)
+        spec = f"{CrashPoint.AFTER_DECISION.value}:batch=1:action=stall:seconds=15"
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(job.run, crash=spec)
+            deadline = time.monotonic() + 300
+            while not (job.reached(CrashPoint.AFTER_DECISION, 1) or future.done()):
+                assert time.monotonic() < deadline, "the stall was never reached"
+                time.sleep(0.2)
+            assert job.reached(CrashPoint.AFTER_DECISION, 1), future.result().tail()
+            held = {str(t) for t in target.prepared()}
+            assert held and target.ledger_states().get(1) == "DECIDED"
+            native_mariadb.restart("fast", downtime=1.0)
+            assert {str(t) for t in target.prepared()} <= held
+            run = future.result()
+        assert run.returncode == 0, run.tail()
+        batch1 = [m for m in run.metrics() if m.get("batch_id") == "1"]
+        assert batch1 and int(batch1[0]["retries"]) >= 1, batch1
+        job.assert_exact()
+    finally:
+        target.cleanup()
+
+
+def test_a_query_started_while_the_server_is_down_rides_it_out(
+        tmp_path: Path, native_mariadb: NativeMariaDB) -> None:
+    """MariaDB is down when the query starts: the first batch's connect fails as transient,
+    the batch runs again within ``outage_timeout`` and, once the server is back (25 s
+    later), the query ends exact."""
+    import threading
+
+    target = Target(native_mariadb.url)
+    try:
+        job = MariaJob(tmp_path, target, files=2)
+        native_mariadb.stop("fast")
+        timer = threading.Timer(25.0, native_mariadb.start)  # Spark starts in ~10 s
+        timer.start()
+        try:
+            run = job.run()
+        finally:
+            timer.join()
+        assert run.returncode == 0, run.tail()
+        batch0 = [m for m in run.metrics() if m.get("batch_id") == "0"]
+        assert batch0 and int(batch0[0].get("batch_restarts", 0)) >= 1, batch0
+        job.assert_exact()
+    finally:
+        target.cleanup()
