@@ -16,7 +16,7 @@ module per role (``docs/design/mariadb.md``):
 - the ledger (:mod:`~connectors.mariadb._ledger`), xids (:mod:`~connectors.mariadb._xid`)
   and the configuration (:mod:`~connectors.mariadb._config`).
 
-In progress (issue 54): not exported yet; append mode only.
+In progress (issue 54): not exported yet; modes append and upsert.
 """
 
 from __future__ import annotations
