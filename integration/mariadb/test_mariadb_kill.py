@@ -85,20 +85,27 @@ class Target:
 
 
 class MariaJob(KillJob):
+    """Files (one per batch, ``ROWS_PER_FILE`` rows each) or, with ``rate_rows``, Spark's
+    rate source (``files`` batches of ``rate_rows`` rows, ids ``0..``)."""
+
     module = "integration.mariadb._stream"
 
-    def __init__(self, root: Path, target: Target, files: int) -> None:
+    def __init__(self, root: Path, target: Target, files: int, rate_rows: int = 0) -> None:
         super().__init__(root, sink_id=target.sink_id, cwd=REPO)
         self.target = target
         self.input = root / "in"
-        self.total = make_input_files(self.input, files, ROWS_PER_FILE)
+        self.rate_rows = rate_rows
+        self.total = (files * rate_rows if rate_rows
+                      else make_input_files(self.input, files, ROWS_PER_FILE))
         self.batches = files
 
     def args(self) -> list[str]:
         t = self.target
-        return ["--source", "files", "--input", str(self.input), "--checkpoint",
-                str(self.checkpoint), "--url", t.url, "--table", t.table, "--sink-id",
-                t.sink_id, "--ledger-table", t.ledger]
+        source = (["--source", "rate", "--batches", str(self.batches), "--rows-per-batch",
+                   str(self.rate_rows)] if self.rate_rows
+                  else ["--source", "files", "--input", str(self.input)])
+        return [*source, "--checkpoint", str(self.checkpoint), "--url", t.url, "--table",
+                t.table, "--sink-id", t.sink_id, "--ledger-table", t.ledger]
 
     def assert_exact(self) -> None:
         ids = self.target.ids()
@@ -283,4 +290,23 @@ def test_two_drivers_on_one_checkpoint_then_restarts_are_exact(
                                                "ConcurrentModificationException")
                    if e in r.output})
     print(f"exit codes per round: {history}; errors seen: {seen}")
+    job.assert_exact()
+
+
+def test_stopped_gracefully_and_plainly_in_every_phase_leaves_nothing_then_exact(
+        tmp_path: Path, target: Target) -> None:
+    """The rate source, stopped once per batch by a SIGTERM in the next phase (graceful:
+    ``connectors.stop_on_sigterm``; plain: ``query.stop()``): before the tasks, in them,
+    after the prepare, at and after the decision, between the commits. After each stop no
+    branch of the sink is left prepared (a graceful stop also committed the batch in
+    flight); the last run ends exact."""
+    from integration.core.test_stopping import PG_CI, batches_for, stop_chain
+
+    job = MariaJob(tmp_path, target, files=batches_for(PG_CI), rate_rows=200)
+
+    def nothing_left(stopped: Any) -> None:
+        assert target.prepared() == [], (stopped.kind, stopped.point.value,
+                                         target.prepared())
+
+    stop_chain(job, target.sink_id, PG_CI, nothing_left)
     job.assert_exact()
