@@ -303,6 +303,7 @@ CORE_ROLES: dict[str, str] = {
     "fingerprint": "order-independent fingerprints of Arrow data",
     "naming": "sink ids, transaction ids",
     "keyed": "rows reduced to one per key for upserts (the greatest row by value)",
+    "translated": "a client's error raised as the library's, with no trace of the original",
     "metrics": "a batch's figures and the exporters' registration point",
     "errors": "the one exception tree",
     "pool": "clients a Python worker keeps between tasks",

@@ -27,6 +27,7 @@ from connectors.core.errors import (
     ConnectorError,
     TransientError,
 )
+from connectors.core.translated import raise_translated as translated
 from connectors.mariadb._config import Address
 
 __all__ = ["STRICT_SQL_MODE", "connect", "raise_translated", "translate"]
@@ -120,11 +121,8 @@ def translate(exc: BaseException, *, doing: str, address: Address, sink_id: str 
                           " (its message is not quoted: it may hold row values)"), **context)
 
 
-def raise_translated(fn: Callable[[], T], error: Callable[[BaseException], BaseException]) -> T:
-    """``fn()``; a failure raised as ``error(exc)`` outside the ``except`` block (so no
-    ``__context__`` keeps the driver's exception, whose text may hold row values)."""
-    try:
-        return fn()
-    except Exception as exc:  # translated below
-        failure = error(exc)
-    raise failure from None
+def raise_translated(fn: Callable[[], T], error: Callable[[Exception], BaseException]) -> T:
+    """``fn()``; a failure raised as ``error(exc)`` outside the ``except`` block
+    (:func:`connectors.core.translated.raise_translated`: no ``__context__`` keeps the
+    driver's exception, whose text may hold row values)."""
+    return translated(fn, error, Exception)

@@ -39,6 +39,7 @@ from connectors.core.errors import (
     FatalError,
     TransientError,
 )
+from connectors.core.translated import raise_translated as translated
 from connectors.postgres._config import Conninfo
 from connectors.postgres._reach import first_contact
 from connectors.postgres._redact import redact
@@ -273,14 +274,7 @@ def translate(
 def raise_translated(
     call: Callable[[], T], translator: Callable[[psycopg.Error], ConnectorError]
 ) -> T:
-    """``call()``, with a psycopg error raised as ``translator(exc)``, outside the handler.
-
-    Raised outside the ``except`` block, the library's error has no ``__context__`` (nor
-    ``__cause__``): the psycopg exception, whose text and diagnostics may quote rows,
-    travels nowhere (``raise ... from None`` would still keep it in ``__context__``).
-    """
-    try:
-        return call()
-    except psycopg.Error as exc:
-        error = translator(exc)
-    raise error
+    """``call()``, with a psycopg error raised as ``translator(exc)``, outside the handler
+    (:func:`connectors.core.translated.raise_translated`: no ``__context__`` keeps the
+    psycopg exception, whose text and diagnostics may quote rows)."""
+    return translated(call, translator, psycopg.Error)
