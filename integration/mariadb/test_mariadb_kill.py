@@ -32,6 +32,7 @@ from integration.support._driver import (
     kill_at_random,
     reached,
     spark_batches,
+    two_drivers_until_one_completes,
 )
 from integration.support._fixtures_mariadb import NativeMariaDB
 
@@ -266,26 +267,8 @@ def test_two_drivers_on_one_checkpoint_then_restarts_are_exact(
     """Two drivers start on the same checkpoint at nearly the same time; one may fail
     (FencedError: the other bumped the epoch; or Spark's checkpoint conflict); both are
     restarted until one completes. Nothing is lost, nothing doubled, nothing prepared."""
-    import random
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
     job = MariaJob(tmp_path, target, files=6)
-    rng = random.Random(SEED)
-    history = []
-    for _ in range(4):
-        with ThreadPoolExecutor(2) as pool:
-            first = pool.submit(job.run)
-            time.sleep(rng.uniform(0.0, 1.0))
-            second = pool.submit(job.run)
-            runs = [first.result(), second.result()]
-        history.append([r.returncode for r in runs])
-        for r in runs:
-            assert r.returncode in (0, 1), r.tail()
-        if 0 in history[-1]:
-            break
-    else:
-        pytest.fail(f"no driver completed in 4 rounds: {history}\n{runs[-1].tail()}")
+    history, runs = two_drivers_until_one_completes(job)
     seen = sorted({e for r in runs for e in ("FencedError", "QueryBindingError",
                                                "ConcurrentModificationException")
                    if e in r.output})

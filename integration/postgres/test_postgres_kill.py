@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import random
 import re
 import shutil
 import time
@@ -48,6 +47,7 @@ from integration.support._driver import (
     run_with_a_failing_task,
     spark_batches,
     task_executors,
+    two_drivers_until_one_completes,
 )
 from integration.support._fixtures_services import NativePostgres
 from integration.support._pg import (
@@ -382,23 +382,12 @@ def test_two_drivers_on_one_checkpoint_then_restarts_are_exact(
     (FencedError: the other took over the sink; or Spark's checkpoint conflict); both are
     restarted until one completes. Nothing is lost, nothing doubled, nothing prepared."""
     job = PgJob(tmp_path, pg, files=6)
-    rng = random.Random(SEED)
-    history = []
-    for _ in range(4):
-        with ThreadPoolExecutor(2) as pool:
-            first = pool.submit(job.run)
-            time.sleep(rng.uniform(0.0, 1.0))
-            second = pool.submit(job.run)
-            runs = [first.result(), second.result()]
-        history.append([r.returncode for r in runs])
-        for r in runs:
-            assert r.returncode in (0, 1), r.tail()
-        if 0 in history[-1]:
-            break
+
+    def known_cause(runs: list[DriverRun]) -> None:
         if any(blocked_by_receipts_index(r.output) for r in runs):
             pytest.fail(RECEIPTS_INDEX_BUG)
-    else:
-        pytest.fail(f"no driver completed in 4 rounds: {history}\n{runs[-1].tail()}")
+
+    history, runs = two_drivers_until_one_completes(job, after_round=known_cause)
     errors = {
         name for r in runs for name in re.findall(
             r"(FencedError|QueryBindingError|ConcurrentModificationException|"

@@ -11,9 +11,12 @@ from __future__ import annotations
 import collections
 import json
 import os
+import random
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,8 @@ from integration.support._standalone import conf_args
 __all__ = ["REPO", "SEED", "DriverRun", "KillJob", "a_failed_task_was_retried", "conf_args",
            "event_log_app_ids", "event_log_conf", "exact", "kill_at_each", "kill_at_random",
            "point_reached", "reached", "run_cli", "run_driver", "run_with_a_failing_task",
-           "spark_batches", "task_attempts", "task_executors"]
+           "spark_batches", "task_attempts", "task_executors",
+           "two_drivers_until_one_completes"]
 
 REPO = Path(__file__).resolve().parents[2]
 #: The seed of the random-moment kills (``EOS_SEED`` to explore others).
@@ -144,3 +148,32 @@ def run_cli(*args: str, timeout: float = 180) -> tuple[int, Any, str]:
     out = proc.stdout.strip()
     data = json.loads(out) if out.startswith(("[", "{")) else out
     return proc.returncode, data, proc.stderr
+
+
+def two_drivers_until_one_completes(
+        job: KillJob, *, rounds: int = 4,
+        after_round: Callable[[list[DriverRun]], None] | None = None,
+) -> tuple[list[list[int]], list[DriverRun]]:
+    """Start two drivers of ``job`` on its one checkpoint, the second 0-1 s after the first
+    (from ``random.Random(SEED)``), until a round ends with one that completed; each run must
+    exit 0 or 1 (fenced, or Spark's checkpoint conflict), never crash. ``after_round`` sees
+    each round's runs (to fail early on a known cause). Returns the exit codes per round
+    and the last round's runs; checking the output row by row is the caller's."""
+    rng = random.Random(SEED)
+    history: list[list[int]] = []
+    runs: list[DriverRun] = []
+    for _ in range(rounds):
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(job.run)
+            time.sleep(rng.uniform(0.0, 1.0))
+            second = pool.submit(job.run)
+            runs = [first.result(), second.result()]
+        history.append([r.returncode for r in runs])
+        for r in runs:
+            assert r.returncode in (0, 1), r.tail()
+        if 0 in history[-1]:
+            return history, runs
+        if after_round is not None:
+            after_round(runs)
+    raise AssertionError(f"no driver completed in {rounds} rounds: {history}\n"
+                         f"{runs[-1].tail() if runs else ''}")
