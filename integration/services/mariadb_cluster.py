@@ -11,12 +11,10 @@ socket: a TCP client from 127.0.0.1 is host ``127.0.0.1``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import pwd
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Final
@@ -30,15 +28,12 @@ from integration.services.config import (
     MARIADB_TLS_USER,
     MARIADB_USER,
     ServiceError,
-    _fallback_root,
-    state_dir,
     tls_files,
 )
+from integration.services.dirs import existing_root, root_for_start, socket_dir
 from integration.services.process import (
     _apt_install,
-    _as_user,
     _chown,
-    _is_root,
     _run,
     _write_owned,
 )
@@ -109,46 +104,17 @@ def _initialised(root: Path) -> bool:
 
 
 def _root_existing() -> Path | None:
-    for root in (state_dir() / "mariadb", _fallback_root("mariadb")):
-        if _initialised(root):
-            return root
-    return None
+    return existing_root("mariadb", _initialised)
 
 
 def _root_for_start(user: str) -> Path:
     """The server's directory, reachable by the service user (as PostgreSQL's)."""
-    existing = _root_existing()
-    if existing is not None:
-        return existing
-    primary = state_dir() / "mariadb"
-    primary.mkdir(parents=True, exist_ok=True)
-    _chown(primary, user)
-    if not _is_root():
-        return primary
-    probe = _run(_as_user(user, ["test", "-w", str(primary), "-a", "-x", str(primary)]),
-                 timeout=30, check=False)
-    if probe.returncode == 0:
-        return primary
-    fallback = _fallback_root("mariadb")
-    log.warning("user %r cannot reach %s; keeping MariaDB's files in %s instead",
-                user, primary, fallback)
-    fallback.parent.mkdir(parents=True, exist_ok=True)
-    fallback.parent.chmod(0o755)
-    fallback.mkdir(exist_ok=True)
-    _chown(fallback, user)
-    return fallback
+    return root_for_start("mariadb", user, _initialised, "MariaDB's files")
 
 
 def _socket(root: Path, user: str) -> Path:
     """``<root>/run/mariadb.sock`` unless that passes the 107-byte unix socket limit."""
-    directory = root / "run"
-    if len(str(directory / "mariadb.sock.lock")) > 100:
-        digest = hashlib.sha1(str(root).encode(), usedforsecurity=False).hexdigest()[:10]
-        directory = Path(tempfile.gettempdir()) / f"eos-mariadb-{os.getuid()}-{digest}"
-    directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o755)
-    _chown(directory, user)
-    return directory / "mariadb.sock"
+    return socket_dir(root, user, "mariadb.sock.lock", "mariadb") / "mariadb.sock"
 
 
 # ------------------------------------------------------------------------ configuration

@@ -3,12 +3,10 @@ files and ``psql``."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,15 +19,13 @@ from integration.services.config import (
     PG_PASSWORD,
     PG_ROLE,
     ServiceError,
-    _fallback_pg_root,
-    state_dir,
     tls_files,
 )
+from integration.services.dirs import existing_root, root_for_start, socket_dir
 from integration.services.process import (
     _apt_install,
     _as_user,
     _chown,
-    _is_root,
     _run,
     _write_owned,
 )
@@ -78,53 +74,16 @@ def _pg_initialised(root: Path) -> bool:
 
 
 def _pg_root_existing() -> Path | None:
-    for root in (state_dir() / "postgres", _fallback_pg_root()):
-        if _pg_initialised(root):
-            return root
-    return None
+    return existing_root("postgres", _pg_initialised)
 
 
 def _pg_root_for_start(user: str) -> Path:
-    existing = _pg_root_existing()
-    if existing is not None:
-        return existing
-    primary = state_dir() / "postgres"
-    primary.mkdir(parents=True, exist_ok=True)
-    _chown(primary, user)
-    if not _is_root():
-        return primary
-    probe = _run(
-        _as_user(user, ["test", "-w", str(primary), "-a", "-x", str(primary)]),
-        timeout=30,
-        check=False,
-    )
-    if probe.returncode == 0:
-        return primary
-    fallback = _fallback_pg_root()
-    log.warning(
-        "user %r cannot reach %s (a parent directory is not searchable); "
-        "keeping the PostgreSQL cluster in %s instead",
-        user,
-        primary,
-        fallback,
-    )
-    fallback.parent.mkdir(parents=True, exist_ok=True)
-    fallback.parent.chmod(0o755)
-    fallback.mkdir(exist_ok=True)
-    _chown(fallback, user)
-    return fallback
+    return root_for_start("postgres", user, _pg_initialised, "the PostgreSQL cluster")
 
 
 def _pg_socket_dir(root: Path, user: str) -> Path:
     """``<root>/run`` unless the socket path would exceed the 107-byte unix limit."""
-    candidate = root / "run"
-    if len(str(candidate / ".s.PGSQL.65535.lock")) > 100:
-        digest = hashlib.sha1(str(root).encode(), usedforsecurity=False).hexdigest()[:10]
-        candidate = Path(tempfile.gettempdir()) / f"eos-pg-{os.getuid()}-{digest}"
-    candidate.mkdir(parents=True, exist_ok=True)
-    candidate.chmod(0o755)
-    _chown(candidate, user)
-    return candidate
+    return socket_dir(root, user, ".s.PGSQL.65535.lock", "pg")
 
 
 def _pg_ctl(
