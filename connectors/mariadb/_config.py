@@ -47,11 +47,14 @@ _TLS_KEYS = ("ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_identity", "ssl_verify
 
 
 def quote(name: str) -> str:
-    """``name`` as a MariaDB identifier: in backticks, a backtick doubled.
+    """``name`` as a MariaDB identifier: in backticks, a backtick doubled (the one quoting
+    of the package: statements, the LOAD DATA file's columns).
 
     >>> quote("we`ird")
     '`we``ird`'
     """
+    if not name or "\x00" in name:
+        raise ValueError("a MariaDB identifier is not empty and holds no NUL")
     return "`" + name.replace("`", "``") + "`"
 
 

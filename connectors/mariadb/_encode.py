@@ -58,6 +58,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from connectors.mariadb._config import quote
 from connectors.mariadb._json import is_nested, json_text
 from connectors.mariadb._text import (
     TEXT,
@@ -70,7 +71,7 @@ from connectors.mariadb._text import (
     scalar_text,
 )
 
-__all__ = ["LoadColumn", "LoadPlan", "ValueRefused", "qualified_name", "quote_identifier"]
+__all__ = ["LoadColumn", "LoadPlan", "ValueRefused", "qualified_name"]
 
 _BYTES = pa.large_binary()
 #: What LOAD DATA reads as NULL (``\N``), and the escapes of a field's text, backslash first.
@@ -83,26 +84,13 @@ _FORMAT = ("CHARACTER SET utf8mb4\n"
 Kind = Literal["plain", "string", "json", "hex", "bytes"]
 
 
-def quote_identifier(name: str) -> str:
-    """``name`` in backticks, a backtick in it doubled.
-
-    >>> quote_identifier("order")
-    '`order`'
-    >>> quote_identifier("a`b")
-    '`a``b`'
-    """
-    if not name or "\x00" in name:
-        raise ValueError("a MariaDB identifier is not empty and holds no NUL")
-    return "`" + name.replace("`", "``") + "`"
-
-
 def qualified_name(table: str | Sequence[str]) -> str:
     """A table as SQL: one name (``"events"``, quoted whole, dots included) or its parts
     (``("shop", "events")`` -> ``shop``.``events``)."""
     parts = [table] if isinstance(table, str) else list(table)
     if not 1 <= len(parts) <= 2:
         raise ValueError("a table is a name or (database, name)")
-    return ".".join(quote_identifier(p) for p in parts)
+    return ".".join(quote(p) for p in parts)
 
 
 def _path_literal(path: str) -> str:
@@ -181,7 +169,7 @@ class LoadPlan:
         asks for it) into ``table`` (:func:`qualified_name`)."""
         targets, sets = [], []
         for i, column in enumerate(self.columns):
-            name = quote_identifier(column.name)
+            name = quote(column.name)
             if column.kind == "hex":
                 variable = f"@eos_hex{i}"
                 targets.append(variable)

@@ -15,7 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.mariadb._encode import LoadPlan, qualified_name, quote_identifier
+from connectors.mariadb._config import quote
+from connectors.mariadb._encode import LoadPlan, qualified_name
 from connectors.mariadb._json import json_text
 from connectors.mariadb._text import ValueRefused, hex_text, scalar_text
 
@@ -262,12 +263,12 @@ def test_the_statement_quotes_identifiers_and_spells_delimiters_in_hex() -> None
         "utf8mb4\nFIELDS TERMINATED BY X'09' ESCAPED BY X'5C' LINES TERMINATED BY X'0A'\n"
         "(`we``ird`, `b`)")
     assert qualified_name("a.b") == "`a.b`"
-    assert quote_identifier("ü") == "`ü`"
+    assert quote("ü") == "`ü`"
     for bad_path in ("/tmp/it's", "C:\\x", ""):
         with pytest.raises(ValueError, match="path"):
             plan.statement("t", bad_path)
     with pytest.raises(ValueError):
-        quote_identifier("")
+        quote("")
     with pytest.raises(ValueError):
         qualified_name(("a", "b", "c"))
 
