@@ -31,9 +31,10 @@ Stopping (``stop_gracefully``, ``stop_on_sigterm``, ``await_termination``; see
 left prepared or open. ``stop_with_savepoint`` (or ``take_savepoint`` after any stop) gives
 the last decided batch and the option that starts a changed query right after it
 (``docs/savepoints.md``). The sinks of each target load lazily: ``PostgresSink`` needs the
-``postgres`` extra, ``KafkaSink`` the ``kafka`` extra, ``DeltaSink`` the ``delta`` extra,
-``IcebergSink`` pyspark and Iceberg's runtime jar (``docs/iceberg.md``); naming one without
-its extra raises an ImportError that says which extra to install.
+``postgres`` extra, ``MariaDBSink`` the ``mariadb`` extra, ``KafkaSink`` the ``kafka``
+extra, ``DeltaSink`` the ``delta`` extra, ``IcebergSink`` pyspark and Iceberg's runtime jar
+(``docs/iceberg.md``); naming one without its extra raises an ImportError that says
+which extra to install.
 
 Metrics: every batch logs one ``key=value`` line on the ``connectors.metrics`` logger;
 ``export_metrics(PrometheusMetrics(port=9464))`` or
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
     from connectors.delta import DeltaSink, DeltaSinks
     from connectors.iceberg import IcebergSink
     from connectors.kafka import KafkaSink
+    from connectors.mariadb import MariaDBSink
     from connectors.postgres import PostgresSink
     from connectors.savepoints import Savepoint, load_savepoint, take_savepoint
     from connectors.spark import (
@@ -136,6 +138,7 @@ _LAZY = {
     "FanOut": "connectors.core.templates.fanout",
     "IcebergSink": "connectors.iceberg",
     "KafkaSink": "connectors.kafka",
+    "MariaDBSink": "connectors.mariadb",
     "PostgresSink": "connectors.postgres",
     "StopReport": "connectors.spark",
     "register": "connectors.spark",
@@ -179,6 +182,7 @@ __all__ = [
     "GracefulStop",
     "IcebergSink",
     "KafkaSink",
+    "MariaDBSink",
     "NoRetry",
     "NonDeterministicReplayError",
     "OpenTelemetryMetrics",

@@ -39,6 +39,8 @@ ckpt        \\-        a fresh checkpoint directory (``str``)
 path        \\-        a fresh empty directory (``str``), for tables and files
 conninfo    postgres  libpq conninfo of a fresh PostgreSQL database (dropped afterwards;
                       dropping fails if the example left a prepared transaction)
+mariadb_url mariadb   ``mariadb://`` URL of a fresh MariaDB database (dropped afterwards;
+                      an example that left a prepared branch of its sink fails)
 bootstrap   kafka     ``bootstrap.servers`` of the Kafka broker
 topic       \\-        a unique topic name (every topic holding it is deleted afterwards)
 sink_id     \\-        a unique sink id (shares the token of ``topic``)
@@ -88,7 +90,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "connectors"
 
-NEEDS = ("spark", "postgres", "kafka")
+NEEDS = ("spark", "postgres", "kafka", "mariadb")
 
 
 #: The fixtures (documented in the table above) and what each needs.
@@ -98,6 +100,7 @@ FIXTURES: dict[str, str | None] = {
     "ckpt": None,
     "path": None,
     "conninfo": "postgres",
+    "mariadb_url": "mariadb",
     "bootstrap": "kafka",
     "topic": None,
     "sink_id": None,
@@ -454,6 +457,16 @@ def _fresh_database(stack: contextlib.ExitStack, base: str, token: str) -> str:
     return str(psycopg.conninfo.make_conninfo(base, dbname=name))
 
 
+def _fresh_mariadb(stack: contextlib.ExitStack, base: str, token: str) -> str:
+    """A database of the example's own (``eos_docs_...``: the pattern the test service's
+    user may create), dropped afterwards; a branch left prepared by a sink whose id holds
+    ``token`` is rolled back and fails the example."""
+    from integration.docs._mariadb_page import mariadb_database
+
+    return stack.enter_context(mariadb_database(base, f"eos_docs_ex_{token}",
+                                                owns=lambda sink_id: token in sink_id))
+
+
 def _delete_topics(stack: contextlib.ExitStack, bootstrap: str, token: str) -> None:
     def delete() -> None:
         from confluent_kafka.admin import AdminClient
@@ -492,6 +505,7 @@ def run(example: Example, services: Callable[[str], Any], tmp: Path) -> None:
             "ckpt": lambda: str(tmp / "checkpoint"),
             "path": lambda: str(_mkdir(tmp / "path")),
             "conninfo": lambda: _fresh_database(stack, services("postgres"), token),
+            "mariadb_url": lambda: _fresh_mariadb(stack, services("mariadb"), token),
             "bootstrap": lambda: services("kafka"),
             "topic": lambda: f"example-{token}",
             "sink_id": lambda: f"example-{token}",

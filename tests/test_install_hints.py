@@ -38,6 +38,6 @@ def test_the_distribution_and_its_own_extras_carry_the_new_name() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["name"] == "spark-exactly-once"
     extras = project["optional-dependencies"]
-    assert extras["all"] == ["spark-exactly-once[postgres,kafka,delta,iceberg]"]
+    assert extras["all"] == ["spark-exactly-once[postgres,kafka,delta,iceberg,mariadb]"]
     assert any(d.startswith("spark-exactly-once[") for d in extras["dev"])
     assert project["scripts"] == {"connectors": "connectors.cli:main"}

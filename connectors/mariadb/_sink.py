@@ -16,7 +16,7 @@ module per role (``docs/design/mariadb.md``):
 - the ledger (:mod:`~connectors.mariadb._ledger`), xids (:mod:`~connectors.mariadb._xid`)
   and the configuration (:mod:`~connectors.mariadb._config`).
 
-In progress (issue 54): not exported yet; modes append and upsert.
+Operating guide: ``docs/mariadb.md``.
 """
 
 from __future__ import annotations
@@ -81,6 +81,12 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
         connect_timeout: seconds.
         **options: the template's options (``retry``, ``reset_binding``,
             ``on_replay_mismatch``, ``keep_batches``, ``values_in_errors``).
+
+    Example (``mariadb_url``: ``"mariadb://user:password@host:3306/database"``)::
+
+        sink = MariaDBSink(mariadb_url, "users", sink_id=sink_id, mode="upsert",
+                           key_columns=["user_id"], create_table=True)
+        query = df.writeStream.foreachBatch(sink).option("checkpointLocation", ckpt).start()
     """
 
     def __init__(

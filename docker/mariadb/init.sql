@@ -10,3 +10,5 @@ GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, CREATE TEMPORA
 -- --ssl-cert/--ssl-key/--ssl-ca added to the command).
 CREATE USER IF NOT EXISTS 'eos_tls'@'%' IDENTIFIED BY 'eos-tls-mariadb-pass-3Jd' REQUIRE SSL;
 GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, CREATE TEMPORARY TABLES ON eos.* TO 'eos_tls'@'%';
+-- The databases the docs' tests create for a page each (eos_docs_<tag>), and drop after.
+GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, CREATE TEMPORARY TABLES ON `eos\_docs\_%`.* TO 'eos'@'%';

@@ -16,7 +16,7 @@ server's environment, so ``CONNECTORS_CRASH_AT`` arms the crash points there):
   reaches the sink in the worker through the session's configuration, at the decision.
 
 Then a last run on that server must be exact, row by row, with nothing left prepared
-(PostgreSQL) or open (Kafka). The binding is never silently lost: a new checkpoint is
+(PostgreSQL, MariaDB) or open (Kafka). The binding is never silently lost: a new checkpoint is
 refused, and so is a sink without ``query_name`` (the worker is not told which query calls
 it). Killing only the client leaves the query running on its server (wide only).
 
@@ -58,6 +58,8 @@ from integration.core.test_stopping import (
 from integration.delta.test_delta_kill import APPEND, MERGE, DeltaJob
 from integration.delta.test_delta_s3 import S3DeltaJob, killed_holds
 from integration.kafka.test_kafka_kill import KafkaJob, kafka  # noqa: F401 - the kafka fixture
+from integration.mariadb.test_mariadb_kill import MariaJob
+from integration.mariadb.test_mariadb_kill import Target as MariaTarget
 from integration.postgres.test_postgres_kill import PgJob, pg  # noqa: F401 - the pg fixture
 from integration.support._delta import intent_batches, ledger_batches
 from integration.support._driver import DriverRun, KillJob, spark_batches
@@ -110,6 +112,11 @@ class ConnectPgJob(PgJob):
 
 
 class ConnectKafkaJob(KafkaJob):
+    def args(self) -> list[str]:
+        return [*super().args(), *connect_args()]
+
+
+class ConnectMariaJob(MariaJob):
     def args(self) -> list[str]:
         return [*super().args(), *connect_args()]
 
@@ -251,15 +258,48 @@ class KafkaCase(Case):
         assert not wait_no_open_transactions(self.kafka.bootstrap, topics), "left open"
 
 
+class MariaCase(Case):
+    """MariaDBSink (XA branches prepared in the tasks, committed by the driver)."""
+
+    def __init__(self, target: MariaTarget) -> None:
+        self.maria = target
+        s = target.sink_id
+        self.full = [(BD, s), (AD, s), (BC, s), (AC, s)]
+        self.ci = [(AD, s)]
+        self.stop_sink = s
+
+    def job(self, root: Path, last: int) -> ConnectMariaJob:
+        return ConnectMariaJob(root, self.maria, files=last + 1, rate_rows=200)
+
+    def after_stop(self, job: Any) -> None:
+        assert self.maria.prepared() == [], self.maria.prepared()
+
+    def after_kill(self, job: Any, point: CrashPoint, sink: str, batch: int) -> None:
+        states = self.maria.ledger_states()
+        prepared = [t for t in self.maria.prepared() if t.batch_id == batch]
+        if point is AC:
+            assert not prepared and states.get(batch) == "COMMITTED", (prepared, states)
+        else:
+            assert prepared, "the batch's branches are left prepared"
+            assert states.get(batch) == (None if point is BD else "DECIDED"), states
+
+    def finish(self, job: Any, final: DriverRun) -> None:
+        job.assert_exact()  # every id once, every batch COMMITTED, nothing in XA RECOVER
+
+
 def _case(name: str, request: pytest.FixtureRequest) -> Case:
     if name == "delta":
         return DeltaCase(request.getfixturevalue("spark"))
     if name == "postgres":
         return PgCase(request.getfixturevalue("pg"))
+    if name == "mariadb":
+        target = MariaTarget(request.getfixturevalue("mariadb_url"))
+        request.addfinalizer(target.cleanup)
+        return MariaCase(target)
     return KafkaCase(request.getfixturevalue("kafka"))
 
 
-SINKS = ["delta", "postgres", "kafka"]
+SINKS = ["delta", "postgres", "kafka", "mariadb"]
 
 
 # ------------------------------------------- the server, then the worker, SIGKILLed

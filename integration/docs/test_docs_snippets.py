@@ -15,10 +15,11 @@ interpreter's directory, as in an activated virtual environment. After each proc
 target of each block it finished is read like a downstream user reads it (the PostgreSQL
 table, the Kafka topic with ``read_committed``, the Delta table's log and files) and
 compared row by row with what the block wrote: nothing missing, nothing twice. The
-PostgreSQL and Kafka quick-starts of the README first run with their driver SIGKILLed at a
-crash point of batch 1, then again, as the README says a user may; the kills are chained,
-each second run starting the next process (README.md: [delta, postgres killed], [postgres,
-datasource killed], [datasource, kafka killed], [kafka]: 4 drivers where it took 7).
+PostgreSQL, MariaDB and Kafka quick-starts of the README first run with their driver
+SIGKILLed at a crash point of batch 1, then again, as the README says a user may; the kills
+are chained, each second run starting the next process (README.md: [delta, postgres
+killed], [postgres, datasource killed], [datasource, mariadb killed], [mariadb, kafka
+killed], [kafka]: 5 drivers where it took 9).
 
 The three commands that .ci/run runs verbatim (``RUN_BY_CI``) are not run here again: the
 test asserts that .ci/run still contains each of them.
@@ -27,6 +28,7 @@ test asserts that .ci/run still contains each of them.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import re
@@ -39,6 +41,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from integration.docs import _mariadb_page as mp
 from integration.docs import _snippets as sn
 from integration.support._pg import fresh_database
 
@@ -110,6 +113,12 @@ def check_postgres_events_ds(page: Page, run: sn.Run) -> None:
     assert counts and all(n == "100" for _, n in counts), run.stdout
 
 
+def check_mariadb_events(page: Page, run: sn.Run) -> None:
+    rows = mp.mariadb_rows(page.env[mp.ENV_URL], "SELECT id, name FROM events")
+    sn.exact(rows, _events(), "events after the MariaDB quick-start")
+    assert mp.mariadb_prepared(page.env[mp.ENV_URL], ["events-mariadb"]) == []
+
+
 def check_kafka_events(page: Page, run: sn.Run) -> None:
     from integration.support._kafka import read_all
 
@@ -163,6 +172,13 @@ def check_postgres_users(page: Page, run: sn.Run) -> None:
     rows = sn.postgres_rows(page.conninfo, "SELECT user_id, score FROM public.users")
     # run id 0: users k, k+100, k+200 of one user; the greatest row wins
     sn.exact(rows, [(k, k + 200) for k in range(100)], "public.users after the upsert job")
+
+
+def check_mariadb_users(page: Page, run: sn.Run) -> None:
+    rows = mp.mariadb_rows(page.env[mp.ENV_URL], "SELECT user_id, score FROM users")
+    # run id 0: users k, k+100, k+200 of one user; the greatest row wins
+    sn.exact(rows, [(k, k + 200) for k in range(100)], "users after the MariaDB upsert job")
+    assert mp.mariadb_prepared(page.env[mp.ENV_URL], ["users-mariadb"]) == []
 
 
 def check_metrics_postgres(page: Page, run: sn.Run) -> None:
@@ -325,6 +341,8 @@ EXPECT: dict[tuple[str, str], Expect] = {
         Expect(check_postgres_events, "after_decision:batch=1", "events-pg"),
     ("README.md", "quickstart_postgres_datasource.py"):
         Expect(check_postgres_events_ds, "after_decision:batch=1", "events-pg-ds"),
+    ("README.md", "quickstart_mariadb.py"):
+        Expect(check_mariadb_events, "after_decision:batch=1", "events-mariadb"),
     ("README.md", "quickstart_kafka.py"):
         Expect(check_kafka_events, "before_decision:batch=1", "{topic}-kafka"),
     ("README.md", "quickstart_delta.py"): Expect(check_delta_events),
@@ -337,6 +355,7 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/postgres.md", "column_types_postgres.py"): Expect(check_postgres_profiles),
     ("docs/postgres.md", "bash#0"): Expect(check_postgres_status_json),
     ("docs/postgres.md", "sql#0"): Expect(check_nothing_prepared),
+    ("docs/mariadb.md", "upsert_mariadb.py"): Expect(check_mariadb_users),
     ("docs/kafka.md", "kafka_batch_job.py"): Expect(check_kafka_orders),
     ("docs/kafka.md", "consume_orders.py"): Expect(check_consumer_output),
     ("docs/delta.md", "delta_merge.py"): Expect(check_delta_merge),
@@ -474,7 +493,8 @@ def page_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Page]:
     cwd.mkdir()
     work.mkdir()
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CONNECTORS_CRASH", "EOS_POSTGRES", "EOS_KAFKA", "PYTEST_"))}
+           if not k.startswith(("CONNECTORS_CRASH", "EOS_POSTGRES", "EOS_KAFKA", "EOS_MARIADB",
+                                "PYTEST_"))}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["EOS_EXAMPLE_DIR"] = str(work)
     env["EOS_KAFKA_TOPIC"] = f"docs-{uuid.uuid4().hex[:10]}"
@@ -486,14 +506,19 @@ def page_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Page]:
         return
     if "EOS_KAFKA_BOOTSTRAP" in codes:
         env["EOS_KAFKA_BOOTSTRAP"] = request.getfixturevalue("kafka_bootstrap")
-    if "EOS_POSTGRES_CONNINFO" in codes or any(b.lang == "sql" for b in BLOCKS if b.doc == doc):
-        server = request.getfixturevalue("postgres_conninfo")
-        secrets.append(_password(server))
-        with fresh_database(server, f"eos_docs_{tag}") as conninfo:
-            env["EOS_POSTGRES_CONNINFO"] = conninfo
-            yield Page(doc, cwd, env, secrets)
-        return
-    yield Page(doc, cwd, env, secrets)
+    with contextlib.ExitStack() as databases:
+        if mp.ENV_URL in codes:
+            server = request.getfixturevalue("mariadb_url")
+            secrets.append(mp.password_of(server))
+            env[mp.ENV_URL] = databases.enter_context(
+                mp.mariadb_database(server, f"eos_docs_{tag}"))
+        if "EOS_POSTGRES_CONNINFO" in codes or any(b.lang == "sql" for b in BLOCKS
+                                                   if b.doc == doc):
+            server = request.getfixturevalue("postgres_conninfo")
+            secrets.append(_password(server))
+            env["EOS_POSTGRES_CONNINFO"] = databases.enter_context(
+                fresh_database(server, f"eos_docs_{tag}"))
+        yield Page(doc, cwd, env, secrets)
 
 
 def _drop_secure_tables(admin: str) -> None:
@@ -734,7 +759,7 @@ def test_page_plans_share_drivers_and_run_every_block() -> None:
             assert step.programs or len(step.blocks) == 1
     drivers = [s for s in page_plan("README.md")
                if any(spark_components(b.code) is not None for b, _ in s.blocks)]
-    assert len(drivers) == 4, drivers  # 3 kills, then the last program's second run
+    assert len(drivers) == 5, drivers  # 4 kills, then the last program's second run
 
 
 @pytest.mark.timeout(2400)

@@ -5,7 +5,7 @@ committed. Each run restarts from the same checkpoint; the table is then read ro
 every input id exactly once (the table has no key, so a duplicate would show), every batch
 COMMITTED in the ledger, and no branch of the sink left in ``XA RECOVER``.
 
-The driver is ``integration/mariadb/_stream.py`` (files source: one file per micro-batch).
+The driver is ``examples/stream_to_mariadb.py`` (files source: one file per micro-batch).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class MariaJob(KillJob):
     """Files (one per batch, ``ROWS_PER_FILE`` rows each) or, with ``rate_rows``, Spark's
     rate source (``files`` batches of ``rate_rows`` rows, ids ``0..``)."""
 
-    module = "integration.mariadb._stream"
+    module = "examples.stream_to_mariadb"
 
     def __init__(self, root: Path, target: Target, files: int, rate_rows: int = 0) -> None:
         super().__init__(root, sink_id=target.sink_id, cwd=REPO)

@@ -55,6 +55,11 @@ CLIENT_PACKAGE: Final = "mariadb-client-core"
 #: CREATE TEMPORARY TABLES: the upsert's staging table inside each task's branch.
 SINK_GRANTS: Final = ("SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, "
                       "CREATE TEMPORARY TABLES")
+#: The databases the docs' tests create for a page each, and drop after
+#: (``integration/docs/_mariadb_page.py``): ``eos`` holds the same grants there, its
+#: ``CREATE`` and ``DROP`` on the pattern letting it create and drop them (a pattern of
+#: ``GRANT``, ``_`` escaped: a literal underscore).
+DOCS_DATABASES: Final = "eos\\_docs\\_%"
 
 
 # --------------------------------------------------------------------------- binaries
@@ -225,4 +230,5 @@ def setup_sql() -> list[str]:
             f"ALTER USER '{user}'@'%' IDENTIFIED BY '{password}' REQUIRE {require}",
             f"GRANT {SINK_GRANTS} ON {MARIADB_DATABASE}.* TO '{user}'@'%'",
         ]
+    statements.append(f"GRANT {SINK_GRANTS} ON `{DOCS_DATABASES}`.* TO '{MARIADB_USER}'@'%'")
     return statements
