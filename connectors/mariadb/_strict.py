@@ -75,10 +75,18 @@ _MEANING: dict[int, tuple[str, str]] = {
                                                           "the table column's type"),
     1406: ("a value too long for the column", "widen the column, or cut the value in the "
                                               "query"),
+    4025: ("a value a CHECK constraint refuses (of a JSON column: text that is no JSON "
+           "document)", "fix or filter the value in the query; a JSON column takes JSON "
+                        "documents, or an array, map or struct column (written as JSON)"),
+    4038: ("text that is no JSON document", "give a JSON column JSON documents, or an "
+                                            "array, map or struct column (written as JSON)"),
 }
 _AT_ROW = re.compile(r" at row (\d+)\Z")
 _ROW_FIRST = re.compile(r"\ARow (\d+) ")
 _KEY = re.compile(r" for key '([^']*)'\Z")
+#: 4025: ``CONSTRAINT `<table>.<name>` failed for `<db>`.`<table>```: a JSON column's own
+#: constraint is named after the column.
+_CONSTRAINT = re.compile(r"\ACONSTRAINT `((?:[^`]|``)*)` failed for ")
 
 
 @dataclass(frozen=True)
@@ -90,12 +98,14 @@ class LoadWarning:
     column: str | None
     row: int | None
     key: str | None = None
+    constraint: str | None = None
 
     def describe(self) -> str:
         """One line: level, code, where, what it means and the fix."""
         where = [f"column {self.column!r}"] if self.column is not None else []
         where += [f"row {self.row}"] if self.row is not None else []
         where += [f"key {self.key!r}"] if self.key is not None else []
+        where += [f"constraint {self.constraint!r}"] if self.constraint is not None else []
         meaning, fix = _MEANING.get(self.code, (
             f"MariaDB's warning {self.code}", "see MariaDB's error code reference"))
         place = f" in {', '.join(where)}" if where else ""
@@ -124,8 +134,13 @@ def parse_warnings(rows: Iterable[Sequence[object]],
         key = _KEY.search(text)
         row = int(at_row[1]) if at_row else int(row_first[1]) if row_first else None
         column = _column(text[: at_row.start()], columns) if at_row else None
+        constraint = _CONSTRAINT.match(text)
+        named = constraint[1].replace("``", "`") if constraint else None
+        if named is not None:
+            column = max((c for c in columns if named.endswith("." + c)), key=len, default=None)
         found.append(LoadWarning(str(level), int(str(code)), column, row,
-                                 key[1] if key and not at_row else None))
+                                 key[1] if key and not at_row else None,
+                                 named if named is not None and column is None else None))
     return found
 
 

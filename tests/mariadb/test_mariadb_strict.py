@@ -85,3 +85,19 @@ def test_driver_rows_of_other_shapes_are_read() -> None:
     # mysql-connector gives tuples, mariadb may give lists; codes may come as strings
     rows = [["Note", "1265", "Data truncated for column 'd' at row 1"]]
     assert parse_warnings(rows, COLUMNS) == [LoadWarning("Note", 1265, "d", 1)]
+
+
+def test_text_that_is_no_json_names_the_json_column_by_its_constraint() -> None:
+    """Measured on MariaDB 10.11.19: a JSON column's CHECK (json_valid) refuses text that
+    is no JSON with Note 4038 (no column) and Warning 4025 naming the constraint
+    ``<table>.<column>``; another CHECK is named as a constraint."""
+    rows = [("Note", 4038, "Syntax error in JSON text in argument 1 to function "
+             "'json_valid' at position 2"),
+            ("Warning", 4025, "CONSTRAINT `ev_1.j` failed for `eos`.`ev_1`"),
+            ("Warning", 4025, "CONSTRAINT `positive` failed for `eos`.`ev_1`")]
+    found = parse_warnings(rows, ["id", "j"])
+    assert [(w.code, w.column, w.constraint) for w in found] == [
+        (4038, None, None), (4025, "j", None), (4025, None, "positive")]
+    text = refusal(rows, ["id", "j"])
+    assert "column 'j'" in text and "no JSON document" in text
+    assert "constraint 'positive'" in text
