@@ -7,6 +7,8 @@
     connectors status  --postgres-env PGCONN                 # the conninfo from $PGCONN
     connectors recover --postgres-file conn.txt --commit-decided --abort-undecided
     connectors doctor  --checkpoint PATH --sink-id ID --postgres CONNINFO
+    connectors status  --mariadb-env MARIADB_URL            # MariaDB's XA branches (no age)
+    connectors recover --mariadb-file url.txt --commit-decided --abort-undecided --min-age 0
     connectors status  --kafka b:9092 --kafka-config-file client.properties
     connectors status  --delta s3a://bucket/table     # store settings from AWS_* variables
     connectors status  --iceberg /warehouse/db/events # an Iceberg table's location
@@ -19,7 +21,9 @@ well, 1 something needs an operator (lingering transactions, unfinished batches,
 invariant), 2 bad arguments, 3 a target could not be reached or read.
 
 No secret needs to be an argument (every user of a machine sees every command line):
-``--postgres-env VAR`` and ``--postgres-file FILE`` read the connection string,
+``--postgres-env VAR`` and ``--postgres-file FILE`` read the connection string (so do
+``--mariadb-env VAR`` and ``--mariadb-file FILE`` MariaDB's address; a password in
+``--postgres`` or ``--mariadb`` is warned about),
 ``--kafka-config-env VAR`` and ``--kafka-config-file FILE`` the librdkafka settings (a JSON
 object or ``KEY=VALUE`` lines), and ``--kafka-config``/``--storage-option`` refuse secrets
 (:mod:`connectors.cli._inputs`). Secrets are never printed: not in tables, JSON, errors
@@ -34,7 +38,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from connectors.cli._inputs import kafka_settings, postgres_conninfo, storage_options
+from connectors.cli._inputs import storage_options
 from connectors.cli._model import (
     EXIT_ATTENTION,
     EXIT_OK,
@@ -46,7 +50,8 @@ from connectors.cli._model import (
     render_table,
     to_json,
 )
-from connectors.cli._targets import PostgresTarget, Target
+from connectors.cli._target_args import add_target_args, rebuilt, targets
+from connectors.cli._targets import Target
 from connectors.core.errors import ConfigurationError, ConnectorError
 from connectors.core.naming import validate_sink_id
 
@@ -57,109 +62,6 @@ DEFAULT_SPARK_COMPONENTS = ("delta", "kafka")
 __all__ = ["main", "storage_options"]
 
 logger = logging.getLogger(__name__)
-
-TargetFactory = Callable[[argparse.Namespace], Target | None]
-
-
-def _postgres(args: argparse.Namespace) -> Target | None:
-    conninfo = postgres_conninfo(args.postgres, env=args.postgres_env, file=args.postgres_file)
-    return None if conninfo is None else PostgresTarget(conninfo,
-                                                        ledger_table=args.ledger_table)
-
-
-def _kafka(args: argparse.Namespace) -> Target | None:
-    from connectors.cli._kafka_target import KafkaTarget
-
-    if not (args.kafka or args.kafka_config_env or args.kafka_config_file):
-        return None
-    config = kafka_settings(args.kafka_config, env=args.kafka_config_env,
-                            file=args.kafka_config_file)
-    bootstrap = args.kafka or str(config.pop("bootstrap.servers", "") or "")
-    if not bootstrap:
-        raise ConfigurationError("--kafka BOOTSTRAP is missing (nor do the Kafka settings "
-                                 "have bootstrap.servers)")
-    return KafkaTarget(bootstrap, config, topics=args.kafka_topic)
-
-
-def _delta(args: argparse.Namespace) -> Target | None:
-    from connectors.cli._delta_target import DeltaTarget
-
-    if not args.delta:
-        return None
-    return DeltaTarget(args.delta, ledger_root=args.delta_ledger_root,
-                       storage_options=storage_options(args.storage_option))
-
-
-def _iceberg(args: argparse.Namespace) -> Target | None:
-    from connectors.cli._iceberg_target import IcebergTarget
-
-    if not args.iceberg:
-        return None
-    return IcebergTarget(args.iceberg, ledger_root=args.iceberg_ledger_root,
-                         storage_options=storage_options(args.storage_option),
-                         metadata_location=args.iceberg_metadata)
-
-
-def _targets(args: argparse.Namespace) -> list[Target]:
-    factories: list[TargetFactory] = [_postgres, _kafka, _delta, _iceberg]
-    chosen = [target for factory in factories if (target := factory(args)) is not None]
-    if not chosen:
-        raise ConfigurationError("name a target: --postgres CONNINFO (or --postgres-env VAR, "
-                                 "--postgres-file FILE), --kafka BOOTSTRAP, --delta PATH|URI "
-                                 "or --iceberg PATH|URI")
-    return chosen
-
-
-def _add_target_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("targets (one or more)")
-    g.add_argument("--postgres", metavar="CONNINFO",
-                   help="libpq connection string (a password here is visible to every user "
-                   "of the machine: prefer --postgres-env, --postgres-file, PGPASSWORD or "
-                   "~/.pgpass)")
-    g.add_argument("--postgres-env", metavar="VAR",
-                   help="read the libpq connection string from environment variable VAR")
-    g.add_argument("--postgres-file", metavar="FILE",
-                   help="read the libpq connection string from FILE")
-    g.add_argument("--ledger-table", default="public.eos_ledger",
-                   help="PostgreSQL ledger table (default public.eos_ledger)")
-    g.add_argument("--kafka", metavar="BOOTSTRAP", help="Kafka bootstrap servers")
-    g.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra librdkafka setting (e.g. security.protocol=SASL_SSL), "
-                   "repeatable; secrets (sasl.password, ssl.key.password, ...) are refused: "
-                   "use --kafka-config-file or --kafka-config-env")
-    g.add_argument("--kafka-config-file", metavar="FILE",
-                   help="librdkafka settings from FILE: a JSON object, or KEY=VALUE lines "
-                   "(# comments), e.g. a client.properties; --kafka may then be left out "
-                   "if it has bootstrap.servers")
-    g.add_argument("--kafka-config-env", metavar="VAR",
-                   help="librdkafka settings from environment variable VAR (same formats; "
-                   "they win over the file's, and --kafka-config over both)")
-    g.add_argument("--kafka-topic", action="append", default=[], metavar="TOPIC",
-                   help="also check this output topic for open transactions (repeatable)")
-    g.add_argument("--delta", metavar="PATH|URI",
-                   help="Delta table: a local path, or an s3a://, s3://, gs:// or abfss:// URI "
-                   "(the store's settings and credentials from the environment: AWS_*, "
-                   "GOOGLE_*, AZURE_*)")
-    g.add_argument("--delta-ledger-root", metavar="DIR|URI",
-                   help="where the sinks' ledgers are, if not <table>/_connectors (the "
-                   "parent of DeltaSink's ledger_path)")
-    g.add_argument("--iceberg", metavar="PATH|URI",
-                   help="Iceberg table's location (DESCRIBE TABLE EXTENDED's Location): a "
-                   "local path, or an s3a://, s3://, gs:// or abfss:// URI (settings and "
-                   "credentials from the environment, as --delta)")
-    g.add_argument("--iceberg-metadata", metavar="PATH|URI",
-                   help="the table's current metadata file, as its catalog names it (default: "
-                   "version-hint.text's, else the newest under <location>/metadata)")
-    g.add_argument("--iceberg-ledger-root", metavar="DIR|URI",
-                   help="where the sinks' ledgers are, if not <location>/_connectors (the "
-                   "parent of IcebergSink's ledger_path)")
-    g.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a non-secret storage option for --delta and --iceberg (AWS_REGION, "
-                   "AWS_ENDPOINT_URL, ...), repeatable; secrets (keys, tokens, passwords) "
-                   "are refused: set their environment variables")
-    p.add_argument("--sink-id", action="append", default=[], dest="sink_ids",
-                   help="only this sink (repeatable; default: every sink the target knows)")
-    p.add_argument("--json", action="store_true", help="JSON instead of tables")
 
 
 def _sinks(target: Target, args: argparse.Namespace) -> list[str]:
@@ -199,14 +101,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
         from connectors.cli._watch_loop import run_watch
 
-        kinds: dict[str, TargetFactory] = {"postgres": _postgres, "kafka": _kafka,
-                                           "delta": _delta, "iceberg": _iceberg}
-        return run_watch(args, _targets(args), lambda kind: _rebuilt(kinds[kind], args))
+        return run_watch(args, targets(args), lambda kind: rebuilt(kind, args))
     if args.checkpoints or args.prometheus_port is not None or args.prometheus_textfile:
         raise ConfigurationError("--checkpoint, --prometheus-port and --prometheus-textfile "
                                  "go with --watch")
     statuses: list[SinkStatus] = []
-    for target in _targets(args):
+    for target in targets(args):
         try:
             statuses += [target.status(sid) for sid in _sinks(target, args)]
         finally:
@@ -218,19 +118,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_ATTENTION if any(s.needs_attention for s in statuses) else EXIT_OK
 
 
-def _rebuilt(factory: TargetFactory, args: argparse.Namespace) -> Target:
-    target = factory(args)
-    assert target is not None  # it made one before, from the same arguments
-    return target
-
-
 # ----------------------------------------------------------------------------- recover
 
 def cmd_recover(args: argparse.Namespace) -> int:
     if not (args.commit_decided or args.abort_undecided):
         raise ConfigurationError("say what to settle: --commit-decided and/or --abort-undecided")
     reports: list[RecoverReport] = []
-    for target in _targets(args):
+    for target in targets(args):
         try:
             for sid in _sinks(target, args):
                 reports.append(target.recover(
@@ -271,7 +165,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         raise ConfigurationError(str(exc)) from None
     findings: list[Finding] = offset_log_findings(ckpt)
-    for target in _targets(args):
+    for target in targets(args):
         ledger = target.ledger(args.sink_ids[0])
         try:
             findings += check(ckpt, list(ledger.entries()), ledger.bound_query())
@@ -312,25 +206,27 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per sink: last committed batch, unfinished "
                             "batches, lingering transactions (--watch: refreshed until "
                             "Ctrl-C, and as Prometheus gauges)")
-    _add_target_args(status)
+    add_target_args(status)
     from connectors.cli._watch_loop import add_watch_arguments
 
     add_watch_arguments(status)
 
     recover = sub.add_parser("recover", help="settle what dead drivers left")
-    _add_target_args(recover)
+    add_target_args(recover)
     recover.add_argument("--commit-decided", action="store_true",
                          help="commit the transactions of decided batches")
     recover.add_argument("--abort-undecided", action="store_true",
                          help="roll back transactions no decision lists")
     recover.add_argument("--min-age", type=float, default=60.0, metavar="SECONDS",
                          help="leave undecided transactions younger than this alone: a live "
-                         "driver may be about to decide them (default 60)")
+                         "driver may be about to decide them (default 60); one of unknown "
+                         "age (MariaDB) is left unless the ledger decided its batch or a "
+                         "later one, or this is 0 (no driver of the sink runs)")
 
     doctor = sub.add_parser("doctor", help="compare a Spark checkpoint with the sink's ledger; "
                             "show the jars a Spark session would get")
     doctor.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
-    _add_target_args(doctor)
+    add_target_args(doctor)
 
     savepoint = sub.add_parser("savepoint", help="the sink's last decided batch and, per "
                                "source, the option a new query starts right after it "
@@ -338,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     from connectors.cli._savepoint import add_arguments as add_savepoint_arguments
 
     add_savepoint_arguments(savepoint)
-    _add_target_args(savepoint)
+    add_target_args(savepoint)
 
     submit = sub.add_parser("submit-args", help="the spark-submit arguments the components "
                             "need (--packages and --conf) for this Spark version; your "
@@ -365,7 +261,7 @@ def cmd_submit_args(args: argparse.Namespace) -> int:
 def cmd_savepoint(args: argparse.Namespace) -> int:
     from connectors.cli._savepoint import run
 
-    return run(args, _targets(args))
+    return run(args, targets(args))
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -7,6 +7,9 @@ Every process's command line is visible to every user of the machine (``ps``), s
   alternative to ``--postgres CONNINFO``. A secret in ``--postgres CONNINFO`` (a
   password, ``sslpassword``...) still works, with a warning on stderr; libpq's own
   ``PGPASSWORD`` and ``~/.pgpass`` work as always.
+- ``--mariadb-env VAR`` / ``--mariadb-file FILE``: the same for MariaDB's address
+  (``mariadb://user:password@host:3306/database``), as an alternative to ``--mariadb URL``,
+  which warns on stderr when it holds a password.
 - ``--kafka-config-env VAR`` / ``--kafka-config-file FILE``: librdkafka settings, either
   a JSON object (text starting with ``{``) or properties lines (``KEY=VALUE``; blank
   lines and lines starting with ``#`` or ``!`` ignored), e.g. ``client.properties``
@@ -35,13 +38,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from connectors.core.errors import ConfigurationError
 
-__all__ = ["kafka_settings", "postgres_conninfo", "storage_options"]
+__all__ = ["connection_text", "kafka_settings", "mariadb_url", "postgres_conninfo",
+           "storage_options"]
 
 
 def _read(flag: str, env: str, file: str, environ: Mapping[str, str]) -> str | None:
@@ -63,25 +67,46 @@ def _read(flag: str, env: str, file: str, environ: Mapping[str, str]) -> str | N
     return None
 
 
+def connection_text(flag: str, arg: str | None, *, env: str | None, file: str | None,
+                    has_secret: Callable[[str], bool], instead: str,
+                    environ: Mapping[str, str] | None = None) -> str | None:
+    """The connection string of ``--<flag>``, ``--<flag>-env`` or ``--<flag>-file``
+    (``None``: none given; a file's or variable's text stripped, newlines as spaces); warns
+    on stderr when ``--<flag>`` holds a secret (``has_secret``), naming ``instead``."""
+    text = _read(flag, env or "", file or "", os.environ if environ is None else environ)
+    if text is not None and arg:
+        raise ConfigurationError(f"give one of --{flag}, --{flag}-env and --{flag}-file")
+    if text is not None:
+        text = " ".join(text.split())
+        if not text:
+            raise ConfigurationError(f"--{flag}-file {file}: the file is empty")
+        return text
+    if arg and has_secret(arg):
+        print(f"connectors: warning: --{flag} carries a secret (a password) on the command "
+              f"line, where `ps` shows it to every user of the machine: use --{flag}-env "
+              f"VAR or --{flag}-file FILE{instead}", file=sys.stderr)
+    return arg or None
+
+
 def postgres_conninfo(arg: str | None, *, env: str | None, file: str | None,
                       environ: Mapping[str, str] | None = None) -> str | None:
     """The connection string of ``--postgres``, ``--postgres-env`` or ``--postgres-file``
     (``None``: no PostgreSQL target); warns on stderr when ``--postgres`` holds a secret."""
     from connectors.postgres.admin import conninfo_has_secret
 
-    text = _read("postgres", env or "", file or "", os.environ if environ is None else environ)
-    if text is not None and arg:
-        raise ConfigurationError("give one of --postgres, --postgres-env and --postgres-file")
-    if text is not None:
-        text = " ".join(text.split())
-        if not text:
-            raise ConfigurationError(f"--postgres-file {file}: the file is empty")
-        return text
-    if arg and conninfo_has_secret(arg):
-        print("connectors: warning: --postgres carries a secret (a password) on the command "
-              "line, where `ps` shows it to every user of the machine: use --postgres-env "
-              "VAR or --postgres-file FILE (or PGPASSWORD, ~/.pgpass)", file=sys.stderr)
-    return arg or None
+    return connection_text("postgres", arg, env=env, file=file, environ=environ,
+                           has_secret=conninfo_has_secret,
+                           instead=" (or PGPASSWORD, ~/.pgpass)")
+
+
+def mariadb_url(arg: str | None, *, env: str | None, file: str | None,
+                environ: Mapping[str, str] | None = None) -> str | None:
+    """The address of ``--mariadb``, ``--mariadb-env`` or ``--mariadb-file`` (``None``: no
+    MariaDB target); warns on stderr when ``--mariadb`` holds a password."""
+    from connectors.mariadb.admin import address_has_secret
+
+    return connection_text("mariadb", arg, env=env, file=file, environ=environ,
+                           has_secret=address_has_secret, instead="")
 
 
 def _parse_settings(text: str, where: str) -> dict[str, Any]:

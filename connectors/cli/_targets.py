@@ -15,12 +15,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from connectors.cli._model import Lingering, RecoverReport, SinkStatus
+from connectors.core.driver.operator import PreparedAdmin
 from connectors.core.ledgers.ledger import Ledger, LedgerEntry, lineage_chain
 from connectors.core.naming import TransactionId
 from connectors.core.protocol.fanout_program import TARGET_PREFIX, parts_of
 from connectors.core.states import BatchState
 
-__all__ = ["PostgresTarget", "Target"]
+__all__ = ["MariaDBTarget", "PostgresTarget", "PreparedTarget", "Target"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 class Target(ABC):
     """One participant (a database, a broker, a table) as the operator tools see it."""
 
-    #: "postgres", "kafka", "delta" or "iceberg".
+    #: "postgres", "mariadb", "kafka", "delta" or "iceberg".
     kind: str
 
     @abstractmethod
@@ -121,16 +122,19 @@ def fan_out_targets(entries: Sequence[LedgerEntry], sink_id: str) -> list[str]:
     return sorted(names)
 
 
-class PostgresTarget(Target):
-    """A PostgreSQL database: the ledger tables and the prepared transactions
-    (:class:`connectors.postgres.admin.PostgresAdmin`)."""
+class PreparedTarget(Target):
+    """A database of prepared transactions, through its admin
+    (:class:`~connectors.core.driver.operator.PreparedAdmin`): the ledger tables and the
+    transactions the sinks prepared there.
 
-    kind = "postgres"
+    ``recover`` leaves an undecided transaction alone while a live driver may still
+    decide it: when it is younger than ``--min-age``; and, when the database gives no age
+    (MariaDB), unless the ledger holds a decision of its batch or a later one (its run can
+    no longer decide it) or ``--min-age`` is 0 (the operator says no driver runs). Even
+    then a roll-back is safe: it is recorded in the ledger first."""
 
-    def __init__(self, conninfo: str, ledger_table: str = "public.eos_ledger") -> None:
-        from connectors.postgres.admin import PostgresAdmin
-
-        self.admin = PostgresAdmin(conninfo, ledger_table, what="--ledger-table")
+    def __init__(self, admin: PreparedAdmin) -> None:
+        self.admin = admin
 
     def describe(self) -> str:
         return self.admin.describe()
@@ -142,26 +146,33 @@ class PostgresTarget(Target):
         return self.admin.ledger(sink_id)
 
     def lingering(self, sink_id: str) -> list[Lingering]:
+        return self._lingering(sink_id)[0]
+
+    def _lingering(self, sink_id: str) -> tuple[list[Lingering], int | None]:
+        """The sink's prepared transactions, and the last batch its ledger decided."""
         mine = sorted(self.admin.prepared(sink_id), key=lambda p: str(p.transaction_id))
         if not mine:
-            return []
+            return [], None
         ledger = self.ledger(sink_id)
         try:
-            decided = {c.transaction_id for e in ledger.entries() for c in e.commits}
+            entries = ledger.entries()
         finally:
             ledger.close()
+        decided = {c.transaction_id for e in entries for c in e.commits}
         decided |= {c.transaction_id for part in self.fan_out_parts(sink_id)
                     for c in part.commits}
-        return [Lingering(str(p.transaction_id), p.transaction_id.batch_id, round(p.age_s, 1),
-                          str(p.transaction_id) in decided, "prepared") for p in mine]
+        last = max((e.batch_id for e in entries), default=None)
+        return [Lingering(str(p.transaction_id), p.transaction_id.batch_id,
+                          None if p.age_s is None else round(p.age_s, 1),
+                          str(p.transaction_id) in decided, "prepared") for p in mine], last
 
     def recover(
         self, sink_id: str, *, commit_decided: bool, abort_undecided: bool, min_age_s: float
     ) -> RecoverReport:
         report = RecoverReport(sink_id, self.describe())
-        lingering = self.lingering(sink_id)
-        young = [item for item in lingering if not item.decided and item.age_s is not None
-                 and item.age_s < min_age_s]
+        lingering, last = self._lingering(sink_id)
+        young = [item for item in lingering
+                 if not item.decided and _may_be_decided(item, min_age_s, last)]
         done = self.admin.settle(
             sink_id, [item.transaction for item in lingering], commit_decided=commit_decided,
             abort_undecided=abort_undecided, keep=frozenset(item.transaction for item in young),
@@ -171,11 +182,52 @@ class PostgresTarget(Target):
         left = set(done.left)
         report.left += [item for item in lingering if item.transaction in left]
         if abort_undecided:
-            report.notes += [
-                f"{item.transaction} is {item.age_s:.0f} s old (< --min-age "
-                f"{min_age_s:.0f} s): a live driver may be about to decide it"
-                for item in young if item.age_s is not None]
+            report.notes += [_why_kept(item, min_age_s) for item in young]
         return report
 
     def close(self) -> None:
         self.admin.close()
+
+
+def _may_be_decided(item: Lingering, min_age_s: float, last_decided: int | None) -> bool:
+    """Whether a live driver may still decide the undecided ``item`` (see
+    :class:`PreparedTarget`)."""
+    if item.age_s is not None:
+        return item.age_s < min_age_s
+    past = (last_decided is not None and item.batch_id is not None
+            and last_decided >= item.batch_id)
+    return min_age_s > 0 and not past
+
+
+def _why_kept(item: Lingering, min_age_s: float) -> str:
+    if item.age_s is None:
+        return (f"{item.transaction}: its age is unknown (the database does not tell) and "
+                "no decision of its batch or a later one is in the ledger: a live driver may "
+                "be about to decide it; once no driver of the sink runs, --min-age 0 rolls "
+                "it back")
+    return (f"{item.transaction} is {item.age_s:.0f} s old (< --min-age {min_age_s:.0f} s): "
+            "a live driver may be about to decide it")
+
+
+class PostgresTarget(PreparedTarget):
+    """A PostgreSQL database (:class:`connectors.postgres.admin.PostgresAdmin`)."""
+
+    kind = "postgres"
+
+    def __init__(self, conninfo: str, ledger_table: str = "public.eos_ledger") -> None:
+        from connectors.postgres.admin import PostgresAdmin
+
+        super().__init__(PostgresAdmin(conninfo, ledger_table, what="--ledger-table"))
+
+
+class MariaDBTarget(PreparedTarget):
+    """A MariaDB database: its XA branches (``XA RECOVER``: no age)
+    (:class:`connectors.mariadb.admin.MariaDBAdmin`)."""
+
+    kind = "mariadb"
+
+    def __init__(self, url: str, ledger_table: str | None = None) -> None:
+        from connectors.mariadb.admin import DEFAULT_LEDGER_TABLE, MariaDBAdmin
+
+        super().__init__(MariaDBAdmin(url, ledger_table or DEFAULT_LEDGER_TABLE,
+                                      what="--mariadb-ledger-table"))

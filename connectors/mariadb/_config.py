@@ -123,11 +123,15 @@ class Address:
                 self.tls.get("ssl_verify_cert", "true").lower() not in ("0", "false"))
         return kwargs
 
-    def __repr__(self) -> str:
+    def redacted(self) -> str:
+        """The URL with its password masked."""
         user = self.user + (f":{MASK}" if self.password is not None else "")
         query = "&".join(f"{k}={v}" for k, v in self.tls.items())
-        return (f"Address('{self.scheme}://{user}@{self.host}:{self.port}/{self.database}"
-                f"{'?' + query if query else ''}')")
+        return (f"{self.scheme}://{user}@{self.host}:{self.port}/{self.database}"
+                f"{'?' + query if query else ''}")
+
+    def __repr__(self) -> str:
+        return f"Address('{self.redacted()}')"
 
     __str__ = __repr__
 

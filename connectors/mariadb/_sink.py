@@ -46,7 +46,10 @@ from connectors.mariadb._ledger_sql import LEDGER_NAME_RESERVE
 from connectors.mariadb._tables import TablePlan, plan_table
 from connectors.mariadb._writer import MariaTxn, TaskWriter
 
-__all__ = ["MariaDBSink"]
+__all__ = ["OPERATOR_TABLE", "MariaDBSink"]
+
+#: The table of :meth:`MariaDBSink.operator`'s instances (never read nor written).
+OPERATOR_TABLE = "connectors_operator_no_table"
 
 
 def _key_columns(keys: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -113,10 +116,19 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
             lock_wait_timeout=lock_wait_timeout,
             connect_timeout=connect_timeout)
         self._plan: TablePlan | None = None
+        self._operator_only = False
         self._db: DriverConnection | None = None
         #: The task side: settings only (every hook of a task uses it).
         self._tasks = TaskWriter(self.address, self.options, self.sink_id,
                                  self.values_in_errors)
+
+    @classmethod
+    def operator(cls, address: str, *, sink_id: str, ledger_table: str) -> MariaDBSink:
+        """An instance for the operator tools (``connectors recover``): it settles the
+        sink's prepared branches through its ledger, and refuses to write."""
+        sink = cls(address, OPERATOR_TABLE, sink_id=sink_id, ledger_table=ledger_table)
+        sink._operator_only = True
+        return sink
 
     def describe_target(self) -> str:
         """``MariaDB host:port/database`` (no secret), for messages."""
@@ -153,6 +165,10 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
 
     def validate_input(self, schema: pa.Schema) -> None:
         """Driver: the table exists (or is created) and every column fits."""
+        if self._operator_only:
+            raise ConfigurationError("an operator's instance of the sink (MariaDBSink."
+                                     "operator) settles branches and writes nothing",
+                                     sink_id=self.sink_id)
         self._plan = plan_table(self._driver_db(), self.options, schema, sink_id=self.sink_id)
 
     def partition_input(self, batch: BatchInput) -> BatchInput:

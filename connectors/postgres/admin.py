@@ -35,16 +35,13 @@ Example (``conninfo``: a libpq connection string)::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from connectors.core.ledgers.ledger import Ledger, LedgerEntry
-from connectors.core.naming import TransactionId
-from connectors.core.protocol.recovery import Settled
+from connectors.core.driver.operator import PreparedAdmin, PreparedTransaction
+from connectors.core.ledgers.ledger import Ledger
 from connectors.postgres._config import Conninfo, TableName
 from connectors.postgres._gid import transaction_id_of
 from connectors.postgres._ledger import DriverConnection, PostgresLedger
@@ -58,17 +55,11 @@ __all__ = ["DEFAULT_LEDGER_TABLE", "PostgresAdmin", "PreparedTransaction", "colu
 DEFAULT_LEDGER_TABLE = "public.eos_ledger"
 
 
-@dataclass(frozen=True)
-class PreparedTransaction:
-    """A transaction a sink prepared and nobody committed or rolled back yet."""
-
-    transaction_id: TransactionId
-    #: Seconds since ``PREPARE TRANSACTION``, by the server's clock.
-    age_s: float
-
-
-class PostgresAdmin:
-    """One database and one ledger table, read and settled on one connection.
+class PostgresAdmin(PreparedAdmin):
+    """One database and one ledger table, read and settled on one connection
+    (:class:`~connectors.core.driver.operator.PreparedAdmin`: ``settle``; a
+    :class:`~connectors.core.driver.operator.PreparedTransaction`'s age is seconds since
+    ``PREPARE TRANSACTION``, by the server's clock).
 
     ``conninfo``: a libpq connection string (never shown: see :meth:`describe`);
     ``ledger_table``: the sinks' ``ledger_table``; ``what``: how an error names the ledger
@@ -122,44 +113,14 @@ class PostgresAdmin:
         return PostgresLedger(DriverConnection(self.conninfo, 10, sink_id), self.table,
                               sink_id=sink_id)
 
-    def settle(
-        self,
-        sink_id: str,
-        transactions: Sequence[str],
-        *,
-        commit_decided: bool,
-        abort_undecided: bool,
-        keep: frozenset[str] = frozenset(),
-        adopt: Sequence[LedgerEntry] = (),
-    ) -> Settled:
-        """Settle the sink's prepared ``transactions`` (ids, as :meth:`prepared` lists
-        them) by its ledger, as a driver's start does: record ``adopt`` (a fan-out's
-        decided parts for this sink: never rolled back), commit every decided batch
-        (``commit_decided``), roll back each undecided transaction (``abort_undecided``)
-        but those in ``keep``. Returns the ids committed, rolled back and left. The sink's
-        :class:`~connectors.core.driver.sink_driver.SinkDriver` does it, as a run of its own."""
-        sink = PostgresSink.operator(self.conninfo.secret, sink_id=sink_id,
+    def operator_sink(self, sink_id: str) -> PostgresSink:
+        """The sink for settling only (its table is one it refuses to write)."""
+        return PostgresSink.operator(self.conninfo.secret, sink_id=sink_id,
                                      ledger_table=(self.table.schema, self.table.name))
-        ledger = sink.create_ledger()
-        try:
-            settled, _metrics = sink.driver.settle(
-                transactions, commit_decided=commit_decided, abort_undecided=abort_undecided,
-                keep=keep, adopt=adopt, ledger=ledger)
-        finally:
-            ledger.close()
-            sink.close()
-        return settled
 
     def close(self) -> None:
         """Release the connection."""
         self._db.close()
-
-    def __enter__(self) -> PostgresAdmin:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresAdmin({self.conninfo.redacted()!r}, {str(self.table)!r})"
