@@ -181,6 +181,16 @@ def check_mariadb_users(page: Page, run: sn.Run) -> None:
     assert mp.mariadb_prepared(page.env[mp.ENV_URL], ["users-mariadb"]) == []
 
 
+def check_mariadb_status(page: Page, run: sn.Run) -> None:
+    """docs/mariadb.md: ``status --json`` lists the upsert job's sink (nothing unfinished,
+    nothing lingering: bash -e, every command exited 0), and the address is shown with
+    its password masked."""
+    statuses, _ = json.JSONDecoder().raw_decode(run.stdout.lstrip())
+    mine = [s for s in statuses if s["sink_id"] == "users-mariadb"]
+    assert mine and mine[0]["last_committed"] == 0 and not mine[0]["lingering"], statuses
+    assert page.env[mp.ENV_URL] not in run.stdout + run.stderr and ":***@" in run.stdout
+
+
 def check_metrics_postgres(page: Page, run: sn.Run) -> None:
     rows = sn.postgres_rows(page.conninfo, "SELECT id, twice FROM public.metered")
     sn.exact(rows, [(i, 2 * i) for i in range(250)], "public.metered after the metered job")
@@ -356,6 +366,7 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/postgres.md", "bash#0"): Expect(check_postgres_status_json),
     ("docs/postgres.md", "sql#0"): Expect(check_nothing_prepared),
     ("docs/mariadb.md", "upsert_mariadb.py"): Expect(check_mariadb_users),
+    ("docs/mariadb.md", "bash#0"): Expect(check_mariadb_status),
     ("docs/kafka.md", "kafka_batch_job.py"): Expect(check_kafka_orders),
     ("docs/kafka.md", "consume_orders.py"): Expect(check_consumer_output),
     ("docs/delta.md", "delta_merge.py"): Expect(check_delta_merge),

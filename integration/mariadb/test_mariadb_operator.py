@@ -1,6 +1,6 @@
 """The operator CLI against a real MariaDB, with what SIGKILLed MariaDBSink drivers left.
 
-Two streaming jobs (``integration/mariadb/_stream.py``) are SIGKILLed in batch
+Two streaming jobs (``examples/stream_to_mariadb.py``) are SIGKILLed in batch
 ``CRASH_BATCH``: one after its tasks' ``XA PREPARE`` and before the decision (branches
 prepared, undecided), one right after the decision (prepared and decided, nothing
 committed). ``connectors status --mariadb-env`` must list exactly those branches, decided
