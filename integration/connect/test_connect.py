@@ -35,7 +35,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -205,25 +205,28 @@ class DeltaCase(Case):
         assert last in final.output, final.tail()
 
 
-class PgCase(Case):
-    """PostgresSink (prepared transactions decided on the driver)."""
+class PreparedCase(Case):
+    """A sink of prepared transactions decided on the driver: PostgresSink (``PREPARE
+    TRANSACTION``) or MariaDBSink (XA branches); ``target`` lists them (``prepared()``)
+    and reads the ledger (``ledger_states()``)."""
 
-    def __init__(self, target: PgTarget) -> None:
-        self.pg = target
+    def __init__(self, target: Any, job: Callable[[Path, int], KillJob]) -> None:
+        self.target = target
+        self._job = job
         s = target.sink_id
         self.full = [(BD, s), (AD, s), (BC, s), (AC, s)]
         self.ci = [(AD, s)]
         self.stop_sink = s
 
-    def job(self, root: Path, last: int) -> ConnectPgJob:
-        return _through(last, ConnectPgJob(root, self.pg, source="rate"))
+    def job(self, root: Path, last: int) -> KillJob:
+        return self._job(root, last)
 
     def after_stop(self, job: Any) -> None:
-        assert self.pg.prepared() == [], self.pg.prepared()
+        assert self.target.prepared() == [], self.target.prepared()
 
     def after_kill(self, job: Any, point: CrashPoint, sink: str, batch: int) -> None:
-        ledger = self.pg.ledger_states()
-        prepared = [t for t in self.pg.prepared() if t.batch_id == batch]
+        ledger = self.target.ledger_states()
+        prepared = [t for t in self.target.prepared() if t.batch_id == batch]
         if point is AC:
             assert not prepared and ledger.get(batch) == "COMMITTED", (prepared, ledger)
         else:
@@ -232,7 +235,7 @@ class PgCase(Case):
 
     def finish(self, job: Any, final: DriverRun) -> None:
         job.assert_exact()
-        assert not self.pg.prepared(), "nothing left prepared"
+        assert not self.target.prepared(), "nothing left prepared"
 
 
 class KafkaCase(Case):
@@ -258,44 +261,18 @@ class KafkaCase(Case):
         assert not wait_no_open_transactions(self.kafka.bootstrap, topics), "left open"
 
 
-class MariaCase(Case):
-    """MariaDBSink (XA branches prepared in the tasks, committed by the driver)."""
-
-    def __init__(self, target: MariaTarget) -> None:
-        self.maria = target
-        s = target.sink_id
-        self.full = [(BD, s), (AD, s), (BC, s), (AC, s)]
-        self.ci = [(AD, s)]
-        self.stop_sink = s
-
-    def job(self, root: Path, last: int) -> ConnectMariaJob:
-        return ConnectMariaJob(root, self.maria, files=last + 1, rate_rows=200)
-
-    def after_stop(self, job: Any) -> None:
-        assert self.maria.prepared() == [], self.maria.prepared()
-
-    def after_kill(self, job: Any, point: CrashPoint, sink: str, batch: int) -> None:
-        states = self.maria.ledger_states()
-        prepared = [t for t in self.maria.prepared() if t.batch_id == batch]
-        if point is AC:
-            assert not prepared and states.get(batch) == "COMMITTED", (prepared, states)
-        else:
-            assert prepared, "the batch's branches are left prepared"
-            assert states.get(batch) == (None if point is BD else "DECIDED"), states
-
-    def finish(self, job: Any, final: DriverRun) -> None:
-        job.assert_exact()  # every id once, every batch COMMITTED, nothing in XA RECOVER
-
-
 def _case(name: str, request: pytest.FixtureRequest) -> Case:
     if name == "delta":
         return DeltaCase(request.getfixturevalue("spark"))
     if name == "postgres":
-        return PgCase(request.getfixturevalue("pg"))
+        pg = request.getfixturevalue("pg")
+        return PreparedCase(pg, lambda root, last: _through(
+            last, ConnectPgJob(root, pg, source="rate")))
     if name == "mariadb":
-        target = MariaTarget(request.getfixturevalue("mariadb_url"))
-        request.addfinalizer(target.cleanup)
-        return MariaCase(target)
+        maria = MariaTarget(request.getfixturevalue("mariadb_url"))
+        request.addfinalizer(maria.cleanup)
+        return PreparedCase(maria, lambda root, last: ConnectMariaJob(
+            root, maria, files=last + 1, rate_rows=200))
     return KafkaCase(request.getfixturevalue("kafka"))
 
 
