@@ -303,6 +303,8 @@ CORE_ROLES: dict[str, str] = {
     "fingerprint": "order-independent fingerprints of Arrow data",
     "naming": "sink ids, transaction ids",
     "keyed": "rows reduced to one per key for upserts (the greatest row by value)",
+    "changes": "a change stream reduced to the last change of each key (op codes, "
+               "sequence order), for the SQL sinks' mode changes",
     "translated": "a client's error raised as the library's, with no trace of the original",
     "metrics": "a batch's figures and the exporters' registration point",
     "errors": "the one exception tree",

@@ -27,12 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from connectors.core.changes import check_change_options
 from connectors.core.errors import ConfigurationError
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_LOCK_WAIT_TIMEOUT", "Address", "MariaDBOptions",
            "Mode", "TableName", "quote"]
 
-Mode = Literal["append", "upsert"]
+Mode = Literal["append", "upsert", "changes"]
 
 MASK = "***"
 #: Seconds a task waits on a row lock (``innodb_lock_wait_timeout``): a prepared branch
@@ -215,16 +216,33 @@ class MariaDBOptions:
     lock_wait_timeout: int = DEFAULT_LOCK_WAIT_TIMEOUT
     connect_timeout: int = DEFAULT_CONNECT_TIMEOUT
 
+    op_column: str | None = None
+    sequence_column: str | None = None
+
     def __post_init__(self) -> None:
-        if self.mode not in ("append", "upsert"):
-            raise ConfigurationError(f"mode must be 'append' or 'upsert', got {self.mode!r}")
-        if self.mode == "upsert" and not self.key_columns:
-            raise ConfigurationError("mode='upsert' needs key_columns (the columns of a "
-                                     "primary key or unique index of the table)")
+        if self.mode not in ("append", "upsert", "changes"):
+            raise ConfigurationError(
+                f"mode must be 'append', 'upsert' or 'changes', got {self.mode!r}")
+        if self.mode in ("upsert", "changes") and not self.key_columns:
+            raise ConfigurationError(f"mode={self.mode!r} needs key_columns (the columns of "
+                                     "a primary key or unique index of the table)")
         if self.mode == "append" and self.key_columns:
-            raise ConfigurationError("key_columns are for mode='upsert'")
+            raise ConfigurationError("key_columns are for mode='upsert' or mode='changes'")
+        check_change_options(self.mode, self.key_columns, self.op_column,
+                             self.sequence_column, _column_name)
         for name in ("lock_wait_timeout", "connect_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive number of seconds, "
                                          f"got {value!r}")
+
+
+def _column_name(name: object, what: str) -> str:
+    """``name`` if MariaDB can name a column so (:func:`quote`), else
+    :class:`ConfigurationError`."""
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"{what} must be a non-empty string, not {name!r}")
+    if "\x00" in name or len(name) > MAX_NAME:
+        raise ConfigurationError(f"{what} {name!r}: a MariaDB column name has 1 to "
+                                 f"{MAX_NAME} characters and no NUL")
+    return name

@@ -74,9 +74,25 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
         mode: ``"append"`` (``LOAD DATA LOCAL INFILE``) or ``"upsert"`` (one row per key:
             the greatest row by value; loaded into a temporary table in the task's branch,
             then ``INSERT ... SELECT ... ON DUPLICATE KEY UPDATE``; the user needs the
-            ``CREATE TEMPORARY TABLES`` privilege). Every row of a key goes to one task.
-        key_columns: the upsert's key: a primary key or unique index of the table must cover
-            exactly these columns (checked before every batch; one string is one column).
+            ``CREATE TEMPORARY TABLES`` privilege) or ``"changes"``: a change stream
+            (inserts, updates, deletes), each row one change with the full row image; per
+            key the last change by ``sequence_column`` is applied, ties broken by the other
+            columns (the greatest row wins) and a delete beats an upsert on a tie: an upsert
+            as in ``"upsert"``, a delete by the key alone (``DELETE ... JOIN`` a temporary
+            table of the deleted keys; the delete's other columns may be NULL, even for
+            ``NOT NULL`` columns). Every row of a key goes to one task.
+        key_columns: the upsert's (or change's) key: a primary key or unique index of the
+            table must cover exactly these columns (checked before every batch; one string
+            is one column).
+        op_column: ``mode="changes"`` only: the column of each change's operation, a
+            string (Debezium's ``c``/``r``/``u``/``d``, or ``insert``/``update``/
+            ``upsert``/``delete``, any case) or a boolean deleted flag (true: delete).
+            NULL or any other value fails the batch with a ``BadInputError``, nothing
+            committed. Written into the table only if it has a column of this name.
+        sequence_column: ``mode="changes"`` only: the column ordering the changes of a key
+            (integer, decimal, timestamp, date, time or string; never NULL). Written into
+            the table only if it has a column of this name (``create_table`` creates it, not
+            the op column).
         create_table: create the table from the batch's schema if it does not exist.
         ledger_table: where the ledger tables live (default ``eos_ledger`` in the
             address's database); the ledger appends up to 9 characters to the name.
@@ -100,6 +116,8 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
         sink_id: str,
         mode: Mode = "append",
         key_columns: str | Iterable[str] | None = None,
+        op_column: str | None = None,
+        sequence_column: str | None = None,
         create_table: bool = False,
         ledger_table: str = "eos_ledger",
         lock_wait_timeout: int = DEFAULT_LOCK_WAIT_TIMEOUT,
@@ -114,7 +132,8 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
                                          what="ledger_table", reserve=LEDGER_NAME_RESERVE),
             mode=mode, key_columns=_key_columns(key_columns), create_table=bool(create_table),
             lock_wait_timeout=lock_wait_timeout,
-            connect_timeout=connect_timeout)
+            connect_timeout=connect_timeout, op_column=op_column,
+            sequence_column=sequence_column)
         self._plan: TablePlan | None = None
         self._operator_only = False
         self._db: DriverConnection | None = None
@@ -172,9 +191,10 @@ class MariaDBSink(PreparedTransactionSink[MariaTxn]):
         self._plan = plan_table(self._driver_db(), self.options, schema, sink_id=self.sink_id)
 
     def partition_input(self, batch: BatchInput) -> BatchInput:
-        """Driver: in upsert mode, every row of a key to one task (two branches holding the
-        same key would wait on each other's locks until one is committed)."""
-        if self.options.mode == "upsert":
+        """Driver: in upsert and changes mode, every row of a key to one task (two branches
+        holding the same key would wait on each other's locks until one is committed, and
+        a key's last change must be chosen among all of its changes)."""
+        if self.options.mode in ("upsert", "changes"):
             return batch.slotted(batch.estimated_partitions() or 1,
                                  list(self.options.key_columns))
         return batch

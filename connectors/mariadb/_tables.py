@@ -2,11 +2,14 @@
 
 :func:`plan_table` reads the table's columns (``information_schema.columns``), creates the
 table from the batch's Arrow schema when it is missing and ``create_table`` allows it
-(:func:`ddl_type`; in upsert mode with the keys as its primary key), and refuses a batch
-that does not fit: a column the table lacks, a required column (``NOT NULL`` without a
-default) the batch lacks, a type the sink cannot write, or (upsert) a key the batch lacks
-or that no primary key or unique index of the table covers exactly. Each refusal names
-the column and the fix, and comes before any task runs.
+(:func:`ddl_type`; in upsert and changes mode with the keys as its primary key), and
+refuses a batch that does not fit: a column the table lacks, a required column (``NOT
+NULL`` without a default) the batch lacks, a type the sink cannot write, or (upsert,
+changes) a key the batch lacks or that no primary key or unique index of the table covers
+exactly. With ``mode="changes"`` the batch's op and sequence columns must be there and of
+types the tasks can read, and each is written only when the table has a column of its name
+(:mod:`connectors.core.changes`; ``create_table`` creates the sequence column, not the op
+column). Each refusal names the column and the fix, and comes before any task runs.
 The result, :class:`TablePlan`, is what the tasks load with.
 """
 
@@ -18,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from connectors.core.changes import check_change_input, written_schema
 from connectors.core.errors import BadInputError
 from connectors.mariadb._config import MariaDBOptions, TableName, quote
 from connectors.mariadb._encode import LoadPlan
@@ -48,6 +52,8 @@ class TablePlan:
     columns: tuple[str, ...]
     table_columns: tuple[TableColumn, ...]
     load: LoadPlan  # how the tasks encode and load the batch's columns
+    keys: tuple[str, ...] = ()  # upsert, changes: the key columns as the batch names them
+    key_load: LoadPlan | None = None  # changes: how the deleted keys are loaded
 
 
 def read_columns(db: DriverConnection, table: TableName) -> list[TableColumn]:
@@ -137,8 +143,8 @@ def _check_keys(db: DriverConnection, options: MariaDBOptions, schema: pa.Schema
     if want not in unique_keys(db, table):
         raise BadInputError(
             f"no primary key or unique index of {table} covers exactly the key columns "
-            f"{', '.join(keys)}: an upsert would insert duplicates. Add one (ALTER TABLE "
-            f"{table} ADD UNIQUE ({', '.join(quote(k) for k in keys)})) or change "
+            f"{', '.join(keys)}: mode={options.mode!r} would insert duplicates. Add one "
+            f"(ALTER TABLE {table} ADD UNIQUE ({', '.join(quote(k) for k in keys)})) or change "
             "key_columns", sink_id=sink_id)
 
 
@@ -147,17 +153,23 @@ def plan_table(db: DriverConnection, options: MariaDBOptions, schema: pa.Schema,
     """The table exists (or is created), the batch's columns fit it (see the module
     docstring)."""
     table = options.table
+    changes = options.mode == "changes"
+    if changes:
+        try:
+            check_change_input(schema, options, str(table))
+        except BadInputError as exc:
+            raise BadInputError(f"{exc}: nothing was committed", sink_id=sink_id) from None
     columns = read_columns(db, table)
     if not columns:
         if not options.create_table:
             raise BadInputError(
                 f"the table {table} does not exist in MariaDB {db.address.where()}: create "
                 "it, or pass create_table=True", sink_id=sink_id)
-        keys = {k.lower() for k in options.key_columns}
+        lowered = {k.lower() for k in options.key_columns}
         body = ", ".join(
-            f"{quote(f.name)} {key_ddl_type(f) if f.name.lower() in keys else ddl_type(f)}"
-            + ("" if f.nullable and f.name.lower() not in keys else " NOT NULL")
-            for f in schema)
+            f"{quote(f.name)} {key_ddl_type(f) if f.name.lower() in lowered else ddl_type(f)}"
+            + ("" if f.nullable and f.name.lower() not in lowered else " NOT NULL")
+            for f in (written_schema(schema, options, None) if changes else schema))
         if options.key_columns:
             body += f", PRIMARY KEY ({', '.join(quote(k) for k in options.key_columns)})"
         db.fetch(f"creating the table {table}",
@@ -166,6 +178,9 @@ def plan_table(db: DriverConnection, options: MariaDBOptions, schema: pa.Schema,
         logger.info("sink %s: created the table %s", sink_id, table)
         columns = read_columns(db, table)
     by_name = {c.name.lower(): c for c in columns}
+    if changes:  # the op and sequence columns only if the table has them (any case)
+        schema = written_schema(schema, options,
+                                [f.name for f in schema if f.name.lower() in by_name])
     extra = [f.name for f in schema if f.name.lower() not in by_name]
     if extra:
         raise BadInputError(
@@ -182,12 +197,18 @@ def plan_table(db: DriverConnection, options: MariaDBOptions, schema: pa.Schema,
             "query", sink_id=sink_id)
     for f in schema:  # a type the sink cannot write is refused before any task
         ddl_type(f)
-    if options.mode == "upsert":
+    keys: tuple[str, ...] = ()
+    if options.mode in ("upsert", "changes"):
         _check_keys(db, options, schema, sink_id=sink_id)
+        named = {f.name.lower(): f.name for f in schema}
+        keys = tuple(named[k.lower()] for k in options.key_columns)
     try:
         load = LoadPlan.for_schema(schema)
+        key_load = (LoadPlan.for_schema(pa.schema([schema.field(k) for k in keys]))
+                    if changes else None)
     except (ValueError, TypeError) as exc:
         raise BadInputError(f"the batch cannot be loaded into {table}: {exc}",
                             sink_id=sink_id) from None
     return TablePlan(table=table, columns=tuple(f.name for f in schema),
-                     table_columns=tuple(by_name[f.name.lower()] for f in schema), load=load)
+                     table_columns=tuple(by_name[f.name.lower()] for f in schema), load=load,
+                     keys=keys, key_load=key_load)

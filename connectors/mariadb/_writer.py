@@ -20,6 +20,11 @@ driver routed every row of a key to one task), loads them into a temporary table
 ``INSERT ... SELECT ... ON DUPLICATE KEY UPDATE`` every other column (LOAD DATA has no
 upsert of its own; its ``REPLACE`` would delete and re-insert).
 
+With ``mode="changes"`` the task keeps its batches staged with their op and sequence
+values (a bad op fails the task before anything is sent) and at the prepare applies the
+last change of each key (:mod:`connectors.mariadb._changes`): the upserted rows as the
+upsert does, the deleted keys through a second temporary table and ``DELETE ... JOIN``.
+
 A failure before the prepare closes the connection: MariaDB rolls back a branch that is not
 prepared when its session ends. No statement inside a branch is ever retried (a retried
 statement could apply twice); a failed task is a new attempt with a new xid.
@@ -36,13 +41,15 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from connectors.core.changes import stage
 from connectors.core.errors import BadInputError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.keyed import last_row_per_key
 from connectors.core.naming import TransactionId
+from connectors.mariadb._changes import DELETES, delete_sql, deletes_table_sql, split
 from connectors.mariadb._client import connect, raise_translated, translate
 from connectors.mariadb._config import Address, MariaDBOptions, TableName, quote
-from connectors.mariadb._encode import ValueRefused
+from connectors.mariadb._encode import LoadPlan, ValueRefused
 from connectors.mariadb._strict import refusal
 from connectors.mariadb._tables import TablePlan
 from connectors.mariadb._xid import xid_sql
@@ -65,7 +72,7 @@ class MariaTxn:
     plan: TablePlan
     spool: IO[bytes]
     rows: int = 0
-    pending: list[pa.RecordBatch] = field(default_factory=list)  # upsert: kept to the end
+    pending: list[pa.RecordBatch] = field(default_factory=list)  # upsert, changes: kept
 
 
 class TaskWriter:
@@ -101,14 +108,21 @@ class TaskWriter:
         """Encode ``batch`` into the branch's spool (nothing is sent yet)."""
         if batch.num_rows == 0:
             return
+        if self.options.mode == "changes":  # the rows with their op and sequence
+            handle.pending.append(stage(
+                batch, batch.select(list(handle.plan.columns)), self.options,
+                values_in_errors=self.values_in_errors, sink_id=self.sink_id,
+                batch_id=handle.tid.batch_id, transaction_id=handle.transaction_id))
+            return
         if self.options.mode == "upsert":
             handle.pending.append(batch)
             return
-        self._spool(handle, batch)
+        self._spool(handle, batch, handle.plan.load)
 
-    def _spool(self, handle: MariaTxn, batch: pa.RecordBatch | pa.Table) -> None:
+    def _spool(self, handle: MariaTxn, batch: pa.RecordBatch | pa.Table,
+               load: LoadPlan) -> None:
         try:
-            data = handle.plan.load.encode(batch)
+            data = load.encode(batch)
         except ValueRefused as exc:  # a value MariaDB has no form for (NaN, ...)
             raise BadInputError(f"{exc}: nothing was committed", sink_id=self.sink_id,
                                 batch_id=handle.tid.batch_id) from None
@@ -119,41 +133,9 @@ class TaskWriter:
         """Load the spool, refuse on any warning, insert the receipt, ``XA END`` and
         ``XA PREPARE``; then close the connection (see the module docstring)."""
         tid = handle.tid
-        upsert = self.options.mode == "upsert"
         try:
-            if upsert and handle.pending:
-                self._spool(handle, last_row_per_key(pa.Table.from_batches(handle.pending),
-                                                     self.options.key_columns))
-            handle.spool.flush()
             cur = handle.conn.cursor()
-            if handle.rows:
-                table = handle.plan.table
-                into = TableName(table.database, STAGE) if upsert else table
-                if upsert:
-                    raise_translated(lambda: cur.execute(
-                        f"CREATE TEMPORARY TABLE {into.sql()} LIKE {table.sql()}"),
-                        lambda exc: self._error("creating the upsert's staging table", tid,
-                                                exc))
-                statement = handle.plan.load.statement((into.database, into.name),
-                                                       handle.spool.name)
-                raise_translated(lambda: cur.execute(statement),
-                                 lambda exc: self._error(
-                                     f"loading {handle.rows} rows into {handle.plan.table}",
-                                     tid, exc))
-                if cur.warning_count:
-                    warnings = raise_translated(
-                        handle.conn.show_warnings,
-                        lambda exc: self._error("reading the load's warnings", tid, exc))
-                    raise BadInputError(
-                        f"loading into {table}: "
-                        + refusal(warnings, handle.plan.load.names, total=cur.warning_count)
-                        + "\nNothing was committed; after the fix a restart writes the batch",
-                        sink_id=self.sink_id, batch_id=tid.batch_id)
-                if upsert:
-                    raise_translated(lambda: (cur.execute(self._upsert_sql(handle.plan, into)),
-                                              cur.execute(f"DROP TEMPORARY TABLE {into.sql()}")),
-                                     lambda exc: self._error(f"upserting into {table}", tid,
-                                                             exc))
+            self._apply(handle, cur)
             receipts = self.options.ledger_table.sql("_receipts")
             raise_translated(
                 lambda: cur.execute(
@@ -167,6 +149,67 @@ class TaskWriter:
                              lambda exc: self._error("preparing the XA branch", tid, exc))
         finally:
             self._release(handle)
+
+    def _apply(self, handle: MariaTxn, cur: Any) -> None:
+        """The rows into the table, inside the branch (by mode)."""
+        plan, mode = handle.plan, self.options.mode
+        if mode == "append":
+            handle.spool.flush()
+            if handle.rows:
+                self._load(handle, cur, plan.table, plan.load)
+            return
+        if not handle.pending:
+            return
+        stage_table = TableName(plan.table.database, STAGE)
+        if mode == "upsert":
+            upserts = last_row_per_key(pa.Table.from_batches(handle.pending), plan.keys)
+            deletes = None
+        else:
+            upserts, deletes = split(handle.pending, self.options, plan.columns, plan.keys)
+        if upserts.num_rows:
+            self._staged(handle, cur, upserts, plan.load, stage_table,
+                         f"CREATE TEMPORARY TABLE {stage_table.sql()} LIKE {plan.table.sql()}",
+                         self._upsert_sql(plan, stage_table), "upserting")
+        if deletes is not None and deletes.num_rows:
+            assert plan.key_load is not None  # plan_table builds it for mode="changes"
+            deleted = TableName(plan.table.database, DELETES)
+            self._staged(handle, cur, deletes, plan.key_load, deleted,
+                         deletes_table_sql(plan.table, deleted, plan.keys),
+                         delete_sql(plan.table, deleted, plan.keys), "deleting")
+
+    def _staged(self, handle: MariaTxn, cur: Any, rows: pa.Table, load: LoadPlan,
+                stage_table: TableName, create: str, apply: str, doing: str) -> None:
+        """``rows`` spooled, loaded into a temporary table made by ``create`` (warnings
+        refused), then ``apply`` and the table dropped."""
+        tid, table = handle.tid, handle.plan.table
+        handle.spool.seek(0)
+        handle.spool.truncate()
+        handle.rows = 0
+        self._spool(handle, rows, load)
+        handle.spool.flush()
+        raise_translated(lambda: cur.execute(create), lambda exc: self._error(
+            f"creating the staging table for {doing}", tid, exc))
+        self._load(handle, cur, stage_table, load)
+        raise_translated(lambda: (cur.execute(apply),
+                                  cur.execute(f"DROP TEMPORARY TABLE {stage_table.sql()}")),
+                         lambda exc: self._error(f"{doing} {table}", tid, exc))
+
+    def _load(self, handle: MariaTxn, cur: Any, into: TableName, load: LoadPlan) -> None:
+        """``LOAD DATA LOCAL INFILE`` of the spool into ``into``; any warning refuses the
+        batch (:mod:`connectors.mariadb._strict`)."""
+        tid, table = handle.tid, handle.plan.table
+        statement = load.statement((into.database, into.name), handle.spool.name)
+        raise_translated(lambda: cur.execute(statement), lambda exc: self._error(
+            f"loading {handle.rows} rows into {table}", tid, exc))
+        if cur.warning_count:
+            warnings = raise_translated(
+                handle.conn.show_warnings,
+                lambda exc: self._error("reading the load's warnings", tid, exc))
+            raise BadInputError(
+                f"loading into {table}: "
+                + refusal(warnings, load.names, total=cur.warning_count)
+                + "\nNothing was committed; after the fix a restart writes the batch",
+                sink_id=self.sink_id, batch_id=tid.batch_id)
 
     def _upsert_sql(self, plan: TablePlan, stage: TableName) -> str:
         """``INSERT INTO <table> (cols) SELECT cols FROM <stage> ON DUPLICATE KEY UPDATE``

@@ -9,6 +9,7 @@ from typing import Literal
 import psycopg
 from psycopg import sql
 
+from connectors.core.changes import check_change_options
 from connectors.core.errors import ConfigurationError
 from connectors.postgres._names import check_identifier, format_table_name, split_table_name
 from connectors.postgres._redact import (
@@ -204,29 +205,7 @@ class PostgresOptions:
             raise ConfigurationError("connect_timeout must be an int >= 1 (seconds)")
 
     def _check_changes(self) -> None:
-        """``op_column`` and ``sequence_column``: both with ``mode="changes"``, else none."""
-        given = [n for n, v in (("op_column", self.op_column),
-                                ("sequence_column", self.sequence_column)) if v is not None]
-        if self.mode != "changes":
-            if given:
-                raise ConfigurationError(
-                    f"{' and '.join(given)} only apply to mode='changes' (a change stream "
-                    "of inserts, updates and deletes): pass mode='changes', or drop them")
-            return
-        if len(given) < 2:
-            raise ConfigurationError(
-                "mode='changes' needs op_column (the column of each change's operation: "
-                "'c'/'r'/'u'/'d' or a boolean deleted flag) and sequence_column (the "
-                "column that orders the changes of a key), e.g. op_column='op', "
-                "sequence_column='seq'")
-        op = check_identifier(self.op_column, "op_column")
-        seq = check_identifier(self.sequence_column, "sequence_column")
-        if op == seq:
-            raise ConfigurationError(
-                f"op_column and sequence_column are both {op!r}: name two columns")
-        for name, what in ((op, "op_column"), (seq, "sequence_column")):
-            if name in self.key_columns:
-                raise ConfigurationError(
-                    f"{what} {name!r} is one of key_columns: the key names the row a "
-                    "change applies to, so it cannot be the operation or the sequence; "
-                    "choose other columns")
+        """``op_column`` and ``sequence_column``: both with ``mode="changes"``, else none
+        (:func:`~connectors.core.changes.check_change_options`)."""
+        check_change_options(self.mode, self.key_columns, self.op_column,
+                             self.sequence_column, check_identifier)

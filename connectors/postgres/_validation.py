@@ -3,7 +3,7 @@
 - :func:`plan_table`: the table exists (or is created from the batch's schema), every
   column of the batch fits one of its columns, the upsert (or change) keys are in the batch
   and a unique index covers them; ``mode="changes"`` leaves out the op and sequence
-  columns the table lacks (:mod:`~connectors.postgres._changes`); the result
+  columns the table lacks (:mod:`~connectors.core.changes`); the result
   is the :class:`~connectors.postgres._types.WritePlan` the tasks write with;
 - :func:`check_max_prepared`: ``max_prepared_transactions`` covers every task of the batch
   (each prepares one transaction); the error names the setting and the value to use.
@@ -20,8 +20,8 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from connectors.core.changes import check_change_input, written_schema
 from connectors.core.errors import BadInputError, ConfigurationError
-from connectors.postgres._changes import check_change_input, written_schema
 from connectors.postgres._config import PostgresOptions, TableName
 from connectors.postgres._errors import raise_translated
 from connectors.postgres._ledger import DriverConnection

@@ -8,7 +8,8 @@ two-phase-commit state of the client library is involved), :class:`TaskWriter`:
   2. COPYs the task's Arrow record batches in PostgreSQL's binary format (pgpq encodes,
      psycopg writes), or, with ``mode="upsert"``, runs ``INSERT ... ON CONFLICT DO UPDATE``
      of the task's rows deduplicated by key, or with ``mode="changes"`` the last change of
-     each key (:mod:`connectors.postgres._changes`: ``DELETE`` or upsert);
+     each key (:mod:`connectors.core.changes`, then :mod:`connectors.postgres._changes`:
+     ``DELETE`` or upsert);
   3. inserts a receipt (sink, batch, xid, rows, digest) in the same transaction;
   4. ``PREPARE TRANSACTION '<gid>'`` (:func:`~connectors.postgres._gid.gid_of`): the
      transaction now outlives the task and the session is idle again.
@@ -31,11 +32,12 @@ from pgpq.schema import Jsonb
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
+from connectors.core.changes import stage
 from connectors.core.errors import BadInputError, ConnectorError, FatalError
 from connectors.core.fingerprint import Fingerprint
 from connectors.core.keyed import last_row_per_key
 from connectors.core.naming import TransactionId
-from connectors.postgres._changes import apply_changes, stage
+from connectors.postgres._changes import apply_changes
 from connectors.postgres._config import Conninfo, PostgresOptions
 from connectors.postgres._errors import raise_translated, translate
 from connectors.postgres._gid import gid_of
