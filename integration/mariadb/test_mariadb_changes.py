@@ -30,27 +30,25 @@ import pyarrow as pa
 import pytest
 
 from connectors.core.errors import BadInputError, NonDeterministicReplayError
-from connectors.core.states import CRASH_POINTS, Family, Side
 from connectors.mariadb._sink import MariaDBSink
-from connectors.sdk import CrashPoint
 from connectors.testing import LocalBatch
 from examples.stream_changes_to_postgres import Change, make_change_files
 from integration.mariadb.test_mariadb_kill import Target
-from integration.support._driver import REPO, SEED, DriverRun, KillJob, kill_at_each, kill_at_random
+from integration.support import _changes as shared
+from integration.support._driver import SEED, kill_at_each, kill_at_random
 
 pytestmark = pytest.mark.integration
 
 DDL = "id BIGINT PRIMARY KEY, seq BIGINT, name VARCHAR(64), amount DOUBLE"
 COLUMNS = "id, seq, name, amount"
-DELETES = ("d", "delete")
 
 
 def reference(changes: Sequence[Change]) -> list[tuple[Any, ...]]:
     """Every change applied alone in sequence order: the rows ``(id, seq, name, amount)``."""
     table: dict[int, tuple[Any, ...]] = {}
     for key, op, seq, name, amount in sorted(
-            changes, key=lambda c: (c[2], c[0], c[3], c[4], c[1].lower() in DELETES)):
-        if op.lower() in DELETES:
+            changes, key=lambda c: (c[2], c[0], c[3], c[4], c[1].lower() in shared.DELETES)):
+        if op.lower() in shared.DELETES:
             table.pop(key, None)
         else:
             table[key] = (key, seq, name, amount)
@@ -88,68 +86,29 @@ def target(mariadb_url: str) -> Iterator[ChangesTarget]:
 
 # ------------------------------------------------------------------ killed drivers
 
-#: The driver-side crash points of the prepared-transaction family, in the order one
-#: restarted driver meets them (each in its own batch).
-DRIVER_POINTS = [p for p in CRASH_POINTS[Family.PREPARE_IN_TASK] if p.side is Side.DRIVER]
-FILES, ROWS_PER_FILE = len(DRIVER_POINTS) + 1, 400
-
-
-class ChangesJob(KillJob):
-    module = "integration.mariadb._stream"
-
-    def __init__(self, root: Path, target: ChangesTarget) -> None:
-        super().__init__(root, sink_id=target.sink_id, cwd=REPO)
-        self.target = target
-        self.input = root / "in"
-
-    def args(self) -> list[str]:
-        t = self.target
-        return ["--changes", "--source", "files", "--input", str(self.input), "--checkpoint",
-                str(self.checkpoint), "--url", t.url, "--table", t.table, "--sink-id",
-                t.sink_id, "--ledger-table", t.ledger]
-
-
 @pytest.mark.slow
 def test_change_stream_killed_at_every_driver_point_and_at_random_is_exact(
         tmp_path: Path, target: ChangesTarget) -> None:
-    job = ChangesJob(tmp_path, target)
-    per_file = [make_change_files(job.input, f, 1, ROWS_PER_FILE) for f in range(FILES)]
+    job = shared.ChangesJob(tmp_path, target, "integration.mariadb._stream",
+                            ["--changes", "--source", "files", "--url", target.url])
+    per_file = [make_change_files(job.input, f, 1, shared.ROWS_PER_FILE)
+                for f in range(shared.FILES)]
+    shared.assert_stream_has_every_case(per_file)
     changes = [c for file in per_file for c in file]
-    plan = [(point, target.sink_id, batch) for batch, point in enumerate(DRIVER_POINTS)]
-
-    def holds_what_the_point_stands_for(point: CrashPoint, _sink: str, batch: int,
-                                        _run: DriverRun) -> None:
-        """Where the driver died: the earlier batches applied, this one prepared, decided,
-        partly or wholly committed as the point says (file f is batch f)."""
-        prepared, states = target.prepared(), target.ledger_states()
-        assert all(t.batch_id == batch for t in prepared), prepared
-        assert all(states.get(b) == "COMMITTED" for b in range(batch)), states
-        done = [c for file in per_file[:batch] for c in file]
-        if point is CrashPoint.BEFORE_TASKS:
-            assert not prepared and batch not in states
-        elif point is CrashPoint.BEFORE_DECISION:
-            assert prepared and batch not in states
-        elif point is CrashPoint.AFTER_DECISION:
-            assert prepared and states.get(batch) == "DECIDED"
-        elif point is CrashPoint.BETWEEN_COMMITS:
-            assert prepared and states.get(batch) == "DECIDED"
-            return  # partly committed: some keys show this batch, the others not yet
-        else:
-            assert states.get(batch) == "COMMITTED" and not prepared
-            done += per_file[batch]
-        target.assert_exact(done, prepared=True)
-
-    runs = kill_at_each(job, plan, after_kill=holds_what_the_point_stands_for)
+    plan = [(point, target.sink_id, batch) for batch, point in enumerate(shared.DRIVER_POINTS)]
+    after_kill = shared.holds_what_the_point_stands_for(
+        target, per_file, lambda done: target.assert_exact(done, prepared=True))
+    runs = kill_at_each(job, plan, after_kill=after_kill)
     assert [r.returncode for r in runs] == [-9] * len(plan) + [0]
     target.assert_exact(changes)
-    assert target.ledger_states() == dict.fromkeys(range(FILES), "COMMITTED")
+    assert target.ledger_states() == dict.fromkeys(range(shared.FILES), "COMMITTED")
 
     # More of the stream, killed at a random moment while the driver writes.
     more = 3
-    changes += make_change_files(job.input, FILES, more, ROWS_PER_FILE)
+    changes += make_change_files(job.input, shared.FILES, more, shared.ROWS_PER_FILE)
     kill_at_random(job, progress=lambda: len(target.ledger_states()), runs=1,
                    max_delay=1.0, seed=SEED)
-    assert target.ledger_states() == dict.fromkeys(range(FILES + more), "COMMITTED")
+    assert target.ledger_states() == dict.fromkeys(range(shared.FILES + more), "COMMITTED")
     target.assert_exact(changes)
 
 
@@ -187,7 +146,7 @@ def test_replays_bad_ops_and_the_fixed_rerun(tmp_path: Path, target: ChangesTarg
         sink.write_batch(LocalBatch(data(list(reversed(run0))), partitions=2), 0)
         assert sink.last_metrics is not None and sink.last_metrics.outcome == "replayed"
         # Other changes under the same batch id: another op, then another sequence value.
-        i = next(i for i, c in enumerate(run0) if c[1].lower() not in DELETES)
+        i = next(i for i, c in enumerate(run0) if c[1].lower() not in shared.DELETES)
         for changed in ((*run0[i][:1], "d", *run0[i][2:]),
                         (*run0[i][:2], 10**9, *run0[i][3:])):
             other = [*run0[:i], changed, *run0[i + 1:]]
@@ -252,12 +211,12 @@ def test_op_column_written_when_the_table_has_it_and_boolean_flags(
         sink.close()
     target.assert_exact(changes)
     ops = dict(target.execute(f"SELECT id, op FROM {target.sql()}"))
-    assert ops and all(op.lower() not in DELETES for op in ops.values()), ops
+    assert ops and all(op.lower() not in shared.DELETES for op in ops.values()), ops
 
     # A boolean "deleted" flag, into a table the sink creates: seq created, the flag not.
     created = f"{target.table}_flag"
     flagged = data(changes).set_column(1, "deleted", pa.array(
-        [c[1].lower() in DELETES for c in changes], pa.bool_()))
+        [c[1].lower() in shared.DELETES for c in changes], pa.bool_()))
     flags = sink_for(target, table=created, op_column="deleted", create_table=True)
     try:
         flags.write_batch(LocalBatch(flagged, partitions=3), 1)

@@ -34,12 +34,19 @@ from psycopg import sql
 from pyspark.sql import DataFrame, SparkSession
 
 from connectors.core.errors import BadInputError, ConfigurationError, NonDeterministicReplayError
-from connectors.core.states import CRASH_POINTS, Family, Side
 from connectors.postgres import PostgresSink
-from connectors.sdk import CrashPoint
 from connectors.testing import LocalBatch
 from examples.stream_changes_to_postgres import CHANGE_SCHEMA, Change, make_change_files
-from integration.support._driver import REPO, SEED, KillJob, kill_at_each, kill_at_random
+from integration.support._changes import (
+    DELETES,
+    DRIVER_POINTS,
+    FILES,
+    ROWS_PER_FILE,
+    ChangesJob,
+    assert_stream_has_every_case,
+    holds_what_the_point_stands_for,
+)
+from integration.support._driver import SEED, kill_at_each, kill_at_random
 from integration.support._pg import DRIVER_PGOPTIONS, PgTarget, check_restart, connect, file_batches
 
 pytestmark = pytest.mark.integration
@@ -47,7 +54,6 @@ pytestmark = pytest.mark.integration
 WIDE = os.environ.get("EOS_WIDE_MATRIX") == "1"
 TABLE_DDL = "id bigint PRIMARY KEY, seq bigint, name text, amount double precision"
 COLUMNS = "id, seq, name, amount"
-DELETES = ("d", "delete")
 
 
 def apply_one_by_one(pg: PgTarget, table: str, changes: Sequence[Change]) -> None:
@@ -84,36 +90,6 @@ def assert_same_as_reference(pg: PgTarget, changes: Sequence[Change], *,
         assert not pg.prepared(), f"prepared transactions of the sink left: {pg.prepared()}"
 
 
-def assert_stream_has_every_case(per_file: Sequence[Sequence[Change]]) -> None:
-    """The generated stream holds what the test is about: several changes of a key within
-    a file and across files, deletes of present keys, re-inserts after a delete, deletes
-    of keys never seen, ties of one key's sequence value."""
-    seen: set[int] = set()
-    present: set[int] = set()
-    cases: set[str] = set()
-    for changes in per_file:
-        keys = [c[0] for c in changes]
-        if len(keys) > len(set(keys)):
-            cases.add("several in a file")
-        if seen & set(keys):
-            cases.add("across files")
-        if len({(c[0], c[2]) for c in changes}) < len(changes):
-            cases.add("tie")
-        for key, op, *_ in sorted(changes, key=lambda c: c[2]):
-            if op.lower() in DELETES:
-                cases.add("delete present" if key in present else
-                          "delete never seen" if key not in seen else "delete absent")
-                present.discard(key)
-            else:
-                if key in seen and key not in present:
-                    cases.add("re-insert")
-                present.add(key)
-            seen.add(key)
-    wanted = {"several in a file", "across files", "tie", "delete present",
-              "delete never seen", "re-insert"}
-    assert wanted <= cases, wanted - cases
-
-
 @pytest.fixture
 def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTarget]:
     monkeypatch.setenv("EOS_POSTGRES_CONNINFO", postgres_conninfo)  # drivers read it
@@ -126,61 +102,24 @@ def pg(postgres_conninfo: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[PgTa
 
 # ------------------------------------------------------------------ killed drivers
 
-#: The driver-side crash points of the prepared-transaction family, in the order one
-#: restarted driver meets them (each in its own batch).
-DRIVER_POINTS = [p for p in CRASH_POINTS[Family.PREPARE_IN_TASK] if p.side is Side.DRIVER]
-FILES, ROWS_PER_FILE = len(DRIVER_POINTS) + 1, 400
-
-
-class ChangesJob(KillJob):
-    module = "examples.stream_changes_to_postgres"
-
-    def __init__(self, root: Path, target: PgTarget) -> None:
-        super().__init__(root, sink_id=target.sink_id, cwd=REPO)
-        self.target = target
-        self.input = root / "in"
-
-    def args(self) -> list[str]:
-        t = self.target
-        return ["--input", str(self.input), "--checkpoint", str(self.checkpoint),
-                "--table", t.table, "--sink-id", t.sink_id, "--ledger-table", t.ledger]
-
-
 @pytest.mark.slow
 def test_change_stream_killed_at_every_driver_point_and_at_random_is_exact(
     tmp_path: Path, pg: PgTarget
 ) -> None:
-    job = ChangesJob(tmp_path, pg)
+    job = ChangesJob(tmp_path, pg, "examples.stream_changes_to_postgres")
     per_file = [make_change_files(job.input, f, 1, ROWS_PER_FILE) for f in range(FILES)]
     assert_stream_has_every_case(per_file)
     changes = [c for file in per_file for c in file]
     plan = [(point, pg.sink_id, batch) for batch, point in enumerate(DRIVER_POINTS)]
 
-    def holds_what_the_point_stands_for(point: CrashPoint, sink_id: str, batch: int,
-                                        run: Any) -> None:
-        """Where the driver died: the earlier batches applied, this one prepared,
-        decided, partly or wholly committed as the point says (file f is batch f)."""
-        prepared = pg.prepared()
-        assert all(t.batch_id == batch for t in prepared), prepared
-        state = pg.ledger_states()
-        assert all(state.get(b) == "COMMITTED" for b in range(batch)), state
-        done = [c for file in per_file[:batch] for c in file]
-        if point is CrashPoint.BEFORE_TASKS:
-            assert not prepared and batch not in state
-        elif point is CrashPoint.BEFORE_DECISION:
-            assert prepared and batch not in state
-        elif point is CrashPoint.AFTER_DECISION:
-            assert state.get(batch) == "DECIDED" and prepared
-        elif point is CrashPoint.BETWEEN_COMMITS:
-            decided = set(pg.decided_transactions(batch))
-            assert len(decided) > 1 and {str(t) for t in prepared} < decided, decided
-            return  # partly committed: some keys show this batch, the others not yet
-        else:
-            assert state.get(batch) == "COMMITTED" and not prepared
-            done += per_file[batch]
-        assert_same_as_reference(pg, done, prepared=True)
+    def partly_committed(batch: int, prepared: Sequence[Any]) -> None:
+        decided = set(pg.decided_transactions(batch))
+        assert len(decided) > 1 and {str(t) for t in prepared} < decided, decided
 
-    runs = kill_at_each(job, plan, after_kill=holds_what_the_point_stands_for)
+    after_kill = holds_what_the_point_stands_for(
+        pg, per_file, lambda done: assert_same_as_reference(pg, done, prepared=True),
+        partly_committed)
+    runs = kill_at_each(job, plan, after_kill=after_kill)
     assert [r.returncode for r in runs] == [-9] * len(plan) + [0]
     batches = file_batches(job.checkpoint)
     assert batches == {f"part-{f:05d}.json": f for f in range(FILES)}, batches

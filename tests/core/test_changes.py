@@ -13,11 +13,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors import BadInputError
+from connectors import BadInputError, ConfigurationError
 from connectors.core.changes import (
     DELETE_OPS,
     UPSERT_OPS,
     check_change_input,
+    check_change_options,
     deleted_flags,
     latest_changes,
     stage,
@@ -38,6 +39,34 @@ class Opts:
 def options(**kw: Any) -> Opts:
     kw.pop("key_columns", None)  # the staging reads the op and sequence columns only
     return Opts(**kw)
+
+
+def _name(name: object, what: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"{what} must be a non-empty string")
+    return name
+
+
+@pytest.mark.parametrize("mode,keys,op,seq,needle", [
+    ("changes", ("id",), None, "seq", "needs op_column"),
+    ("changes", ("id",), "op", None, "and sequence_column"),
+    ("changes", ("id",), "op", "op", "both 'op'"),
+    ("changes", ("id",), "id", "seq", "op_column 'id' is one of key_columns"),
+    ("changes", ("id",), "op", "id", "sequence_column 'id' is one of key_columns"),
+    ("changes", ("id",), "", "seq", "op_column must be a non-empty string"),
+    ("upsert", ("id",), "op", None, "op_column only apply to mode='changes'"),
+    ("append", (), None, "seq", "sequence_column only apply to mode='changes'"),
+    ("append", (), "op", "seq", "op_column and sequence_column only apply"),
+])
+def test_change_options_name_the_fix(mode: str, keys: tuple[str, ...], op: str | None,
+                                     seq: str | None, needle: str) -> None:
+    with pytest.raises(ConfigurationError, match=needle):
+        check_change_options(mode, keys, op, seq, _name)
+
+
+def test_change_options_pass() -> None:
+    check_change_options("changes", ("id",), "op", "seq", _name)
+    check_change_options("upsert", ("id",), None, None, _name)
 
 
 class TestDriverChecks:

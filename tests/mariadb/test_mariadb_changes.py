@@ -37,11 +37,11 @@ class TestOptions:
         assert "mode='changes'" in repr(s)
 
     @pytest.mark.parametrize("kw,needle", [
+        # the generic checks (tests/core/test_changes.py), through MariaDBOptions
         ({"key_columns": None}, "mode='changes' needs key_columns"),
-        ({"op_column": None}, "needs op_column"),
-        ({"sequence_column": None}, "sequence_column"),
-        ({"sequence_column": "op"}, "both 'op'"),
         ({"op_column": "id"}, "op_column 'id' is one of key_columns"),
+        ({"mode": "upsert", "sequence_column": None}, "op_column only apply to mode='changes'"),
+        # MariaDB's names
         ({"op_column": ""}, "op_column must be a non-empty string"),
         ({"sequence_column": "a\x00b"}, "no NUL"),
         ({"sequence_column": "x" * 65}, "1 to 64 characters"),
@@ -49,14 +49,6 @@ class TestOptions:
     def test_bad_changes_options_name_the_fix(self, kw: dict[str, Any], needle: str) -> None:
         with pytest.raises(ConfigurationError, match=needle):
             sink(**kw)
-
-    @pytest.mark.parametrize("mode", ["append", "upsert"])
-    def test_op_and_sequence_only_with_changes(self, mode: str) -> None:
-        keys = ["id"] if mode == "upsert" else None
-        with pytest.raises(ConfigurationError, match="only apply to mode='changes'"):
-            sink(mode=mode, key_columns=keys, sequence_column=None)
-        with pytest.raises(ConfigurationError, match="sequence_column only apply"):
-            sink(mode=mode, key_columns=keys, op_column=None)
 
     def test_unknown_mode_lists_the_modes(self) -> None:
         with pytest.raises(ConfigurationError, match="'changes'"):
