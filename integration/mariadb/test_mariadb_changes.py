@@ -16,7 +16,9 @@ order, then the delete flag: the greatest last, a delete beats an upsert).
   the fixed input is exact; deletes whose other columns are NULL into a table whose other
   columns are NOT NULL; the op column written when the table has it; a boolean flag into a
   table the sink creates (the sequence column created, the op column not); composite keys
-  across partitions and a retried task; a key no unique index covers refused.
+  across partitions and a retried task; a key no unique index covers refused;
+- Spark batch jobs (``sink(df, batch_id)``): a replay, a bad op refused in the tasks with
+  nothing committed, the fixed rerun exact.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import SparkSession
 
 from connectors.core.errors import BadInputError, NonDeterministicReplayError
 from connectors.mariadb._sink import MariaDBSink
@@ -177,6 +180,33 @@ def test_replays_bad_ops_and_the_fixed_rerun(tmp_path: Path, target: ChangesTarg
         target.assert_exact(run0 + run1)
     finally:
         sink.close()
+
+
+def test_spark_batch_jobs_replay_refuse_a_bad_op_and_rerun_exact(
+        spark: SparkSession, tmp_path: Path, target: ChangesTarget) -> None:
+    """The same through Spark (``sink(df, batch_id)``: the driver routes the keys, Spark's
+    tasks prepare): a replay in another order and partitioning commits nothing twice; an
+    unknown op fails the batch in its tasks, nothing committed, nothing left prepared;
+    the fixed rerun is exact."""
+    from examples.stream_changes_to_postgres import CHANGE_SCHEMA
+
+    first, second = stream_of(tmp_path, 0), stream_of(tmp_path, 1)
+    sink = sink_for(target)
+    try:
+        sink(spark.createDataFrame(first, CHANGE_SCHEMA).repartition(3), 0)
+        sink(spark.createDataFrame(first[::-1], CHANGE_SCHEMA).repartition(2), 0)
+        assert sink.last_metrics is not None and sink.last_metrics.outcome == "replayed"
+        target.assert_exact(first)
+        wrong = [(*c[:1], "upsert?" if n == 17 else c[1], *c[2:]) for n, c in enumerate(second)]
+        with pytest.raises(BadInputError, match="op_column 'op' holds 1 value"):
+            sink(spark.createDataFrame(wrong, CHANGE_SCHEMA).repartition(3), 1)
+        assert 1 not in target.ledger_states() and target.prepared() == []
+        target.assert_exact(first)
+        sink(spark.createDataFrame(second, CHANGE_SCHEMA).repartition(3), 1)
+        assert sink.last_metrics is not None and sink.last_metrics.outcome == "committed"
+    finally:
+        sink.close()
+    target.assert_exact(first + second)
 
 
 def test_deletes_with_null_columns_into_not_null_columns(target: ChangesTarget) -> None:
