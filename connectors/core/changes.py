@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors.core.errors import BadInputError, ConfigurationError
+from connectors.core.keyed import sortable
 
 __all__ = [
     "DELETED",
@@ -236,7 +237,7 @@ def latest_changes(staged: Sequence[pa.RecordBatch], keys: Sequence[str],
     table = pa.Table.from_batches(list(staged))
     order = [(SEQ, "ascending"), *((c, "ascending") for c in (tie_break or columns)),
              (DELETED, "ascending")]
-    table = table.take(pc.sort_indices(table, sort_keys=order))
+    table = table.take(pc.sort_indices(sortable(table), sort_keys=order))
     table = table.append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
     last = table.group_by(list(keys), use_threads=False).aggregate([(_ROW, "max")])
     rows = last[f"{_ROW}_max"]

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["last_row_per_key"]
+__all__ = ["last_row_per_key", "sortable"]
 
 _ROW = "__connectors_row"
 
@@ -36,7 +36,7 @@ def last_row_per_key(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     if table.num_rows == 0:
         return table
     order = [(c, "ascending") for c in table.column_names]
-    table = table.take(pc.sort_indices(_sortable(table), sort_keys=order))
+    table = table.take(pc.sort_indices(sortable(table), sort_keys=order))
     table = table.append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
     last = table.group_by(list(keys), use_threads=False).aggregate([(_ROW, "max")])
     return table.take(last[f"{_ROW}_max"]).drop_columns([_ROW])
@@ -57,8 +57,9 @@ def _json_text(column: pa.ChunkedArray) -> pa.Array:
                      for v in column.to_pylist()], pa.string())
 
 
-def _sortable(table: pa.Table) -> pa.Table:
-    """``table`` with every column Arrow cannot sort replaced by its JSON text."""
+def sortable(table: pa.Table) -> pa.Table:
+    """``table`` with every column Arrow cannot sort replaced by its JSON text (to order
+    rows by, then take from the original)."""
     for i, field in enumerate(table.schema):
         if _unsortable(field.type):
             table = table.set_column(i, field.name, _json_text(table.column(i)))

@@ -5,7 +5,7 @@ The table is compared row by row with a reference built in Python (:func:`refere
 every change applied alone, in sequence order (ties: the other columns in the table's
 order, then the delete flag: the greatest last, a delete beats an upsert).
 
-- Spark, a streaming driver (``integration/mariadb/_stream.py --changes``) SIGKILLed at
+- Spark, a streaming driver (``examples/stream_to_mariadb.py --changes``) SIGKILLed at
   every driver-side crash point of the prepared-transaction family in turn (each restart
   meets the next), then at a random moment, always restarted from the same checkpoint:
   after each kill the table holds what the point stands for; at the end it is exact and
@@ -92,7 +92,7 @@ def target(mariadb_url: str) -> Iterator[ChangesTarget]:
 @pytest.mark.slow
 def test_change_stream_killed_at_every_driver_point_and_at_random_is_exact(
         tmp_path: Path, target: ChangesTarget) -> None:
-    job = shared.ChangesJob(tmp_path, target, "integration.mariadb._stream",
+    job = shared.ChangesJob(tmp_path, target, "examples.stream_to_mariadb",
                             ["--changes", "--source", "files", "--url", target.url])
     per_file = [make_change_files(job.input, f, 1, shared.ROWS_PER_FILE)
                 for f in range(shared.FILES)]

@@ -207,6 +207,17 @@ class TestLatestChanges:
                                    ("id",), ("id", "name"))
             assert up.to_pylist() == [{"id": 1, "name": "new"}]
 
+    def test_a_list_column_breaks_ties_by_its_json_text(self) -> None:
+        """Arrow cannot sort lists: a tie on the sequence is broken by their JSON text."""
+        schema = pa.schema([("id", pa.int64()), ("op", pa.string()), ("seq", pa.int64()),
+                            ("tags", pa.list_(pa.string()))])
+        raw = pa.RecordBatch.from_pylist(
+            [{"id": 1, "op": "u", "seq": 7, "tags": ["b"]},
+             {"id": 1, "op": "u", "seq": 7, "tags": ["a", "z"]}], schema=schema)
+        up, _ = latest_changes([stage(raw, raw.select(["id", "tags"]), options())],
+                               ("id",), ("id", "tags"))
+        assert up.to_pylist() == [{"id": 1, "tags": ["b"]}]
+
     def test_sequence_column_written_too(self) -> None:
         raw = batch([(1, "u", 2, "b"), (1, "u", 1, "a")])
         up, _ = latest_changes([stage(raw, raw.select(["id", "seq", "name"]), options())],
