@@ -102,3 +102,21 @@ def test_mariadb_load_smoke_mode_round_trips_every_type_and_probes_strictness(
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-8000:]
     assert out.count("(as documented)") >= 7, out[-4000:]
+
+
+def test_mariadb_bench_smoke_mode_writes_every_contender_exactly(
+        mariadb_url: str, tmp_path: Path) -> None:
+    """``benchmarks.mariadb_bench --smoke`` (issue 54's speed item): MariaDBSink, the plain
+    LOAD DATA and Spark's JDBC writer with Connector/J 3.5.11 (bulk protocol) and 2.7.15
+    (``rewriteBatchedStatements``), one Spark each, every write checked against Spark's
+    sums (it exits 1 on a difference), nothing left prepared, the chart drawn."""
+    chart = tmp_path / "mariadb_bench.png"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.mariadb_bench", "--smoke",
+                           "--chart", str(chart)], cwd=REPO,
+                          env=dict(os.environ, EOS_MARIADB_URL=mariadb_url),
+                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-8000:]
+    assert "this run judges nothing" in out, out[-4000:]
+    assert out.count("exact; XA branches left prepared: 0") == 2, out[-4000:]
+    assert chart.stat().st_size > 0, "no chart drawn"
