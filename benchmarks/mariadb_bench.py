@@ -62,9 +62,10 @@ sink's) with a 95 % bootstrap interval over the round pairs (``_common.ratio_int
 and the median and min-max of the round ratios; the targets of issue 54 (sink >= 2x Spark's
 JDBC writer at its fastest batchsize, >= 0.9x the plain load) with a verdict (met, NOT
 met, or undecided while the interval holds the target; none under 4 rounds, whose interval
-says nothing); the 1-min load before and after. ``--json FILE`` keeps every
-timing; ``--chart FILE`` draws the round ratios (default ``benchmarks/charts/
-mariadb_bench.png``).
+says nothing); the sink's call split into its phases (``last_metrics``: the prepare job,
+the decision, the commits, the rest on the driver); the 1-min load before and after.
+``--json FILE`` keeps every timing; ``--chart FILE`` draws the round ratios (default
+``benchmarks/charts/mariadb_bench.png``).
 """
 
 from __future__ import annotations
@@ -260,11 +261,16 @@ def run_one(args: argparse.Namespace, url: str, version: str) -> dict[str, Any]:
              "password": address.password or ""}
     sink = MariaDBSink(url, TABLE, sink_id="bench", mode="append", ledger_table=LEDGER)
     batch_ids = iter(range(1_000_000))
+    phases: list[dict[str, float]] = []  # the sink's own phase times, per call
 
     def sink_write(df: DataFrame) -> None:
+        t0 = time.perf_counter()
         sink(df, next(batch_ids))
         metrics = sink.last_metrics
         assert metrics is not None and metrics.outcome == "committed", metrics
+        phases.append({"call_ms": (time.perf_counter() - t0) * 1000,
+                       "prepare_ms": metrics.prepare_ms, "decide_ms": metrics.decide_ms,
+                       "commit_ms": metrics.commit_ms})
 
     writers: dict[str, Writer] = {"sink": sink_write, "plain-load": plain_load_writer(url)}
     for size in args.batchsize:
@@ -272,6 +278,7 @@ def run_one(args: argparse.Namespace, url: str, version: str) -> dict[str, Any]:
     kinds = list(writers)
     load_before = os.getloadavg()
     rounds: list[dict[str, float]] = []
+    timed_phases: list[dict[str, float]] = []  # the sink's phases in the timed rounds
     try:
         df = make_df(spark, args.rows, args.partitions)
         want = spark_checksum(df)
@@ -294,6 +301,7 @@ def run_one(args: argparse.Namespace, url: str, version: str) -> dict[str, Any]:
                     raise SystemExit(f"{kind} (round {r}): the table reads {got}, expected "
                                      f"{want}: rows lost, duplicated or changed")
             rounds.append(times)
+            timed_phases.append(phases[-1])
             print(f"[Connector/J {version}] round {r}: "
                   + ", ".join(f"{k} {times[k]:.2f} s" for k in kinds), flush=True)
         df.unpersist()
@@ -303,7 +311,7 @@ def run_one(args: argparse.Namespace, url: str, version: str) -> dict[str, Any]:
         spark.stop()
     return {"jdbc_version": version, "batching": batching, "server": server_version,
             "rows": args.rows, "partitions": args.partitions, "kinds": kinds,
-            "rounds": rounds, "prepared_left": prepared,
+            "rounds": rounds, "sink_phases": timed_phases, "prepared_left": prepared,
             "load_before": load_before[0], "load_after": os.getloadavg()[0]}
 
 
@@ -352,6 +360,19 @@ def report(run: dict[str, Any], args: argparse.Namespace) -> list[str]:
                         "sink rows/s over its [95 %]", "round ratios: median (min-max)"],
                        table))
     print()
+    phases = run["sink_phases"]
+    if phases:
+        def ms(key: str) -> float:
+            return median([p[key] for p in phases])
+
+        rest = median([p["call_ms"] - p["prepare_ms"] - p["decide_ms"] - p["commit_ms"]
+                       for p in phases])
+        print(f"The sink's call, median ms over the rounds: {ms('call_ms'):.0f} = prepare "
+              f"(the Spark job: the tasks' XA START, encode, LOAD DATA, receipt, XA PREPARE) "
+              f"{ms('prepare_ms'):.0f} + decide {ms('decide_ms'):.1f} + commit (XA COMMIT "
+              f"per branch) {ms('commit_ms'):.1f} + the rest (the table's check, the "
+              f"ledger's reads, the batch's plan) {rest:.0f}")
+        print()
     decide = not (args.smoke or args.quick) and len(rounds) >= MIN_JUDGED_ROUNDS
     lines = []
     jdbc = [k for k in run["kinds"] if k.startswith("jdbc-")]
