@@ -181,6 +181,14 @@ def check_mariadb_users(page: Page, run: sn.Run) -> None:
     assert mp.mariadb_prepared(page.env[mp.ENV_URL], ["users-mariadb"]) == []
 
 
+def check_mariadb_accounts(page: Page, run: sn.Run) -> None:
+    rows = mp.mariadb_rows(page.env[mp.ENV_URL],
+                           "SELECT id, seq, name, score FROM accounts ORDER BY id")
+    # 1 updated, 2 deleted, 3 deleted and inserted again, 4 deleted though never seen
+    sn.exact(rows, [(1, 4, "ada", 11), (3, 7, "cy", 31)], "accounts after the changes")
+    assert mp.mariadb_prepared(page.env[mp.ENV_URL], ["accounts-mariadb-cdc"]) == []
+
+
 def check_mariadb_status(page: Page, run: sn.Run) -> None:
     """docs/mariadb.md: ``status --json`` lists the upsert job's sink (nothing unfinished,
     nothing lingering: bash -e, every command exited 0), and the address is shown with
@@ -366,6 +374,8 @@ EXPECT: dict[tuple[str, str], Expect] = {
     ("docs/postgres.md", "bash#0"): Expect(check_postgres_status_json),
     ("docs/postgres.md", "sql#0"): Expect(check_nothing_prepared),
     ("docs/mariadb.md", "upsert_mariadb.py"): Expect(check_mariadb_users),
+    ("docs/mariadb.md", "changes_mariadb.py"):
+        Expect(check_mariadb_accounts, "after_decision:batch=0", "accounts-mariadb-cdc"),
     ("docs/mariadb.md", "bash#0"): Expect(check_mariadb_status),
     ("docs/kafka.md", "kafka_batch_job.py"): Expect(check_kafka_orders),
     ("docs/kafka.md", "consume_orders.py"): Expect(check_consumer_output),
