@@ -1,0 +1,336 @@
+"""Executor side, prototype (issue 55; not wired into KafkaSink): a transactional producer
+that this library creates and owns through librdkafka's public C API, fed from Arrow.
+
+No object layout of another package is read: librdkafka is loaded by documented means
+and version-checked in :mod:`connectors.kafka._rdkafka_lib`.
+
+Records go in through ``rd_kafka_produce_batch``: numpy fills ``rd_kafka_message_t``
+arrays (a public struct of rdkafka.h) from the Arrow offset and data buffers, no Python
+object per record, with ``RD_KAFKA_MSG_F_COPY`` and ``RD_KAFKA_MSG_F_PARTITION``. That
+struct has no timestamp: records with one go through ``rd_kafka_produceva`` (one call per
+record on an ``rd_kafka_vu_t`` array numpy built). Delivery reports are events
+(``RD_KAFKA_EVENT_DR``) served from the main queue: an error and a count per produce
+response, never a Python callback per record. docs/design/kafka-columnar.md has the why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from connectors.kafka._placement import PARTITION_UA, layout
+from connectors.kafka._rdkafka_lib import (
+    CHUNK,
+    CONF_OK,
+    ERR_QUEUE_FULL,
+    EVENT_DR,
+    MESSAGE,
+    MSG_F_COPY,
+    MSG_F_PARTITION,
+    PRODUCER,
+    VT_END,
+    VT_KEY,
+    VT_MSGFLAGS,
+    VT_PARTITION,
+    VT_RKT,
+    VT_TIMESTAMP,
+    VT_VALUE,
+    VU,
+    Library,
+    Metadata,
+    RdKafkaError,
+    load,
+)
+
+__all__ = ["ArrowProducer", "Delivery", "RdKafkaError", "load"]
+
+@dataclass
+class Delivery:
+    """Delivery reports served so far: records enqueued, acknowledged, failed (by code)."""
+
+    enqueued: int = 0
+    delivered: int = 0
+    failed: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> int:
+        return self.enqueued - self.delivered - sum(self.failed.values())
+
+
+def _pointers(arr: pa.Array | pa.ChunkedArray | None,
+              n: int) -> tuple[np.ndarray, np.ndarray, pa.Array | None]:
+    """(address, length) of every value of a binary/string array (null: 0, 0), and the
+    array they point into (keep it alive while the addresses are in use)."""
+    if arr is None:
+        return np.zeros(n, np.uint64), np.zeros(n, np.uint64), None
+    values = layout(arr)  # an empty value points at a readable byte, a null at 0
+    address = values.start.astype(np.uint64) + np.uint64(values.base)
+    if values.nulls is not None:
+        address[values.nulls] = 0
+    return address, values.size.astype(np.uint64), values.arr
+
+
+def _column(arr: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    return arr if isinstance(arr, pa.ChunkedArray) else pa.chunked_array([arr])
+
+
+class ArrowProducer:
+    """A transactional producer handle owned by this object (``rd_kafka_new``).
+
+    ``config``: librdkafka properties (``transactional.id`` among them for transactions),
+    values as strings, numbers or booleans.
+    """
+
+    def __init__(self, config: Mapping[str, Any], library: Library | None = None) -> None:
+        self.library = library or load()
+        lib = self.library.lib
+        errstr = ctypes.create_string_buffer(512)
+        conf = lib.rd_kafka_conf_new()
+        for key, value in config.items():
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            if lib.rd_kafka_conf_set(conf, key.encode(), text.encode(), errstr,
+                                     len(errstr)) != CONF_OK:
+                lib.rd_kafka_conf_destroy(conf)
+                raise RdKafkaError(-186, f"config {key}: {errstr.value.decode()}")
+        lib.rd_kafka_conf_set_events(conf, EVENT_DR)
+        rk = lib.rd_kafka_new(PRODUCER, conf, errstr, len(errstr))
+        if not rk:
+            lib.rd_kafka_conf_destroy(conf)  # rd_kafka_new owns conf only on success
+            raise RdKafkaError(-186, f"rd_kafka_new: {errstr.value.decode()}")
+        self._rk: int | None = rk
+        self._queue = lib.rd_kafka_queue_get_main(rk)
+        self._topics: dict[str, tuple[int, int]] = {}  # name -> (rkt, partition count)
+        self._msgs = np.zeros(CHUNK, MESSAGE)
+        self.delivery = Delivery()
+
+    @property
+    def rk(self) -> int:
+        if self._rk is None:
+            raise RdKafkaError(-172, "the producer is closed")
+        return self._rk
+
+    def close(self) -> None:
+        """Destroy the handle (records still queued are dropped; call :meth:`flush` or
+        commit first)."""
+        if self._rk is None:
+            return
+        lib = self.library.lib
+        for rkt, _ in self._topics.values():
+            lib.rd_kafka_topic_destroy(rkt)
+        self._topics.clear()
+        self.poll(0)
+        lib.rd_kafka_queue_destroy(self._queue)
+        lib.rd_kafka_destroy(self._rk)
+        self._rk = None
+
+    def __enter__(self) -> ArrowProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_rk", None) is not None:
+            self.close()
+
+    # -- transactions --------------------------------------------------------------
+    def init_transactions(self, timeout_s: float = 30.0) -> None:
+        """Fence earlier producers of the same ``transactional.id``, abort their open
+        transaction, get this producer's epoch."""
+        self.library.check(self.library.lib.rd_kafka_init_transactions(
+            self.rk, int(timeout_s * 1000)))
+
+    def begin_transaction(self) -> None:
+        self.library.check(self.library.lib.rd_kafka_begin_transaction(self.rk))
+        self.delivery = Delivery()
+
+    def commit_transaction(self, timeout_s: float = 60.0) -> Delivery:
+        """Flush (serving delivery reports), then commit; raises if any delivery failed
+        (the transaction is then left to :meth:`abort_transaction`)."""
+        done = self.flush(timeout_s)
+        if done.failed:
+            code = next(iter(done.failed))
+            raise RdKafkaError(code, f"{sum(done.failed.values())} record(s) not delivered: "
+                               f"{self.library.err2str(code)}", abortable=True)
+        self.library.check(self.library.lib.rd_kafka_commit_transaction(
+            self.rk, int(timeout_s * 1000)))
+        return done
+
+    def abort_transaction(self, timeout_s: float = 60.0) -> None:
+        self.library.check(self.library.lib.rd_kafka_abort_transaction(
+            self.rk, int(timeout_s * 1000)))
+        self.poll(0)  # the purged records' reports
+
+    # -- delivery reports -----------------------------------------------------------
+    def poll(self, timeout_s: float) -> int:
+        """Serve delivery report events (the first waits up to ``timeout_s``); returns
+        the records they reported."""
+        lib, seen, wait = self.library.lib, 0, int(timeout_s * 1000)
+        while True:
+            ev = lib.rd_kafka_queue_poll(self._queue, wait)
+            if not ev:
+                return seen
+            wait = 0
+            try:
+                if lib.rd_kafka_event_type(ev) == EVENT_DR:
+                    count = int(lib.rd_kafka_event_message_count(ev))
+                    err = int(lib.rd_kafka_event_error(ev))
+                    seen += count
+                    if err:
+                        self.delivery.failed[err] = self.delivery.failed.get(err, 0) + count
+                    else:
+                        self.delivery.delivered += count
+            finally:
+                lib.rd_kafka_event_destroy(ev)
+
+    def flush(self, timeout_s: float = 60.0) -> Delivery:
+        """Serve delivery reports until every enqueued record has one (or raise at the
+        timeout)."""
+        deadline = time.monotonic() + timeout_s
+        while self.delivery.pending > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RdKafkaError(-185, f"{self.delivery.pending} record(s) not delivered "
+                                   f"within {timeout_s} s")
+            self.poll(min(left, 0.1))
+        return self.delivery
+
+    # -- producing ------------------------------------------------------------------
+    def topic(self, name: str, timeout_s: float = 30.0) -> tuple[int, int]:
+        """The handle of topic ``name`` and its partition count, its metadata fetched
+        (records for an explicit partition of a topic without metadata would wait on the
+        unassigned queue forever)."""
+        known = self._topics.get(name)
+        if known is not None:
+            return known
+        lib = self.library.lib
+        rkt = lib.rd_kafka_topic_new(self.rk, name.encode(), None)
+        if not rkt:
+            raise RdKafkaError(-186, f"cannot open topic {name!r}")
+        meta = ctypes.POINTER(Metadata)()
+        code = lib.rd_kafka_metadata(self.rk, 0, rkt, ctypes.byref(meta), int(timeout_s * 1000))
+        count, err = 0, code
+        if code == 0:
+            try:
+                md = meta.contents
+                for i in range(md.topic_cnt):
+                    t = md.topics[i]
+                    if t.topic.decode() == name:
+                        count, err = t.partition_cnt, t.err
+            finally:
+                lib.rd_kafka_metadata_destroy(meta)
+        if err or count <= 0:
+            lib.rd_kafka_topic_destroy(rkt)
+            raise RdKafkaError(err or 3, f"topic {name!r}: {self.library.err2str(err or 3)}")
+        self._topics[name] = (rkt, count)
+        return rkt, count
+
+    def produce(self, topic: str, values: pa.Array | pa.ChunkedArray,
+                keys: pa.Array | pa.ChunkedArray | None = None,
+                partitions: pa.Array | pa.ChunkedArray | None = None,
+                timestamps: pa.Array | pa.ChunkedArray | None = None) -> int:
+        """Enqueue every record into the open transaction; returns the count.
+
+        ``values``/``keys``: binary or string; ``partitions``: integers (null: the
+        partitioner's choice); ``timestamps``: ms since the epoch (int64 or timestamp; null:
+        now). With every partition given, records are grouped by partition (each keeps its
+        order). Waits while the queue is full; raises :class:`RdKafkaError` otherwise.
+        """
+        n = len(values)
+        if n == 0:
+            return 0
+        rkt, count = self.topic(topic)
+        value_at, value_len, _v = _pointers(values, n)
+        key_at, key_len, _k = _pointers(keys, n)
+        place = np.full(n, PARTITION_UA, np.int32)
+        if partitions is not None:
+            given = _column(partitions).cast(pa.int32()).fill_null(PARTITION_UA)
+            place = np.asarray(given.to_numpy(), dtype=np.int32)
+            if int(place.max()) >= count or int(place.min()) < PARTITION_UA:
+                raise RdKafkaError(-190, f"a record asks for a partition {topic!r} (with "
+                                   f"{count}) lacks")
+        order = (np.argsort(place, kind="stable")
+                 if partitions is not None and not (place < 0).any() else None)
+        if order is not None:
+            value_at, value_len, key_at, key_len, place = (
+                value_at[order], value_len[order], key_at[order], key_len[order], place[order])
+        if timestamps is not None:
+            col = _column(timestamps)
+            if pa.types.is_timestamp(col.type):
+                col = col.cast(pa.timestamp("ms", col.type.tz))
+            ts = col.cast(pa.int64()).fill_null(0).to_numpy()
+            self._produce_each(rkt, value_at, value_len, key_at, key_len, place,
+                               np.asarray(ts if order is None else ts[order], np.int64))
+        else:
+            self._produce_batch(rkt, value_at, value_len, key_at, key_len, place)
+        return n
+
+    def _produce_batch(self, rkt: int, value_at: np.ndarray, value_len: np.ndarray,
+                       key_at: np.ndarray, key_len: np.ndarray, place: np.ndarray) -> None:
+        lib = self.library.lib
+        for start in range(0, len(place), CHUNK):
+            end = min(len(place), start + CHUNK)
+            m = self._msgs[: end - start]
+            m["err"] = 0
+            m["payload"], m["len"] = value_at[start:end], value_len[start:end]
+            m["key"], m["key_len"] = key_at[start:end], key_len[start:end]
+            m["partition"] = place[start:end]
+            done = 0
+            while done < len(m):
+                rest = m[done:]
+                good = lib.rd_kafka_produce_batch(rkt, PARTITION_UA,
+                                                  MSG_F_COPY | MSG_F_PARTITION,
+                                                  rest.ctypes.data, len(rest))
+                if good == len(rest):
+                    self.delivery.enqueued += good
+                    break
+                errors = rest["err"]
+                first = int(np.flatnonzero(errors)[0])
+                self.delivery.enqueued += good
+                if good != first or (errors[first:] != ERR_QUEUE_FULL).any():
+                    # Another refusal, or a record enqueued after a refused one (its
+                    # partition's order is lost): only an abort undoes the call.
+                    tail = errors[first:]
+                    real = tail[(tail != ERR_QUEUE_FULL) & (tail != 0)]
+                    code = int(real[0]) if len(real) else ERR_QUEUE_FULL
+                    raise RdKafkaError(code, self.library.err2str(code), abortable=True)
+                done += first  # the records before the first refusal are enqueued
+                self.poll(0.05)
+            self.poll(0)
+
+    def _produce_each(self, rkt: int, value_at: np.ndarray, value_len: np.ndarray,
+                      key_at: np.ndarray, key_len: np.ndarray, place: np.ndarray,
+                      ts: np.ndarray) -> None:
+        """One ``rd_kafka_produceva`` per record (a timestamp each), on an
+        ``rd_kafka_vu_t`` array built by numpy: no Python object per record but the call."""
+        n, fields = len(place), 7
+        vus = np.zeros((n, fields), VU)
+        vus["vtype"] = [VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_MSGFLAGS, VT_TIMESTAMP,
+                        VT_END]
+        vus["a"][:, 0] = rkt
+        vus["a"][:, 1] = place.astype(np.int64).view(np.uint64) & np.uint64(0xFFFFFFFF)
+        vus["a"][:, 2], vus["b"][:, 2] = value_at, value_len
+        vus["a"][:, 3], vus["b"][:, 3] = key_at, key_len
+        vus["a"][:, 4] = MSG_F_COPY
+        vus["a"][:, 5] = ts.view(np.uint64)
+        lib, base, stride = self.library.lib, vus.ctypes.data, fields * VU.itemsize
+        produceva, rk = lib.rd_kafka_produceva, self.rk
+        for i in range(n):
+            while True:
+                error = produceva(rk, base + i * stride, fields - 1)
+                if not error:
+                    break
+                code = lib.rd_kafka_error_code(error)
+                if code != ERR_QUEUE_FULL:
+                    self.library.check(error)
+                lib.rd_kafka_error_destroy(error)
+                self.poll(0.05)
+            self.delivery.enqueued += 1
+            if i % CHUNK == CHUNK - 1:
+                self.poll(0)
