@@ -61,6 +61,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rd_kafka_metadata_destroy": (None, [_VP]),
     "rd_kafka_produce_batch": (_INT, [_VP, _I32, _INT, _VP, _INT]),
     "rd_kafka_produceva": (_VP, [_VP, _VP, _SIZE]),
+    "rd_kafka_flush": (_INT, [_VP, _INT]), "rd_kafka_outq_len": (_INT, [_VP]),
     "rd_kafka_init_transactions": (_VP, [_VP, _INT]),
     "rd_kafka_begin_transaction": (_VP, [_VP]),
     "rd_kafka_commit_transaction": (_VP, [_VP, _INT]),

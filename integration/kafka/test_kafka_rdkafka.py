@@ -161,3 +161,38 @@ def test_same_transactional_id_fences_the_older_producer(kafka: KafkaTarget,
         newer.produce(kafka.topic, values, keys, parts)
         newer.commit_transaction()
     assert len(_read(kafka.bootstrap, kafka.topic)) == 100
+
+
+def test_records_without_a_partition_go_to_the_partitioner(kafka: KafkaTarget,
+                                                           producer: ArrowProducer) -> None:
+    # Some partitions null: no grouping, each record's own partition (F_PARTITION).
+    keys, values, parts = _batch(600)
+    given = pa.array([None if i % 5 == 0 else p for i, p in enumerate(parts.to_pylist())],
+                     pa.int32())
+    producer.begin_transaction()
+    producer.produce(kafka.topic, values, keys, given)
+    producer.commit_transaction()
+    got = _read(kafka.bootstrap, kafka.topic)
+    assert sorted(g.value or b"" for g in got) == sorted(v or b"" for v in values.to_pylist())
+    where = {g.value: g.partition for g in got}
+    for v, p in zip(values.to_pylist(), given.to_pylist(), strict=True):
+        if p is not None and v:
+            assert where[v] == p
+    for p in range(PARTITIONS):  # each partition in input order
+        wanted = [v for v, q in zip(values.to_pylist(), given.to_pylist(), strict=True)
+                  if q == p and v]  # empty values are not unique
+        assert [g.value for g in got if g.partition == p and g.value in set(wanted)] == wanted
+
+
+def test_a_failed_delivery_is_reported_and_the_transaction_aborts(
+        kafka: KafkaTarget, producer: ArrowProducer) -> None:
+    # The broker refuses a record above the topic's max.message.bytes (the client allows it).
+    small = kafka.create(f"{kafka.topic}-small", config={"max.message.bytes": "2000"})
+    values = pa.array([b"ok"] * 50 + [b"x" * 5000] + [b"ok"] * 50, pa.binary())
+    producer.begin_transaction()
+    producer.produce(small, values, partitions=pa.array([0] * 101, pa.int32()))
+    with pytest.raises(RdKafkaError) as failed:
+        producer.commit_transaction(timeout_s=30)
+    assert failed.value.abortable and sum(producer.delivery.failed.values()) >= 1, failed.value
+    producer.abort_transaction()
+    assert _read(kafka.bootstrap, small) == []

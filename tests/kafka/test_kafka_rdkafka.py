@@ -94,7 +94,7 @@ def test_a_handle_is_created_and_destroyed() -> None:
                         "enable.idempotence": True, "log_level": 0}) as producer:
         assert producer.rk
         assert producer.poll(0) == 0
-        assert producer.flush(0.1).pending == 0
+        assert producer.flush(0.1).delivered == 0
     with pytest.raises(RdKafkaError, match="closed"):
         producer.begin_transaction()
     producer.close()  # twice: nothing
