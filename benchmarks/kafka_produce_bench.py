@@ -163,6 +163,11 @@ def bench_size(bootstrap: str, admin: AdminClient, size: int, args: argparse.Nam
             f"{n} {wall[n][-1]:.2f}s" for n in wall if r >= 0), flush=True)
     for c in contenders:
         c.closer()
+    # Deleted at once: a full run writes ~12 GB at 1 KB, and retention (kafka_bench's
+    # 256 MB a partition) would still keep 1 GB per topic and run on the broker's disk.
+    for future in admin.delete_topics([c.topic for c in contenders],
+                                      operation_timeout=60).values():
+        future.result(60)
     rows = []
     base, accel = wall.get(BASELINE), wall.get("accelerator")
     for name, times in wall.items():
