@@ -91,22 +91,31 @@ def connection_text(flag: str, arg: str | None, *, env: str | None, file: str | 
 def postgres_conninfo(arg: str | None, *, env: str | None, file: str | None,
                       environ: Mapping[str, str] | None = None) -> str | None:
     """The connection string of ``--postgres``, ``--postgres-env`` or ``--postgres-file``
-    (``None``: no PostgreSQL target); warns on stderr when ``--postgres`` holds a secret."""
-    from connectors.postgres.admin import conninfo_has_secret
+    (``None``: no PostgreSQL target); warns on stderr when ``--postgres`` holds a secret.
+    The ``postgres`` extra is imported only when a conninfo is given: the other targets'
+    commands run without psycopg."""
+    def has_secret(conninfo: str) -> bool:
+        from connectors.postgres.admin import conninfo_has_secret
+
+        return conninfo_has_secret(conninfo)
 
     return connection_text("postgres", arg, env=env, file=file, environ=environ,
-                           has_secret=conninfo_has_secret,
-                           instead=" (or PGPASSWORD, ~/.pgpass)")
+                           has_secret=has_secret, instead=" (or PGPASSWORD, ~/.pgpass)")
 
 
 def mariadb_url(arg: str | None, *, env: str | None, file: str | None,
                 environ: Mapping[str, str] | None = None) -> str | None:
     """The address of ``--mariadb``, ``--mariadb-env`` or ``--mariadb-file`` (``None``: no
-    MariaDB target); warns on stderr when ``--mariadb`` holds a password."""
-    from connectors.mariadb.admin import address_has_secret
+    MariaDB target); warns on stderr when ``--mariadb`` holds a password. The ``mariadb``
+    extra is imported only when an address is given: the other targets' commands run
+    without PyMySQL."""
+    def has_secret(url: str) -> bool:
+        from connectors.mariadb.admin import address_has_secret
+
+        return address_has_secret(url)
 
     return connection_text("mariadb", arg, env=env, file=file, environ=environ,
-                           has_secret=address_has_secret, instead="")
+                           has_secret=has_secret, instead="")
 
 
 def _parse_settings(text: str, where: str) -> dict[str, Any]:

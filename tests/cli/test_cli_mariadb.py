@@ -167,3 +167,24 @@ def test_an_undecided_branch_of_unknown_age_is_kept_unless_proved_past(
     assert bool(report.notes) is kept
     if kept:
         assert "--min-age 0" in report.notes[0] and "age is unknown" in report.notes[0]
+
+
+def test_a_target_not_named_needs_no_client_library() -> None:
+    """``connectors status --kafka ...`` runs without PyMySQL and psycopg installed (CI's
+    wheel lane installs ``[postgres,kafka,delta]`` only): the address readers import a
+    target's extra only when its address is given."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "sys.modules.update(dict.fromkeys(['pymysql', 'psycopg']))\n"
+            "from connectors.cli._inputs import mariadb_url, postgres_conninfo\n"
+            "assert mariadb_url(None, env=None, file=None) is None\n"
+            "assert postgres_conninfo(None, env=None, file=None) is None\n"
+            "try:\n"
+            "    mariadb_url('mariadb://u:pw@h:3306/db', env=None, file=None)\n"
+            "except ImportError as e:\n"
+            "    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "DependencyError" in out and "spark-exactly-once[mariadb]" in out, out
