@@ -11,17 +11,20 @@ first.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from connectors.kafka._rdkafka import ArrowProducer, RdKafkaError, load
-from integration.support._kafka import KafkaTarget, target_fixture, wait_no_open_transactions
+from integration.support._kafka import (
+    KafkaTarget,
+    read_all,
+    target_fixture,
+    wait_no_open_transactions,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -39,32 +42,12 @@ class Got:
     timestamp: int
 
 
-def _read(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Got]:
-    """Every record ``read_committed`` sees in ``topic``, partition by partition."""
+def _read(bootstrap: str, topic: str) -> list[Got]:
+    """Every record ``read_committed`` sees in ``topic`` (``read_all``), partition order
+    kept."""
     assert not wait_no_open_transactions(bootstrap, [topic])
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "isolation.level": "read_committed", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        todo, out = set(range(PARTITIONS)), []
-        deadline = time.monotonic() + timeout
-        while todo:
-            assert time.monotonic() < deadline, f"partitions {todo} did not reach their end"
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    todo.discard(int(msg.partition() or 0))
-                    continue
-                raise KafkaException(err)
-            out.append(Got(int(msg.partition() or 0), msg.key(), msg.value(),
-                           int(msg.timestamp()[1])))
-        return out
-    finally:
-        consumer.close()
+    return [Got(m.partition, m.key, m.value, int(m.timestamp or 0))
+            for m in read_all(bootstrap, topic)]
 
 
 def _batch(n: int) -> tuple[pa.Array, pa.Array, pa.Array]:

@@ -31,6 +31,8 @@ class Message:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+    #: The record's timestamp in ms (CreateTime as the producer gave it, or LogAppendTime).
+    timestamp: int | None = None
 
     def json(self) -> Any:
         return json.loads(self.value or b"null")
@@ -141,7 +143,7 @@ def read_all(bootstrap: str, topic: str, timeout: float = 60.0,
             headers = tuple((str(h[0]), _bytes(h[1])) for h in (msg.headers() or []))
             partition, offset = int(msg.partition() or 0), int(msg.offset() or 0)
             out.append(Message(msg.topic() or topic, partition, offset, _bytes(msg.key()),
-                               _bytes(msg.value()), headers))
+                               _bytes(msg.value()), headers, int(msg.timestamp()[1])))
             if offset >= ends[partition][1] - 1:
                 todo.discard(partition)
         return out
