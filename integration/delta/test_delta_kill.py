@@ -42,7 +42,6 @@ from connectors.delta._txn_seed import accelerators_off
 from connectors.sdk import CrashPoint
 from examples.stream_to_files import make_input_files
 from integration.support._delta import (
-    file_batches,
     input_rows,
     intent_batches,
     latest_per_key,
@@ -59,6 +58,8 @@ from integration.support._driver import (
     SEED,
     DriverRun,
     KillJob,
+    file_batches,
+    finished_batches,
     kill_at_each,
     kill_at_random,
     reached,
@@ -162,20 +163,22 @@ class DeltaJob(KillJob):
         assert got_a == rows, "table a differs from the input row by row"
         got_b = table_rows(spark, self.b, [*cols, "key"])
         assert got_b == latest, "table b differs from the latest row per key"
+        batches = self.batches
+        if self.source == "files":  # a kill can put two files in one micro-batch
+            batches = finished_batches(self.checkpoint)
+            assert 0 < batches <= self.batches, (batches, self.batches)
         # One Delta commit per batch for each sink, and nothing else of theirs.
         for path, app in ((self.a, APPEND), (self.b, MERGE)):
             commits = tagged_commits(path, app)
-            assert sorted(commits) == list(range(self.batches)), (app, commits)
+            assert sorted(commits) == list(range(batches)), (app, commits)
             assert all(len(v) == 1 for v in commits.values()), (app, commits)
-            self.expect_txn(path, app, self.batches - 1)
-            assert sorted(ledger_batches(path, app)) == list(range(self.batches))
+            self.expect_txn(path, app, batches - 1)
+            assert sorted(ledger_batches(path, app)) == list(range(batches))
             assert intent_batches(path, app) == [], "intents of recorded batches are pruned"
             assert all(ledger_batches(path, app).values())
-        assert operations(self.a) == ["WRITE"] * self.batches
+        assert operations(self.a) == ["WRITE"] * batches
         # table b: the empty table the sink created, then one MERGE per batch
-        assert operations(self.b) == ["WRITE"] + ["MERGE"] * self.batches
-        _offsets, commits_log = spark_batches(self.checkpoint)
-        assert set(range(self.batches)) <= commits_log
+        assert operations(self.b) == ["WRITE"] + ["MERGE"] * batches
 
 
 # (point, sink, batch), in the order a restarted driver meets them: each run dies at the

@@ -28,6 +28,7 @@ from integration.support._driver import (
     SEED,
     DriverRun,
     KillJob,
+    finished_batches,
     kill_at_each,
     kill_at_random,
     reached,
@@ -112,8 +113,12 @@ class MariaJob(KillJob):
         ids = self.target.ids()
         assert len(ids) == self.total, (len(ids), self.total)
         assert ids == list(range(self.total)), "every input id exactly once"
+        batches = self.batches
+        if not self.rate_rows:  # files: a kill can put two files in one micro-batch
+            batches = finished_batches(self.checkpoint)
+            assert 0 < batches <= self.batches, (batches, self.batches)
         states = self.target.ledger_states()
-        assert states == dict.fromkeys(range(self.batches), "COMMITTED"), states
+        assert states == dict.fromkeys(range(batches), "COMMITTED"), states
         assert self.target.prepared() == [], "nothing of the sink left prepared"
 
 

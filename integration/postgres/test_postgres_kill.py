@@ -42,6 +42,7 @@ from integration.support._driver import (
     conf_args,
     event_log_app_ids,
     event_log_conf,
+    file_batches,
     kill_at_random,
     reached,
     run_with_a_failing_task,
@@ -56,7 +57,6 @@ from integration.support._pg import (
     PgTarget,
     blocked_by_receipts_index,
     check_restart,
-    file_batches,
     wait_for,
 )
 

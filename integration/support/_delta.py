@@ -92,20 +92,6 @@ def rate_rows(total: int) -> list[tuple[Any, ...]]:
     return [(n, f"rate-{n}", n * 0.25) for n in range(total)]
 
 
-def file_batches(checkpoint: Path) -> dict[str, int]:
-    """File name -> micro-batch id, from the file source's metadata log in the checkpoint
-    (the file source orders files by modification time, not by name)."""
-    mapping: dict[str, int] = {}
-    for path in sorted((checkpoint / "sources" / "0").glob("*")):
-        if not path.name.split(".")[0].isdigit():
-            continue
-        for line in path.read_text().splitlines():
-            if line.startswith("{"):
-                entry = json.loads(line)
-                mapping[Path(entry["path"]).name] = int(entry["batchId"])
-    return mapping
-
-
 def latest_per_key(
     rows: list[tuple[Any, ...]], key_mod: int, batch_of: Callable[[int], int]
 ) -> list[tuple[Any, ...]]:

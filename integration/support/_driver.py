@@ -24,6 +24,7 @@ from connectors.testing import kill
 from connectors.testing.kill import (
     DriverRun,
     KillJob,
+    finished_batches,
     kill_at_each,
     kill_at_random,
     point_reached,
@@ -33,14 +34,41 @@ from connectors.testing.kill import (
 from integration.support._standalone import conf_args
 
 __all__ = ["REPO", "SEED", "DriverRun", "KillJob", "a_failed_task_was_retried", "conf_args",
-           "event_log_app_ids", "event_log_conf", "exact", "kill_at_each", "kill_at_random",
-           "point_reached", "reached", "run_cli", "run_driver", "run_with_a_failing_task",
-           "spark_batches", "task_attempts", "task_executors",
+           "event_log_app_ids", "event_log_conf", "exact", "file_batches", "finished_batches",
+           "kill_at_each",
+           "kill_at_random", "point_reached", "reached", "run_cli", "run_driver",
+           "run_with_a_failing_task", "spark_batches", "task_attempts", "task_executors",
            "two_drivers_until_one_completes"]
 
 REPO = Path(__file__).resolve().parents[2]
 #: The seed of the random-moment kills (``EOS_SEED`` to explore others).
 SEED = int(os.environ.get("EOS_SEED", "20261122"))
+
+
+def file_batches(checkpoint: Path) -> dict[str, int]:
+    """File name -> the id of the micro-batch that read it, from the file source's metadata
+    log (``sources/0``: each file's source batch) and Spark's offset log (each micro-batch's
+    end offset in that log). The two differ after a driver was killed between the source
+    logging its next file and the offset log recording the batch: the restart reads that
+    file and the next in one micro-batch (:func:`finished_batches`). Files of source batches
+    past the offset log keep their source batch id (a batch not planned yet)."""
+    by_source: dict[str, int] = {}
+    for path in sorted((checkpoint / "sources" / "0").glob("*")):
+        if not path.name.split(".")[0].isdigit():
+            continue
+        for line in path.read_text().splitlines():
+            if line.startswith("{"):
+                entry = json.loads(line)
+                by_source[Path(entry["path"]).name] = int(entry["batchId"])
+    ends: list[tuple[int, int]] = []  # (the source's end offset, micro-batch id)
+    for path in (checkpoint / "offsets").glob("*"):
+        if path.name.isdigit():
+            offsets = [ln for ln in path.read_text().splitlines() if ln.startswith("{")]
+            if len(offsets) >= 2 and "logOffset" in offsets[1]:
+                ends.append((int(json.loads(offsets[1])["logOffset"]), int(path.name)))
+    ends.sort()
+    return {name: next((batch for end, batch in ends if end >= source), source)
+            for name, source in by_source.items()}
 
 
 def run_driver(

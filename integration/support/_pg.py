@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,7 +33,6 @@ __all__ = [
     "blocked_by_receipts_index",
     "check_restart",
     "connect",
-    "file_batches",
     "fresh_database",
     "prepared_of",
     "rollback_prepared_of",
@@ -125,20 +122,6 @@ def rollback_prepared_of(conninfo: str, sink_id: str) -> int:
                 conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
                 n += 1
     return n
-
-
-def file_batches(checkpoint: Path) -> dict[str, int]:
-    """File name -> micro-batch id, from the file source's metadata log in the checkpoint."""
-    mapping: dict[str, int] = {}
-    log = checkpoint / "sources" / "0"
-    for path in sorted(log.glob("*")):
-        if not path.name.split(".")[0].isdigit():
-            continue
-        for line in path.read_text().splitlines():
-            if line.startswith("{"):
-                entry = json.loads(line)
-                mapping[Path(entry["path"]).name] = int(entry["batchId"])
-    return mapping
 
 
 @dataclass

@@ -17,6 +17,7 @@ import pytest
 from connectors.sdk import CrashPoint
 from connectors.testing.kill import (
     KillJob,
+    finished_batches,
     kill_at_each,
     kill_at_random,
     point_reached,
@@ -163,3 +164,28 @@ def test_a_command_instead_of_a_module_runs_in_its_own_group_and_is_killed_whole
         run_driver([], module="m", command=["true"])
     with pytest.raises(ValueError, match="exactly one of module and command"):
         run_driver([])
+
+
+def merged_checkpoint(root: Path) -> Path:
+    """A file source's checkpoint as Spark 4.2 wrote it after a driver was killed between the
+    source logging file 2 and the offset log recording batch 2 (reproduced with a real query:
+    the restart's batch 2 read files 2 and 3): source batches 0-3, micro-batches 0-2."""
+    ckpt = root / "ckpt"
+    for batch, end in enumerate([0, 1, 3]):
+        for log, text in (("offsets", f'v1\n{{"batchWatermarkMs":0}}\n{{"logOffset":{end}}}'),
+                          ("commits", 'v1\n{"nextBatchWatermarkMs":0}')):
+            (ckpt / log).mkdir(parents=True, exist_ok=True)
+            (ckpt / log / str(batch)).write_text(text)
+    (ckpt / "sources" / "0").mkdir(parents=True)
+    for source in range(4):
+        entry = f'{{"path":"file:///in/part-{source:05d}.json","timestamp":1,"batchId":{source}}}'
+        (ckpt / "sources" / "0" / str(source)).write_text(f"v1\n{entry}")
+    return ckpt
+
+
+def test_finished_batches_counts_micro_batches_not_files(tmp_path: Path) -> None:
+    ckpt = merged_checkpoint(tmp_path)
+    assert finished_batches(ckpt) == 3  # four files, three micro-batches
+    (ckpt / "offsets" / "3").write_text('v1\n{}\n{"logOffset":4}')
+    with pytest.raises(AssertionError, match=r"planned, not committed: \[3\]"):
+        finished_batches(ckpt)
