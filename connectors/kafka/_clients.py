@@ -64,6 +64,10 @@ class KafkaClients:
         conf.update(extra)
         return Producer(conf)
 
+    def producer_config(self, transactional_id: str) -> dict[str, Any]:
+        """A slot producer's librdkafka config (secrets included: only for the client)."""
+        return self.config.producer(transactional_id, self.options.transaction_timeout_ms)
+
     def pool_key(self, transactional_id: str) -> str:
         """The key of the slot's kept producer in this process (:mod:`._pool`)."""
         conf = self.config.producer(transactional_id, self.options.transaction_timeout_ms)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from connectors.core.errors import ConfigurationError
 from connectors.kafka._redact import MASK, is_secret_key, redact_text
+from connectors.kafka._slot_producer import PRODUCER_CHOICES, requested_producer
 
 __all__ = [
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
@@ -262,6 +263,9 @@ class KafkaOptions:
     #: ``True``: the ctypes accelerator where verified, else ``Producer.produce_batch``;
     #: ``"public"``: ``produce_batch`` only; ``False``: one ``produce()`` per record.
     batch_produce: bool | str = True
+    #: The slot producer (``CONNECTORS_KAFKA_PRODUCER`` where the sink is built):
+    #: ``"auto"``, ``"owned"`` or ``"confluent"`` (:mod:`connectors.kafka._slot_producer`).
+    producer: str = field(default_factory=requested_producer)
 
     @property
     def produce_mode(self) -> str:
@@ -292,6 +296,9 @@ class KafkaOptions:
             raise ConfigurationError("replication_factor must be -1 (broker default) or >= 1")
         if self.operation_timeout_s <= 0:
             raise ConfigurationError("operation_timeout_s must be > 0")
+        if self.producer not in PRODUCER_CHOICES:
+            raise ConfigurationError(f"producer must be one of {PRODUCER_CHOICES}, not "
+                                     f"{self.producer!r}")
         if not isinstance(self.batch_produce, bool) and self.batch_produce not in (
             "public",
         ):

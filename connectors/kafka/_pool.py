@@ -35,12 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError
 
 from connectors.core.ledgers.file_ledger import write_atomic
 from connectors.core.pool import IdlePool
 from connectors.core.templates.tasks import SlotMarker
 from connectors.kafka._produce import FastProducer
+from connectors.kafka._slot_producer import SlotProducer
 
 __all__ = ["IDLE_SECONDS", "MarkerReaders", "PooledProducer", "SlotOwners", "SlotProducers",
            "config_key"]
@@ -60,7 +61,7 @@ def config_key(conf: dict[str, Any], *parts: str) -> str:
 class PooledProducer:
     """A slot's transactional producer with the lists its callbacks fill."""
 
-    producer: Producer
+    producer: SlotProducer
     errors: list[KafkaError] = field(default_factory=list)  # failed deliveries
     reported: list[KafkaError] = field(default_factory=list)  # error_cb (auth, fatal)
     #: Batch produce for this producer: the ctypes accelerator or the public

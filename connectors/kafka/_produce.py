@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka._native_produce import NativeProducer, attach
+from connectors.kafka._owned import OwnedBatch
 from connectors.kafka._placement import (
     METADATA_REFRESH_MS,
     MURMUR2_PARTITIONERS,
@@ -56,7 +57,7 @@ __all__ = ["CHUNK", "PRODUCE_PATHS", "BatchProducer", "FastProducer", "fast_prod
 
 #: The paths a record can take into librdkafka (rows per path are a slot's and a batch's
 #: ``produce_<path>_rows`` figures; the batch's ``path`` is the one with the most rows).
-PRODUCE_PATHS = ("native", "batch", "record")
+PRODUCE_PATHS = ("owned", "native", "batch", "record")
 
 #: Records per ``produce_batch`` call: bounds the list of dicts built at once and lets
 #: delivery reports be served between calls.
@@ -153,8 +154,9 @@ class BatchProducer(Placer):
             self.producer.poll(0.05)
 
 
-#: A slot's batch producer: the accelerator or the public ``produce_batch``.
-FastProducer = NativeProducer | BatchProducer
+#: A slot's batch producer: the accelerator or the public ``produce_batch`` on
+#: confluent-kafka's ``Producer``, or the owned handle's Arrow batches.
+FastProducer = NativeProducer | BatchProducer | OwnedBatch
 
 
 def fast_producer(producer: Any, mode: str, timeout: float, *, partitioner: str | None,

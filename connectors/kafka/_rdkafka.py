@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from connectors.kafka._rdkafka_lib import (
     CONF_OK,
     ERR_QUEUE_FULL,
     EVENT_DR,
+    EVENT_ERROR,
     MESSAGE,
     MSG_F_COPY,
     MSG_F_PARTITION,
@@ -91,10 +92,14 @@ class ArrowProducer:
     """A transactional producer handle owned by this object (``rd_kafka_new``).
 
     ``config``: librdkafka properties (``transactional.id`` among them for transactions),
-    values as strings, numbers or booleans.
+    values as strings, numbers or booleans. ``on_failed(code, count)``: a delivery report
+    event with an error, as it is served; ``on_error(code, reason, fatal)``: an error event
+    (what ``error_cb`` gets; without it librdkafka logs them).
     """
 
-    def __init__(self, config: Mapping[str, Any], library: Library | None = None) -> None:
+    def __init__(self, config: Mapping[str, Any], library: Library | None = None, *,
+                 on_failed: Callable[[int, int], None] | None = None,
+                 on_error: Callable[[int, str, bool], None] | None = None) -> None:
         self.library = library or load()
         lib = self.library.lib
         errstr = ctypes.create_string_buffer(512)
@@ -105,7 +110,8 @@ class ArrowProducer:
                                      len(errstr)) != CONF_OK:
                 lib.rd_kafka_conf_destroy(conf)
                 raise RdKafkaError(-186, f"config {key}: {errstr.value.decode()}")
-        lib.rd_kafka_conf_set_events(conf, EVENT_DR)
+        lib.rd_kafka_conf_set_events(conf, EVENT_DR | (EVENT_ERROR if on_error else 0))
+        self._on_failed, self._on_error = on_failed, on_error
         rk = lib.rd_kafka_new(PRODUCER, conf, errstr, len(errstr))
         if not rk:
             lib.rd_kafka_conf_destroy(conf)  # rd_kafka_new owns conf only on success
@@ -113,6 +119,7 @@ class ArrowProducer:
         self._rk: int | None = rk
         self._queue = lib.rd_kafka_queue_get_main(rk)
         self._topics: dict[str, tuple[int, int]] = {}  # name -> (rkt, partition count)
+        self._handles: dict[str, int] = {}  # name -> rkt (destroyed with the producer)
         self._msgs = np.zeros(CHUNK, MESSAGE)
         self.delivery = Delivery()
 
@@ -128,9 +135,10 @@ class ArrowProducer:
         if self._rk is None:
             return
         lib = self.library.lib
-        for rkt, _ in self._topics.values():
+        for rkt in self._handles.values():
             lib.rd_kafka_topic_destroy(rkt)
         self._topics.clear()
+        self._handles.clear()
         self.poll(0)
         lib.rd_kafka_queue_destroy(self._queue)
         lib.rd_kafka_destroy(self._rk)
@@ -185,14 +193,31 @@ class ArrowProducer:
                 return seen
             wait = 0
             try:
-                if lib.rd_kafka_event_type(ev) == EVENT_DR:
+                kind = lib.rd_kafka_event_type(ev)
+                if kind == EVENT_DR:
                     count = int(lib.rd_kafka_event_message_count(ev))
                     err = int(lib.rd_kafka_event_error(ev))
                     seen += count
                     if err:
                         self.delivery.failed[err] = self.delivery.failed.get(err, 0) + count
+                        if self._on_failed is not None:
+                            self._on_failed(err, count)
+                elif kind == EVENT_ERROR and self._on_error is not None:
+                    self._error_event(ev)
             finally:
                 lib.rd_kafka_event_destroy(ev)
+
+    def _error_event(self, ev: int) -> None:
+        lib = self.library.lib
+        code = int(lib.rd_kafka_event_error(ev))
+        fatal = bool(lib.rd_kafka_event_error_is_fatal(ev))
+        reason = (lib.rd_kafka_event_error_string(ev) or b"").decode(errors="replace")
+        if fatal:  # the event says _FATAL; the underlying error is kept by the handle
+            text = ctypes.create_string_buffer(512)
+            code = int(lib.rd_kafka_fatal_error(self.rk, text, len(text))) or code
+            reason = text.value.decode(errors="replace") or reason
+        assert self._on_error is not None
+        self._on_error(code, reason, fatal)
 
     def flush(self, timeout_s: float = 60.0) -> Delivery:
         """Send every enqueued record now (``rd_kafka_flush``) and serve the reports until
@@ -221,27 +246,36 @@ class ArrowProducer:
         known = self._topics.get(name)
         if known is not None:
             return known
+        err, count = self.describe(name, timeout_s)
+        if err or count <= 0:
+            raise RdKafkaError(err or 3, f"topic {name!r}: {self.library.err2str(err or 3)}")
+        self._topics[name] = (self._handles[name], count)
+        return self._topics[name]
+
+    def describe(self, name: str, timeout_s: float = 30.0) -> tuple[int, int]:
+        """A metadata request for topic ``name`` (every call asks the broker): the topic's
+        error code (0: none) and partition count. Raises when the request fails."""
         lib = self.library.lib
-        rkt = lib.rd_kafka_topic_new(self.rk, name.encode(), None)
-        if not rkt:
-            raise RdKafkaError(-186, f"cannot open topic {name!r}")
+        rkt = self._handles.get(name)
+        if rkt is None:
+            rkt = lib.rd_kafka_topic_new(self.rk, name.encode(), None)
+            if not rkt:
+                raise RdKafkaError(-186, f"cannot open topic {name!r}")
+            self._handles[name] = rkt
         meta = ctypes.POINTER(Metadata)()
         code = lib.rd_kafka_metadata(self.rk, 0, rkt, ctypes.byref(meta), int(timeout_s * 1000))
-        count, err = 0, code
-        if code == 0:
-            try:
-                md = meta.contents
-                for i in range(md.topic_cnt):
-                    t = md.topics[i]
-                    if t.topic.decode() == name:
-                        count, err = t.partition_cnt, t.err
-            finally:
-                lib.rd_kafka_metadata_destroy(meta)
-        if err or count <= 0:
-            lib.rd_kafka_topic_destroy(rkt)
-            raise RdKafkaError(err or 3, f"topic {name!r}: {self.library.err2str(err or 3)}")
-        self._topics[name] = (rkt, count)
-        return rkt, count
+        if code:
+            raise RdKafkaError(code, f"metadata of {name!r}: {self.library.err2str(code)}")
+        count, err = 0, 3  # UNKNOWN_TOPIC_OR_PART unless the answer names the topic
+        try:
+            md = meta.contents
+            for i in range(md.topic_cnt):
+                t = md.topics[i]
+                if t.topic.decode() == name:
+                    count, err = t.partition_cnt, t.err
+        finally:
+            lib.rd_kafka_metadata_destroy(meta)
+        return err, count
 
     def produce(self, topic: str, values: pa.Array | pa.ChunkedArray,
                 keys: pa.Array | pa.ChunkedArray | None = None,

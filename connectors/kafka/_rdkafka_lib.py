@@ -31,11 +31,12 @@ MIN_VERSION = 0x020000FF
 #: Records per ``rd_kafka_produce_batch`` call (72 B each in the message array).
 CHUNK = 16_384
 
-PRODUCER, CONF_OK, EVENT_DR = 0, 0, 0x1
+PRODUCER, CONF_OK, EVENT_DR, EVENT_ERROR = 0, 0, 0x1, 0x8
 MSG_F_COPY, MSG_F_PARTITION = 0x2, 0x8
-ERR_QUEUE_FULL = -184
+ERR_QUEUE_FULL, ERR_FATAL, ERR_TIMED_OUT = -184, -150, -185
 # rd_kafka_vtype_t
 VT_END, VT_RKT, VT_PARTITION, VT_VALUE, VT_KEY, VT_MSGFLAGS, VT_TIMESTAMP = 0, 2, 3, 4, 5, 7, 8
+VT_HEADER = 9  # RD_KAFKA_VTYPE_HEADER (6 is OPAQUE)
 
 #: ``rd_kafka_message_t`` (rdkafka.h), field for field, C alignment (x86-64/arm64 LP64).
 MESSAGE = np.dtype([
@@ -43,9 +44,9 @@ MESSAGE = np.dtype([
     ("key", "<u8"), ("key_len", "<u8"), ("offset", "<i8"), ("_private", "<u8"),
 ], align=True)
 #: ``rd_kafka_vu_t``: the vtype, then a 64-byte union (``mem.ptr``/``i32``/``i64`` at 8,
-#: ``mem.size`` at 16).
-VU = np.dtype({"names": ["vtype", "a", "b"], "formats": ["<i4", "<u8", "<u8"],
-               "offsets": [0, 8, 16], "itemsize": 72})
+#: ``mem.size`` at 16; ``header.name``, ``header.val``, ``header.size`` at 8, 16, 24).
+VU = np.dtype({"names": ["vtype", "a", "b", "c"], "formats": ["<i4", "<u8", "<u8", "<i8"],
+               "offsets": [0, 8, 16, 24], "itemsize": 72})
 _VP, _INT, _I32, _SIZE = ctypes.c_void_p, ctypes.c_int, ctypes.c_int32, ctypes.c_size_t
 _CP = ctypes.c_char_p
 
@@ -72,6 +73,8 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rd_kafka_queue_get_main": (_VP, [_VP]), "rd_kafka_queue_poll": (_VP, [_VP, _INT]),
     "rd_kafka_queue_destroy": (None, [_VP]), "rd_kafka_event_type": (_INT, [_VP]),
     "rd_kafka_event_error": (_INT, [_VP]), "rd_kafka_event_message_count": (_SIZE, [_VP]),
+    "rd_kafka_event_error_string": (_CP, [_VP]), "rd_kafka_event_error_is_fatal": (_INT, [_VP]),
+    "rd_kafka_fatal_error": (_INT, [_VP, _CP, _SIZE]),
     "rd_kafka_event_destroy": (None, [_VP]),
 }
 
@@ -93,6 +96,7 @@ class RdKafkaError(Exception):
                  retriable: bool = False, abortable: bool = False) -> None:
         super().__init__(f"{message} (librdkafka error {code})")
         self.code, self.fatal, self.retriable, self.abortable = code, fatal, retriable, abortable
+        self.reason = message
 
 
 @dataclass(frozen=True)

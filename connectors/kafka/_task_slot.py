@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 
 from connectors.core.batch import TaskBarrier
 from connectors.core.errors import ConnectorError
 from connectors.core.templates.tasks import SlotTransaction
 from connectors.kafka._errors import kafka_error
 from connectors.kafka._pool import PooledProducer
+from connectors.kafka._slot_producer import SlotProducer
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class Slot:
     """One slot's open transaction inside a task."""
 
     ctx: SlotTransaction
-    producer: Producer
+    producer: SlotProducer
     started: float
     batches: list[pa.RecordBatch] = field(default_factory=list)
     rows: int = 0

@@ -19,8 +19,11 @@ from connectors.core.templates.tasks import DETERMINISTIC_ERRORS, SlotMarker, Sl
 from connectors.kafka._checks import RecordChecks
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._io import auth_failure, init_transactions
+from connectors.kafka._owned import OwnedBatch, OwnedProducer
 from connectors.kafka._pool import SLOT_OWNERS, PooledProducer, SlotProducers
-from connectors.kafka._produce import fast_producer, produce_batch
+from connectors.kafka._produce import FastProducer, fast_producer, produce_batch
+from connectors.kafka._rdkafka_lib import Library
+from connectors.kafka._slot_producer import SlotProducer, owned_library
 from connectors.kafka._task_slot import (
     REPLAYED,
     Alignment,
@@ -50,19 +53,17 @@ class SlotWriter:
 
     def new_producer(self, transactional_id: str) -> PooledProducer:
         """A producer for the slot's transactional id, ``init_transactions`` done: every
-        earlier owner is fenced and its open transaction completed."""
+        earlier owner is fenced and its open transaction completed. The owned librdkafka
+        handle where :func:`~connectors.kafka._slot_producer.owned_library` gives one, else
+        confluent-kafka's ``Producer``."""
         errors: list[KafkaError] = []
         reported: list[KafkaError] = []
-
-        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
-            if err is not None:
-                errors.append(err)
-
-        producer: Producer | None = None
+        options = self.clients.options
+        library = owned_library(options.producer, options.produce_mode,
+                                self.clients.producer_config(transactional_id))
+        producer: SlotProducer | None = None
         try:
-            producer = self.clients.producer(transactional_id, on_delivery=on_delivery,
-                                             error_cb=reported.append,
-                                             **{"delivery.report.only.error": True})
+            producer = self._start(transactional_id, library, errors, reported)
             retrying(lambda: init_transactions(producer, self.clients.options.marker_topic,
                                                self.clients.timeout))
         except KafkaException:
@@ -72,12 +73,33 @@ class SlotWriter:
                 raise cause from None
             raise
         SLOT_OWNERS.claim(self.clients.pool_key(transactional_id))
-        config = self.clients.config
-        partitioner, refresh_ms = config.partitioner()
-        fast = fast_producer(producer, self.clients.options.produce_mode, self.clients.timeout,
-                             partitioner=partitioner, refresh_ms=refresh_ms,
-                             queue_limit=config.queue_limit())
+        fast: FastProducer | None
+        if isinstance(producer, OwnedProducer):
+            fast = OwnedBatch(producer)
+        else:
+            config = self.clients.config
+            partitioner, refresh_ms = config.partitioner()
+            fast = fast_producer(producer, options.produce_mode, self.clients.timeout,
+                                 partitioner=partitioner, refresh_ms=refresh_ms,
+                                 queue_limit=config.queue_limit())
         return PooledProducer(producer, errors, reported, fast)
+
+    def _start(self, transactional_id: str, library: Library | None,
+               errors: list[KafkaError], reported: list[KafkaError]) -> SlotProducer:
+        """A new slot producer: failed deliveries into ``errors``, error events
+        (``error_cb``) into ``reported``."""
+        if library is not None:
+            return OwnedProducer(self.clients.producer_config(transactional_id), library,
+                                 errors=errors, reported=reported)
+
+        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+
+        producer: Producer = self.clients.producer(
+            transactional_id, on_delivery=on_delivery, error_cb=reported.append,
+            **{"delivery.report.only.error": True})
+        return producer
 
     def open_slot(self, slot: SlotTransaction, slots: int) -> Slot:
         """Task: a producer for the slot's transactional id; fence the previous owner.

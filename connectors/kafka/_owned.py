@@ -1,0 +1,224 @@
+"""Executor side: the slot's transactional producer on a handle this library owns
+(:class:`~connectors.kafka._rdkafka.ArrowProducer`, librdkafka's public C API), behind the
+calls and errors of confluent-kafka's ``Producer`` that the slot uses
+(:class:`~connectors.kafka._slot_producer.SlotProducer`).
+
+So the slot's transaction code (:mod:`._writer`, :mod:`._committer`) runs unchanged on
+either producer: every librdkafka error is raised as ``KafkaException(KafkaError(code,
+reason, fatal=, retriable=, txn_requires_abort=))``, the flags librdkafka itself set, and
+:func:`connectors.kafka._errors.translate` maps it as it maps confluent-kafka's.
+Failed deliveries land in ``errors`` and error events (``error_cb``'s) in ``reported``,
+the lists :class:`~connectors.kafka._pool.PooledProducer` holds.
+
+:class:`OwnedBatch` is the slot's batch path on it (``produce_owned_rows``): the Arrow
+buffers straight into ``rd_kafka_produce_batch``. Records with headers go one by one
+through :meth:`OwnedProducer.produce` (``rd_kafka_produceva`` with
+``RD_KAFKA_VTYPE_HEADER`` entries), on the same handle and in the same transaction: a
+slot has one producer per transactional id, so no batch can go to another client.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException
+
+from connectors.kafka._rdkafka import ArrowProducer
+from connectors.kafka._rdkafka_lib import (
+    ERR_QUEUE_FULL,
+    ERR_TIMED_OUT,
+    MSG_F_COPY,
+    VT_END,
+    VT_HEADER,
+    VT_KEY,
+    VT_MSGFLAGS,
+    VT_PARTITION,
+    VT_RKT,
+    VT_VALUE,
+    VU,
+    Library,
+    RdKafkaError,
+)
+
+__all__ = ["ClusterMetadata", "OwnedBatch", "OwnedProducer", "kafka_exception"]
+
+#: A value of a config key that cannot be set with ``rd_kafka_conf_set``.
+INVALID_ARG = -186
+
+
+def kafka_exception(exc: RdKafkaError) -> KafkaException:
+    """``exc`` as confluent-kafka raises it, librdkafka's flags kept."""
+    return KafkaException(KafkaError(exc.code, exc.reason, fatal=exc.fatal,
+                                     retriable=exc.retriable, txn_requires_abort=exc.abortable))
+
+
+@dataclass
+class TopicMetadata:
+    """What the slot reads of ``list_topics``' topic entries."""
+
+    error: KafkaError | None
+    partitions: dict[int, None] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterMetadata:
+    """What the slot reads of ``Producer.list_topics``: ``topics[name]``."""
+
+    topics: dict[str, TopicMetadata]
+
+
+def _buffer(data: str | bytes | None) -> tuple[Any, int]:
+    """A C buffer of ``data`` (kept alive by the caller) and its length; None: NULL."""
+    if data is None:
+        return None, 0
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    return ctypes.create_string_buffer(raw, len(raw) + 1), len(raw)
+
+
+class OwnedProducer:
+    """A slot's transactional producer owned through librdkafka's C API, with the calls of
+    confluent-kafka's ``Producer`` the slot makes (see the module docstring).
+
+    ``config``: the slot producer's librdkafka config (no Python callables); ``errors``:
+    each failed delivery report's error is appended; ``reported``: each error event's.
+    """
+
+    def __init__(self, config: Mapping[str, Any], library: Library, *,
+                 errors: list[KafkaError], reported: list[KafkaError]) -> None:
+        self.errors, self.reported = errors, reported
+        try:
+            self.handle = ArrowProducer(config, library, on_failed=self._failed,
+                                        on_error=self._error)
+        except RdKafkaError as exc:
+            raise kafka_exception(exc) from None
+
+    def _failed(self, code: int, count: int) -> None:
+        self.errors.append(KafkaError(code, f"{count} record(s) not delivered"))
+
+    def _error(self, code: int, reason: str, fatal: bool) -> None:
+        self.reported.append(KafkaError(code, reason, fatal=fatal))
+
+    def __len__(self) -> int:
+        return int(self.handle.library.lib.rd_kafka_outq_len(self.handle.rk))
+
+    def close(self) -> None:
+        self.handle.close()
+
+    # -- transactions (confluent-kafka's signatures; timeouts in seconds) -------------
+    def init_transactions(self, timeout: float = 30.0) -> None:
+        try:
+            self.handle.init_transactions(timeout)
+        except RdKafkaError as exc:
+            raise kafka_exception(exc) from None
+
+    def begin_transaction(self) -> None:
+        try:
+            self.handle.begin_transaction()
+        except RdKafkaError as exc:
+            raise kafka_exception(exc) from None
+
+    def commit_transaction(self, timeout: float = 60.0) -> None:
+        try:
+            self.handle.commit_transaction(timeout)
+        except RdKafkaError as exc:
+            raise kafka_exception(exc) from None
+
+    def abort_transaction(self, timeout: float = 60.0) -> None:
+        try:
+            self.handle.abort_transaction(timeout)
+        except RdKafkaError as exc:
+            raise kafka_exception(exc) from None
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return self.handle.poll(max(0.0, timeout))
+
+    def flush(self, timeout: float = 60.0) -> int:
+        """Send and serve every report; returns the records still in flight (0: all)."""
+        try:
+            self.handle.flush(timeout)
+        except RdKafkaError as exc:
+            if exc.code != ERR_TIMED_OUT:
+                raise kafka_exception(exc) from None
+        return len(self)
+
+    def list_topics(self, topic: str | None = None, timeout: float = 30.0) -> ClusterMetadata:
+        """A metadata request for ``topic`` (the slot always names one)."""
+        if topic is None:
+            raise KafkaException(KafkaError(INVALID_ARG, "name the topic"))
+        try:
+            err, count = self.handle.describe(topic, timeout)
+        except RdKafkaError as exc:
+            raise kafka_exception(exc) from None
+        entry = TopicMetadata(KafkaError(err) if err else None, dict.fromkeys(range(count)))
+        return ClusterMetadata({topic: entry})
+
+    # -- one record -------------------------------------------------------------------
+    def produce(self, topic: str, value: str | bytes | None = None,
+                key: str | bytes | None = None, partition: int = -1, *,
+                headers: Sequence[tuple[str, str | bytes | None]] | None = None) -> None:
+        """One record (``rd_kafka_produceva``, payloads copied). Raises ``BufferError``
+        when the queue is full, as confluent-kafka does, ``KafkaException`` otherwise."""
+        try:
+            rkt, _ = self.handle.topic(topic)
+        except RdKafkaError as exc:
+            raise kafka_exception(exc) from None
+        heads = list(headers or ())
+        vus = np.zeros(6 + len(heads), VU)
+        keep: list[Any] = []
+
+        def put(i: int, vtype: int, a: Any = 0, b: int = 0, c: int = 0) -> None:
+            vus[i]["vtype"] = vtype
+            if a is not None and not isinstance(a, int):
+                keep.append(a)
+                a = ctypes.addressof(a)
+            vus[i]["a"], vus[i]["b"], vus[i]["c"] = a or 0, b, c
+
+        put(0, VT_RKT, rkt)
+        put(1, VT_PARTITION, partition & 0xFFFFFFFF)
+        put(2, VT_VALUE, *_buffer(value))
+        put(3, VT_KEY, *_buffer(key))
+        put(4, VT_MSGFLAGS, MSG_F_COPY)
+        for i, (name, data) in enumerate(heads, start=5):
+            named, _ = _buffer(name)
+            buf, size = _buffer(data)
+            keep.append(named)
+            vus[i]["vtype"] = VT_HEADER
+            vus[i]["a"] = ctypes.addressof(named)
+            if buf is not None:
+                keep.append(buf)
+                vus[i]["b"] = ctypes.addressof(buf)
+            vus[i]["c"] = size
+        put(5 + len(heads), VT_END)
+        lib = self.handle.library.lib
+        error = lib.rd_kafka_produceva(self.handle.rk, vus.ctypes.data, len(vus) - 1)
+        if error:
+            if lib.rd_kafka_error_code(error) == ERR_QUEUE_FULL:
+                lib.rd_kafka_error_destroy(error)
+                raise BufferError("the producer queue is full")
+            try:
+                self.handle.library.check(error)
+            except RdKafkaError as exc:
+                raise kafka_exception(exc) from None
+        self.handle.delivery.enqueued += 1
+
+
+class OwnedBatch:
+    """The slot's batch produce on an :class:`OwnedProducer` (no records with headers)."""
+
+    #: The produce path of records enqueued here (see ``_produce.PRODUCE_PATHS``).
+    path = "owned"
+
+    def __init__(self, owned: OwnedProducer) -> None:
+        self.owned = owned
+
+    def produce(self, topic: str, values: pa.Array, keys: pa.Array | None,
+                partitions: pa.Array | None) -> int:
+        try:
+            return self.owned.handle.produce(topic, values, keys, partitions)
+        except RdKafkaError as exc:
+            raise kafka_exception(exc) from None
