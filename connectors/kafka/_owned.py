@@ -91,17 +91,19 @@ class OwnedProducer:
     def __init__(self, config: Mapping[str, Any], library: Library, *,
                  errors: list[KafkaError], reported: list[KafkaError]) -> None:
         self.errors, self.reported = errors, reported
+
+        # Closures over the lists, not bound methods: no reference cycle, so a dropped
+        # producer's handle (threads, connections) is destroyed at once, not by the GC.
+        def failed(code: int, count: int) -> None:
+            errors.append(KafkaError(code, f"{count} record(s) not delivered"))
+
+        def error(code: int, reason: str, fatal: bool) -> None:
+            reported.append(KafkaError(code, reason, fatal=fatal))
+
         try:
-            self.handle = ArrowProducer(config, library, on_failed=self._failed,
-                                        on_error=self._error)
+            self.handle = ArrowProducer(config, library, on_failed=failed, on_error=error)
         except RdKafkaError as exc:
             raise kafka_exception(exc) from None
-
-    def _failed(self, code: int, count: int) -> None:
-        self.errors.append(KafkaError(code, f"{count} record(s) not delivered"))
-
-    def _error(self, code: int, reason: str, fatal: bool) -> None:
-        self.reported.append(KafkaError(code, reason, fatal=fatal))
 
     def __len__(self) -> int:
         return int(self.handle.library.lib.rd_kafka_outq_len(self.handle.rk))
@@ -138,13 +140,15 @@ class OwnedProducer:
         return self.handle.poll(max(0.0, timeout))
 
     def flush(self, timeout: float = 60.0) -> int:
-        """Send and serve every report; returns the records still in flight (0: all)."""
+        """Send and serve every report; returns the records still in flight (0: all; an
+        error event that arrives after the last report is not one)."""
         try:
             self.handle.flush(timeout)
         except RdKafkaError as exc:
             if exc.code != ERR_TIMED_OUT:
                 raise kafka_exception(exc) from None
-        return len(self)
+            return max(1, len(self))
+        return 0
 
     def list_topics(self, topic: str | None = None, timeout: float = 30.0) -> ClusterMetadata:
         """A metadata request for ``topic`` (the slot always names one)."""

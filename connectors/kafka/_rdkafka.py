@@ -275,6 +275,8 @@ class ArrowProducer:
                     count, err = t.partition_cnt, t.err
         finally:
             lib.rd_kafka_metadata_destroy(meta)
+        if not err and count > 0:  # produce() needs no request of its own after this one
+            self._topics[name] = (rkt, count)
         return err, count
 
     def produce(self, topic: str, values: pa.Array | pa.ChunkedArray,

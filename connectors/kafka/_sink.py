@@ -127,16 +127,16 @@ class KafkaSink(TaskCommitSink[Slot]):
             newest marker is still the one it committed); one fenced later is found out by
             its commit, and the slot starts over.
         batch_produce: how a slot enqueues its records. ``True`` (default): in batches of
-            up to 16,384 records, one partition per call, through a ctypes accelerator
-            (``rd_kafka_produce_batch`` straight from the Arrow buffers) where this
-            confluent-kafka release's layout is verified (an allow-list, plus a check in a
-            throwaway process), else through the public ``Producer.produce_batch``, with
-            one WARNING per process; ``"public"``: ``Producer.produce_batch`` only;
-            ``False``: one ``Producer.produce()`` per record. Records with ``headers`` are
-            always produced one by one. ``CONNECTORS_ACCELERATORS=off`` in the environment
-            turns the accelerator off. Rows per path are the batch metrics
-            ``produce_native_rows``, ``produce_batch_rows`` and ``produce_record_rows``.
-            See docs/kafka.md, "Batch produce".
+            up to 16,384 records straight from the Arrow buffers, on a librdkafka handle
+            the library owns (``CONNECTORS_KAFKA_PRODUCER``: ``auto``/``owned``/
+            ``confluent``), else on confluent-kafka's ``Producer`` through a ctypes
+            accelerator where its layout is verified, else ``Producer.produce_batch``;
+            ``"public"``: ``Producer.produce_batch`` only; ``False``: one ``produce()`` per
+            record. Records with ``headers`` are produced one by one.
+            ``CONNECTORS_ACCELERATORS=off`` turns the accelerator off. Rows per path are
+            the batch metrics ``produce_owned_rows``, ``produce_native_rows``,
+            ``produce_batch_rows`` and ``produce_record_rows``. See docs/kafka.md,
+            "The slot producer" and "Batch produce".
         small_batch_rows: a batch of at most this many records (default 1,000) skips the
             slotting shuffle: one Spark job collects its rows to the driver (at most
             ``small_batch_rows + 1`` of each input partition: a batch found larger then

@@ -349,10 +349,15 @@ def test_the_public_batch_path_writes_what_the_accelerator_writes_in_the_same_or
 @pytest.mark.parametrize("topic_column", [False, True])
 def test_the_sink_writes_the_same_records_with_and_without_batch_produce(
     spark: SparkSession, kafka: KafkaTarget, topic_column: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two sinks, one per path, over the same rows (keys, null and empty values, explicit
-    and null partitions, a topic column): every record once, the same per partition."""
+    and null partitions, a topic column): every record once, the same per partition.
+    On confluent-kafka's Producer (the paths of ``batch_produce``; the owned handle's
+    comparison is integration/kafka/test_kafka_owned.py)."""
     from connectors.kafka import KafkaSink
+
+    monkeypatch.setenv("CONNECTORS_KAFKA_PRODUCER", "confluent")
 
     other = kafka.create(f"{kafka.topic}-rec", partitions=3)
     n = 5000
