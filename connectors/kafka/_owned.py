@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException
 
+from connectors.kafka._placement import METADATA_REFRESH_MS, Placer, layout
 from connectors.kafka._rdkafka import ArrowProducer
 from connectors.kafka._rdkafka_lib import (
     ERR_QUEUE_FULL,
@@ -212,17 +213,33 @@ class OwnedProducer:
 
 
 class OwnedBatch:
-    """The slot's batch produce on an :class:`OwnedProducer` (no records with headers)."""
+    """The slot's batch produce on an :class:`OwnedProducer` (no records with headers).
+
+    Placement is :class:`~connectors.kafka._placement.Placer`'s, as on confluent-kafka's
+    ``Producer`` (its metadata from the owned handle): the ``partition`` column, else under
+    a murmur2 partitioner Kafka's murmur2 of the key. When that places every record, the
+    handle enqueues one partition run per call (each partition in input order); a record
+    left to librdkafka's partitioner (no key, no partition) makes it one call per chunk
+    with each record's own partition.
+    """
 
     #: The produce path of records enqueued here (see ``_produce.PRODUCE_PATHS``).
     path = "owned"
 
-    def __init__(self, owned: OwnedProducer) -> None:
+    def __init__(self, owned: OwnedProducer, timeout: float, *, by_key: bool = False,
+                 refresh_ms: int = METADATA_REFRESH_MS) -> None:
         self.owned = owned
+        self.placer = Placer(owned, timeout, by_key=by_key, refresh_ms=refresh_ms)
 
     def produce(self, topic: str, values: pa.Array, keys: pa.Array | None,
                 partitions: pa.Array | None) -> int:
+        n = len(values)
+        if n == 0:
+            return 0
+        key_layout = layout(keys) if keys is not None and self.placer.by_key else None
+        placed = self.placer.place(topic, n, key_layout, partitions)
+        dest = None if placed.place is None else pa.array(placed.place, pa.int32())
         try:
-            return self.owned.handle.produce(topic, values, keys, partitions)
+            return self.owned.handle.produce(topic, values, keys, dest)
         except RdKafkaError as exc:
             raise kafka_exception(exc) from None

@@ -20,6 +20,7 @@ from connectors.kafka._checks import RecordChecks
 from connectors.kafka._clients import KafkaClients
 from connectors.kafka._io import auth_failure, init_transactions
 from connectors.kafka._owned import OwnedBatch, OwnedProducer
+from connectors.kafka._placement import MURMUR2_PARTITIONERS
 from connectors.kafka._pool import SLOT_OWNERS, PooledProducer, SlotProducers
 from connectors.kafka._produce import FastProducer, fast_producer, produce_batch
 from connectors.kafka._rdkafka_lib import Library
@@ -74,11 +75,12 @@ class SlotWriter:
             raise
         SLOT_OWNERS.claim(self.clients.pool_key(transactional_id))
         fast: FastProducer | None
+        config = self.clients.config
+        partitioner, refresh_ms = config.partitioner()
         if isinstance(producer, OwnedProducer):
-            fast = OwnedBatch(producer)
+            fast = OwnedBatch(producer, self.clients.timeout,
+                              by_key=partitioner in MURMUR2_PARTITIONERS, refresh_ms=refresh_ms)
         else:
-            config = self.clients.config
-            partitioner, refresh_ms = config.partitioner()
             fast = fast_producer(producer, options.produce_mode, self.clients.timeout,
                                  partitioner=partitioner, refresh_ms=refresh_ms,
                                  queue_limit=config.queue_limit())

@@ -3,13 +3,14 @@ librdkafka handle (:mod:`connectors.kafka._owned`) and confluent-kafka's ``Produ
 over the same batches, into two topics, compared record by record.
 
 The batches hold null and repeated keys, empty keys, null and empty values, explicit and
-null partitions (one batch with every partition given: the owned path's grouped calls),
-and headers (a batch with headers goes record by record on either producer). KafkaSink
-has no timestamp column (its input columns are Spark's Kafka writer's minus timestamp),
-so timestamps are the producers' own and not compared. One slot, one input partition:
-each topic partition holds its records in input order on both paths. Records with a null
-key and a null partition are placed by librdkafka's partitioner at random, so they are
-compared as a multiset (their values name them: a null-keyed row always has a value).
+null partitions (a batch with every partition given and one with every record keyed: the
+owned path's calls per partition run), and headers (a batch with headers goes record by
+record on either producer). KafkaSink has no timestamp column (its input columns are
+Spark's Kafka writer's minus timestamp), so timestamps are the producers' own and not
+compared. One slot, one input partition: each topic partition holds its records in input
+order on both paths. Records with a null key and a null partition are placed by
+librdkafka's partitioner at random, so they are compared as a multiset (their values name
+them: a null-keyed row always has a value).
 """
 
 from __future__ import annotations
@@ -27,17 +28,21 @@ pytestmark = [pytest.mark.integration]
 kafka = target_fixture("owned")
 
 ROWS = 3000
+BATCHES = 4
 
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 
 
 def _batches(spark: SparkSession) -> list[DataFrame]:
     """Batch 0: explicit and null partitions; 1: every partition given; 2: as 0, with
-    headers. Values are ``b<batch>/<id>`` (null or empty on some keyed rows)."""
+    headers; 3: every record keyed, some partitions null (placed by the key's murmur2:
+    every record placed, so the owned path enqueues partition runs). Values are
+    ``b<batch>/<id>`` (null or empty on some keyed rows)."""
     frames = []
-    for batch_id in range(3):
+    for batch_id in range(BATCHES):
         df = spark.range(0, ROWS, numPartitions=1).selectExpr(
             "id",
+            "CAST(concat('k', id % 50) AS BINARY) AS key" if batch_id == 3 else
             "CASE WHEN id % 7 = 0 THEN NULL WHEN id % 11 = 0 THEN X'' "
             "ELSE CAST(concat('k', id % 50) AS BINARY) END AS key",
             "CASE WHEN id % 7 != 0 AND id % 13 = 0 THEN NULL "
@@ -81,7 +86,7 @@ def _record(m: Message) -> Record:
 
 
 def _placed_at_random(m: Message) -> bool:
-    """A null key and a null partition (batches 0 and 2, ids divisible by 4)."""
+    """A null key and a null partition (batches 0 and 2, ids divisible by 28)."""
     if m.key is not None or not m.value:
         return False
     batch, _, row = m.value.decode().partition("/")
@@ -107,14 +112,14 @@ def test_the_owned_and_the_confluent_producer_write_the_same_records(
     owned = _write(spark, kafka, kafka.topic, "owned", monkeypatch)
     confluent = _write(spark, kafka, theirs, "confluent", monkeypatch)
     # The paths that ran: the owned handle's batches; record by record with headers.
-    assert [f["produce_owned_rows"] for f in owned] == [ROWS, ROWS, 0], owned
-    assert [f["produce_record_rows"] for f in owned] == [0, 0, ROWS], owned
-    assert [f["produce_owned_rows"] for f in confluent] == [0, 0, 0], confluent
+    assert [f["produce_owned_rows"] for f in owned] == [ROWS, ROWS, 0, ROWS], owned
+    assert [f["produce_record_rows"] for f in owned] == [0, 0, ROWS, 0], owned
+    assert [f["produce_owned_rows"] for f in confluent] == [0, 0, 0, 0], confluent
     assert [f["produce_native_rows"] + f["produce_batch_rows"] for f in confluent] == [
-        ROWS, ROWS, 0], confluent
+        ROWS, ROWS, 0, ROWS], confluent
 
     mine, other = read_all(kafka.bootstrap, kafka.topic), read_all(kafka.bootstrap, theirs)
-    assert len(mine) == len(other) == 3 * ROWS
+    assert len(mine) == len(other) == BATCHES * ROWS
     mine_per, mine_any = _split(mine)
     other_per, other_any = _split(other)
     assert mine_any == other_any
@@ -128,9 +133,9 @@ def test_the_owned_and_the_confluent_producer_write_the_same_records(
     assert sum(1 for k, _, _ in records if k is None) == 3 * (ROWS - len(keyed))
     assert sum(1 for k, _, _ in records if k == b"") == 3 * sum(
         1 for i in keyed if i % 11 == 0)
-    assert sum(1 for _, v, _ in records if v is None) == 3 * sum(
+    assert sum(1 for _, v, _ in records if v is None) == BATCHES * sum(
         1 for i in keyed if i % 13 == 0)
-    assert sum(1 for _, v, _ in records if v == b"") == 3 * sum(
+    assert sum(1 for _, v, _ in records if v == b"") == BATCHES * sum(
         1 for i in keyed if i % 13 and i % 17 == 0)
     headed = [h for _, _, h in records if h]
     assert len(headed) == len(range(0, ROWS, 5))

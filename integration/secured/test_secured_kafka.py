@@ -13,6 +13,7 @@ is searched for every secret of the secured services.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,9 +181,16 @@ def _run_refused(spark: Any, target: KafkaTarget, config: dict[str, str],
 
 
 def _exact_after_fix(spark: Any, target: KafkaTarget, config: dict[str, str]) -> None:
-    KafkaSink(target.topic, config, sink_id=target.sink_id, slots=SLOTS,
-              small_batch_rows=0)(_rows(spark), 0)
+    sink = KafkaSink(target.topic, config, sink_id=target.sink_id, slots=SLOTS,
+                     small_batch_rows=0)
+    sink(_rows(spark), 0)
     target.assert_exact(ROWS)
+    # Over SASL_SSL too, the slots ran on the producer CONNECTORS_KAFKA_PRODUCER picks
+    # (auto: the owned librdkafka handle).
+    metrics = sink.last_metrics
+    assert metrics is not None
+    owned = os.environ.get("CONNECTORS_KAFKA_PRODUCER", "auto") != "confluent"
+    assert (metrics.extra["produce_owned_rows"] == ROWS) is owned, metrics.extra
 
 
 def test_unknown_scram_user_names_the_credentials(
