@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException
 
@@ -34,7 +33,6 @@ from connectors.kafka._rdkafka_lib import (
     ERR_QUEUE_FULL,
     ERR_TIMED_OUT,
     MSG_F_COPY,
-    VT_END,
     VT_HEADER,
     VT_KEY,
     VT_MSGFLAGS,
@@ -73,12 +71,28 @@ class ClusterMetadata:
     topics: dict[str, TopicMetadata]
 
 
-def _buffer(data: str | bytes | None) -> tuple[Any, int]:
-    """A C buffer of ``data`` (kept alive by the caller) and its length; None: NULL."""
+class _VU(ctypes.Structure):
+    """``rd_kafka_vu_t`` for one record's ``rd_kafka_produceva`` (the layout of
+    :data:`~connectors.kafka._rdkafka_lib.VU`: the vtype, then a 64-byte union whose
+    ``mem.ptr``/``header.name`` is ``a``, ``mem.size``/``header.val`` ``b``,
+    ``header.size`` ``c``)."""
+
+    _fields_ = [("vtype", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64),
+                ("c", ctypes.c_int64), ("_pad", ctypes.c_char * 40)]
+
+
+assert ctypes.sizeof(_VU) == VU.itemsize
+
+
+def _address(data: str | bytes | None, keep: list[bytes]) -> tuple[int, int]:
+    """The address and length of ``data``'s bytes (NUL-terminated, as every ``bytes``
+    object is; kept alive in ``keep``); None: NULL. An empty value gets a non-NULL
+    address."""
     if data is None:
-        return None, 0
+        return 0, 0
     raw = data.encode() if isinstance(data, str) else bytes(data)
-    return ctypes.create_string_buffer(raw, len(raw) + 1), len(raw)
+    keep.append(raw)
+    return ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p).value or 0, len(raw)
 
 
 class OwnedProducer:
@@ -173,34 +187,18 @@ class OwnedProducer:
         except RdKafkaError as exc:
             raise kafka_exception(exc) from None
         heads = list(headers or ())
-        vus = np.zeros(6 + len(heads), VU)
-        keep: list[Any] = []
-
-        def put(i: int, vtype: int, a: Any = 0, b: int = 0, c: int = 0) -> None:
-            vus[i]["vtype"] = vtype
-            if a is not None and not isinstance(a, int):
-                keep.append(a)
-                a = ctypes.addressof(a)
-            vus[i]["a"], vus[i]["b"], vus[i]["c"] = a or 0, b, c
-
-        put(0, VT_RKT, rkt)
-        put(1, VT_PARTITION, partition & 0xFFFFFFFF)
-        put(2, VT_VALUE, *_buffer(value))
-        put(3, VT_KEY, *_buffer(key))
-        put(4, VT_MSGFLAGS, MSG_F_COPY)
-        for i, (name, data) in enumerate(heads, start=5):
-            named, _ = _buffer(name)
-            buf, size = _buffer(data)
-            keep.append(named)
-            vus[i]["vtype"] = VT_HEADER
-            vus[i]["a"] = ctypes.addressof(named)
-            if buf is not None:
-                keep.append(buf)
-                vus[i]["b"] = ctypes.addressof(buf)
-            vus[i]["c"] = size
-        put(5 + len(heads), VT_END)
+        vus = (_VU * (6 + len(heads)))()  # zeroed; the last one is VT_END
+        keep: list[bytes] = []
+        vus[0].vtype, vus[0].a = VT_RKT, rkt
+        vus[1].vtype, vus[1].a = VT_PARTITION, partition & 0xFFFFFFFF
+        vus[2].vtype, (vus[2].a, vus[2].b) = VT_VALUE, _address(value, keep)
+        vus[3].vtype, (vus[3].a, vus[3].b) = VT_KEY, _address(key, keep)
+        vus[4].vtype, vus[4].a = VT_MSGFLAGS, MSG_F_COPY
+        for vu, (name, data) in zip(vus[5:], heads, strict=False):
+            vu.vtype, vu.a = VT_HEADER, _address(name, keep)[0]
+            vu.b, vu.c = _address(data, keep)
         lib = self.handle.library.lib
-        error = lib.rd_kafka_produceva(self.handle.rk, vus.ctypes.data, len(vus) - 1)
+        error = lib.rd_kafka_produceva(self.handle.rk, ctypes.addressof(vus), len(vus) - 1)
         if error:
             if lib.rd_kafka_error_code(error) == ERR_QUEUE_FULL:
                 lib.rd_kafka_error_destroy(error)

@@ -151,3 +151,20 @@ def test_an_owned_handle_has_the_calls_of_the_slot() -> None:
             owned.list_topics(None)
     finally:
         owned.close()
+
+
+def test_one_record_s_vu_entries_match_rdkafka_h() -> None:
+    """``rd_kafka_vu_t``: the vtype at 0, the union at 8 (``header``: name, val, size at
+    8, 16, 24), 72 bytes; ``RD_KAFKA_VTYPE_HEADER`` is 9 (6 is OPAQUE: headers set as 6
+    were dropped without an error)."""
+    from connectors.kafka._owned import _VU, _address
+    from connectors.kafka._rdkafka_lib import VT_HEADER, VU
+
+    assert VT_HEADER == 9
+    assert [getattr(_VU, f).offset for f in ("vtype", "a", "b", "c")] == [
+        VU.fields[f][1] for f in ("vtype", "a", "b", "c")] == [0, 8, 16, 24]
+    keep: list[bytes] = []
+    assert _address(None, keep) == (0, 0)
+    empty, size = _address(b"", keep)
+    assert empty != 0 and size == 0  # an empty value, not a null one
+    assert _address("hé", keep)[1] == 3 and len(keep) == 2
