@@ -148,14 +148,23 @@ def find_librdkafka() -> str | None:
 
 
 _LOADED: dict[str, Library] = {}
+#: ``CONNECTORS_LIBRDKAFKA``'s value -> the library :func:`load` found for it (finding it
+#: reads confluent-kafka's file list, ~1 ms: once, not per slot producer).
+_DEFAULT: dict[str, Library] = {}
 
 
 def load(path: str | None = None) -> Library:
     """librdkafka (``path``, else :func:`find_librdkafka`), checked and typed; once per
     path and process. Raises ``OSError`` when none is found, it is older than
     :data:`MIN_VERSION`, or a function is missing."""
-    where = path or find_librdkafka()
-    if where is None:
+    if path is None:
+        named = os.environ.get(LIBRDKAFKA_ENV, "")
+        found = _DEFAULT.get(named)
+        if found is None:
+            found = _DEFAULT[named] = load(find_librdkafka() or "")
+        return found
+    where = path
+    if not where:
         raise OSError("librdkafka not found: install confluent-kafka (its wheel carries "
                       f"it) or set {LIBRDKAFKA_ENV} to its path")
     if where in _LOADED:

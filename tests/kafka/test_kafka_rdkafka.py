@@ -26,8 +26,10 @@ from connectors.kafka._rdkafka_lib import (
 
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Nothing loaded yet (the cache is per path and process)."""
+    """Nothing loaded or found yet (the caches are per path, and per
+    ``CONNECTORS_LIBRDKAFKA`` value, and process)."""
     monkeypatch.setattr(_rdkafka_lib, "_LOADED", {})
+    monkeypatch.setattr(_rdkafka_lib, "_DEFAULT", {})
     yield
 
 
