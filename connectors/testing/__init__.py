@@ -14,7 +14,8 @@
 - Crash points: :func:`connectors.core.protocol.crash.arm` in-process, ``CONNECTORS_CRASH_AT`` for
   real processes; the pytest plugin (:mod:`connectors.testing.plugin`) adds fixtures.
 - The real-kill harness (:mod:`connectors.testing.kill`): your driver run as a child
-  process, SIGKILLed at each crash point of a plan and restarted, every kill proved.
+  process, SIGKILLed at each crash point of a plan and restarted, every kill proved;
+  :mod:`connectors.testing.checkpoint` reads what Spark's checkpoint says of the batches.
 
 Depends on :mod:`connectors.core` only.
 """
