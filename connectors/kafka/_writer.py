@@ -23,7 +23,6 @@ from connectors.kafka._owned import OwnedBatch, OwnedProducer
 from connectors.kafka._placement import MURMUR2_PARTITIONERS
 from connectors.kafka._pool import SLOT_OWNERS, PooledProducer, SlotProducers
 from connectors.kafka._produce import FastProducer, fast_producer, produce_batch
-from connectors.kafka._rdkafka_lib import Library
 from connectors.kafka._slot_producer import SlotProducer, owned_library
 from connectors.kafka._task_slot import (
     REPLAYED,
@@ -60,11 +59,13 @@ class SlotWriter:
         errors: list[KafkaError] = []
         reported: list[KafkaError] = []
         options = self.clients.options
-        library = owned_library(options.producer, options.produce_mode,
-                                self.clients.producer_config(transactional_id))
+        settings = self.clients.producer_config(transactional_id)
+        library = owned_library(options.producer, options.produce_mode, settings)
         producer: SlotProducer | None = None
         try:
-            producer = self._start(transactional_id, library, errors, reported)
+            producer = (OwnedProducer(settings, library, errors=errors, reported=reported)
+                        if library is not None
+                        else self._confluent(transactional_id, errors, reported))
             retrying(lambda: init_transactions(producer, self.clients.options.marker_topic,
                                                self.clients.timeout))
         except KafkaException:
@@ -86,22 +87,18 @@ class SlotWriter:
                                  queue_limit=config.queue_limit())
         return PooledProducer(producer, errors, reported, fast)
 
-    def _start(self, transactional_id: str, library: Library | None,
-               errors: list[KafkaError], reported: list[KafkaError]) -> SlotProducer:
-        """A new slot producer: failed deliveries into ``errors``, error events
-        (``error_cb``) into ``reported``."""
-        if library is not None:
-            return OwnedProducer(self.clients.producer_config(transactional_id), library,
-                                 errors=errors, reported=reported)
+    def _confluent(self, transactional_id: str, errors: list[KafkaError],
+                   reported: list[KafkaError]) -> Producer:
+        """A new confluent-kafka ``Producer`` for the slot: failed deliveries into
+        ``errors``, error events (``error_cb``) into ``reported``."""
 
         def on_delivery(err: KafkaError | None, _msg: Any) -> None:
             if err is not None:
                 errors.append(err)
 
-        producer: Producer = self.clients.producer(
+        return self.clients.producer(
             transactional_id, on_delivery=on_delivery, error_cb=reported.append,
             **{"delivery.report.only.error": True})
-        return producer
 
     def open_slot(self, slot: SlotTransaction, slots: int) -> Slot:
         """Task: a producer for the slot's transactional id; fence the previous owner.
