@@ -8,6 +8,7 @@ their own, with the receipt row inside the branch."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -103,9 +104,30 @@ def prepare(address: Address, ledger: TableName, tid: TransactionId, *,
     cur.execute(f"XA END {xid_sql(tid)}")
     cur.execute(f"XA PREPARE {xid_sql(tid)}")
     if disconnect:
-        conn.close()
+        close_session(address, conn)
         return None
     return conn
+
+
+def close_session(address: Address, conn: Any) -> None:
+    """Close ``conn`` and wait until the server has ended its session: a client's close
+    returns before the server detaches the session's prepared branch (CI once committed
+    in that gap and got the branch's ``XAER_NOTA``)."""
+    session = conn.thread_id()
+    conn.close()
+    probe = connect(address, connect_timeout=10, lock_wait_timeout=10)
+    try:
+        cur = probe.cursor()
+        deadline = time.monotonic() + 30
+        while True:
+            cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s",
+                        (session,))
+            if cur.fetchone()[0] == 0:
+                return
+            assert time.monotonic() < deadline, f"session {session} still open after 30 s"
+            time.sleep(0.02)
+    finally:
+        probe.close()
 
 
 def test_the_committer_settles_branches_by_xid(env: dict[str, Any]) -> None:
@@ -126,7 +148,7 @@ def test_the_committer_settles_branches_by_xid(env: dict[str, Any]) -> None:
         with pytest.raises(TransientError, match="still attached"):
             committer.commit(commit_of(str(c)))  # XAER_NOTA, but listed: retried
     finally:
-        attached.close()
+        close_session(address, attached)
     committer.commit(commit_of(str(c)))  # once its session is gone
     committer.abort(str(b))
     committer.abort(str(b))  # gone already: nothing to do
