@@ -9,6 +9,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -80,13 +81,17 @@ class MariaDBSession:
     """One connection held open across statements: a ``mariadb`` process fed on stdin
     (``--force``: an error does not end it). :meth:`run` returns a statement's output
     and error lines; :meth:`close` disconnects (``COM_QUIT``), :meth:`kill` drops the TCP
-    connection as a crashed client does."""
+    connection as a crashed client does. Both return once the server has ended the
+    session: a client's end comes before the server detaches the session's prepared
+    branch, and another connection's ``XA COMMIT`` in that gap answers ``XAER_NOTA``."""
 
     def __init__(self, address: MariaDBAddress) -> None:
+        self._address = address
         self._proc = subprocess.Popen(
             address.argv("--force", "--unbuffered"), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=address.env(),
             bufsize=1)
+        self._session = int(self.run("SELECT CONNECTION_ID()"))
 
     def run(self, sql: str, timeout: float = STATEMENT_TIMEOUT) -> str:
         """The output of ``sql`` (one or more statements), errors as ``ERROR ...`` lines."""
@@ -112,6 +117,7 @@ class MariaDBSession:
             self._proc.wait(timeout=STATEMENT_TIMEOUT)
         except subprocess.TimeoutExpired:
             self.kill()
+        self._wait_ended()
 
     def kill(self) -> None:
         self._proc.kill()
@@ -119,3 +125,17 @@ class MariaDBSession:
         for stream in (self._proc.stdin, self._proc.stdout):
             if stream is not None and not stream.closed:
                 stream.close()
+        self._wait_ended()
+
+    def _wait_ended(self) -> None:
+        """Wait until the server no longer lists the session (a server that is down or
+        restarting has ended it too)."""
+        deadline = time.monotonic() + STATEMENT_TIMEOUT
+        sql = (f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {self._session}"
+               " AND ID <> CONNECTION_ID()")  # after a restart, ids start again
+        while time.monotonic() < deadline:
+            proc = mariadb_sql(self._address, sql, check=False)
+            if proc.returncode != 0 or proc.stdout.split() == ["0"]:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"session {self._session} still open after {STATEMENT_TIMEOUT} s")
