@@ -350,17 +350,19 @@ class FrameChecks:
             columns = df.columns
             self.pending = lambda: df.where(self.condition(columns, limits, topic, partitions))
             in_rows = self.rows_check(batch_id, limits, topic, partitions)
+            # The checked frames are built on first use: a small batch whose slots run in
+            # the driver collects the batch without them and checks its rows with in_rows.
             if rows is None:
                 check = self.condition(columns, limits, topic, partitions)
-                return with_frame(batch, df.where(check), schema=schema,
-                                        rows_check=in_rows), {}
-            guarded = df.where(self.condition(columns, limits, topic, partitions,
-                                              self.row_bound))
+                return with_frame(batch, lambda: df.where(check), schema=schema,
+                                  rows_check=in_rows), {}
+            bound = self.row_bound
+            guarded = self.condition(columns, limits, topic, partitions, bound)
             handover = Handover(
                 rows, lambda: df.where(self.condition(columns, limits, topic, partitions)),
                 self.raise_row_bound)
-            return with_frame(batch, guarded, handover=handover, schema=schema,
-                                    rows_check=in_rows), {}
+            return with_frame(batch, lambda: df.where(guarded), handover=handover,
+                              schema=schema, rows_check=in_rows), {}
         scan = scan_dataframe(  # one JVM aggregation, no Python workers
             df, limits, topic,
             lambda message: BadInputError(message, sink_id=self.sink_id, batch_id=batch_id),

@@ -26,6 +26,7 @@ that defines it):
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
@@ -209,7 +210,7 @@ class SparkBatch(SparkInput):
                    schema: pa.Schema | None = None,
                    rows_check: Callable[[pa.Table], None] | None = None) -> SparkBatch:
         return SparkBatch(frame, hash_in_tasks=self._hash_in_tasks, handover=handover,
-                          schema=schema, local_check=None if rows_check is None
+                          schema=schema, base=self._base, local_check=None if rows_check is None
                           else (self.spark_df, rows_check))
 
     def task_slots(self) -> int | None:
@@ -359,7 +360,12 @@ class SparkBatch(SparkInput):
             rows, exprs = placement(df)
             return rows.repartition(slots, *exprs)
 
-        rows, exprs = placement(self._df)
+        @functools.cache  # only if the shuffle runs: a small batch in the driver needs
+        def rows() -> DataFrame:  # no frame the sink derived (a check's filter, say)
+            return with_row_hash(self._df) if hashed else self._df
+
+        placing = None if hashed else content(rows())
+        exprs = placement_columns(self._base.sparkSession, placing, key if by_key else None)
         handover = self._handover
         fallback = handover.fallback if handover is not None else None
         if handover is not None and fallback is not None:
@@ -367,19 +373,17 @@ class SparkBatch(SparkInput):
         driver, local = None, self._local_check
         if local_rows > 0 and not self.hashes_in_tasks:
             def collected() -> DataFrame:  # the rows without the check, where it is offered
-                found = rows if local is None else placement(local[0])[0]
-                return found if hashed or (self._hashed and local is None) \
-                    else with_row_hash(found)
+                found = rows() if local is None else placement(local[0])[0]
+                return found if hashed or (self._hashed and local is None) else with_row_hash(found)
 
             driver = SmallBatchInDriver(collected, exprs, slots, local_rows,
-                                        placement_id(content(rows), key if by_key else None),
+                                        placement_id(placing, key if by_key else None),
                                         None if local is None else local[1])
-        source = self._df
-        return SparkBatch(lambda: rows.repartition(slots, *exprs),
+        return SparkBatch(lambda: rows().repartition(slots, *exprs),
                           hash_in_tasks=self._hash_in_tasks, handover=handover,
                           hashed=hashed or self._hashed, schema=self.schema,
-                          static_plan=lambda: narrow_plan(source), in_driver=driver,
-                          base=source)
+                          static_plan=lambda: narrow_plan(self._df), in_driver=driver,
+                          base=self._base)
 
     def fingerprint(self) -> Fingerprint:
         df = self.spark_df

@@ -55,13 +55,16 @@ class SparkInput(BatchInput):
                    rows_check: Callable[[pa.Table], None] | None = None) -> BatchInput:
         """An input of the same front end over ``frame``: a DataFrame derived from
         :attr:`spark_df` with the same rows (a check that raises on bad rows added, for
-        example). ``handover``: how the rows reach the tasks when the sink bounds them
-        (:class:`connectors.spark._handover.Handover`); ``schema``: the rows' schema when
-        the caller knows it already. ``rows_check``: the check ``frame`` adds, over rows of
-        :attr:`spark_df` the engine collected (the engine's row hash possibly their last
-        column); it raises for a bad row. An engine that runs a small batch's slots locally
-        (``local_rows``) may then collect :attr:`spark_df` instead of ``frame`` and run it
-        before any slot. Offered by every input with a :attr:`spark_df`."""
+        example), or a function that builds it, called on first use: a small batch whose
+        slots run locally may never need it (building a DataFrame costs Spark's analysis
+        of it, a py4j round trip in classic PySpark). ``handover``: how the rows reach the
+        tasks when the sink bounds them (:class:`connectors.spark._handover.Handover`);
+        ``schema``: the rows' schema when the caller knows it already. ``rows_check``: the
+        check ``frame`` adds, over rows of :attr:`spark_df` the engine collected (the
+        engine's row hash possibly their last column); it raises for a bad row. An engine
+        that runs a small batch's slots locally (``local_rows``) may then collect
+        :attr:`spark_df` instead of ``frame`` and run it before any slot. Offered by every
+        input with a :attr:`spark_df`."""
         raise NotImplementedError(f"{type(self).__name__} has no DataFrame to derive from")
 
     @property
