@@ -17,9 +17,15 @@ sink allows it (``local_rows``) and expects a small batch, :class:`SmallBatchInD
    (its expression costs the collect Spark's analysis, optimizer and codegen);
 2. if that gives more than ``local_rows`` rows, gives up (the caller runs the shuffle as
    usual); otherwise runs the sink's check function on the rows, so a bad record fails
-   the batch before any slot starts, as the check in the shuffle's map stage does;
+   the batch before any slot writes, as the check in the shuffle's map stage does;
 3. runs the sink's task function once per slot, in a thread each, on a pickled copy of it
    (what a Spark task would receive), with the slot's rows in input order.
+
+The slots' threads start before the collect: a task opens its slot (a Kafka slot begins
+its transaction and proves its kept producer with a round trip) and reads its marker while
+the collect runs, then waits for its rows (:class:`_Rows`). When the batch turns out not
+small, or its check refuses a record, every slot's rows end in :class:`NotCollected`
+instead: the task aborts what it opened, and nothing is written.
 
 Every row lands in the slot the shuffle would have chosen, so which route a batch took
 changes nothing a replay sees: a replay by either route finds the same rows in the same
@@ -33,9 +39,10 @@ Spark retries tasks as usual; slots that committed meanwhile find their markers 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -156,34 +163,70 @@ class SmallBatchInDriver:
 
     def run(self, fn: TaskFunction) -> list[TaskOutcome] | None:
         """One outcome per slot, or ``None``: the batch is not small (or a slot task
-        raised), run it with the shuffle."""
-        self.figures = {"driver_slots": 0.0}
-        table = self.collect()
-        if table is None:
-            return None
+        raised), run it with the shuffle. The slots open while the batch is collected."""
         from pyspark import cloudpickle
 
-        slots_of = table.column(SLOT_COLUMN).to_numpy(zero_copy_only=False)
-        rows = table.drop_columns([SLOT_COLUMN])
-        if self._check is not None:  # before any slot: a bad row fails the batch here
-            self._check(rows)
+        self.figures = {"driver_slots": 0.0}
         shipped = cloudpickle.dumps(fn)  # type: ignore[no-untyped-call]  # a task's copy
+        feeds = [_Rows() for _ in range(self.slots)]
 
         def task(slot: int) -> TaskOutcome:
-            mine = rows.take(pa.array(np.flatnonzero(slots_of == slot)))  # input order kept
             info = TaskInfo(partition=slot, attempt_number=0, task_attempt_id=-1 - slot)
             copy: TaskFunction = cloudpickle.loads(shipped)
-            return copy(info, iter(mine.to_batches()))
+            return copy(info, feeds[slot].batches())
 
-        started = time.monotonic()
-        try:
-            with ThreadPoolExecutor(self.slots, thread_name_prefix="connectors-slot") as pool:
-                outcomes = list(pool.map(task, range(self.slots)))
-        except Exception as exc:
-            logger.warning("a slot of a small batch failed in the driver (%s): the batch "
-                           "runs again with the slotting shuffle, where Spark retries "
-                           "tasks; slots that committed find their markers there",
-                           type(exc).__name__)
-            return None
-        self.figures.update(driver_slots=1.0, driver_tasks_ms=(time.monotonic() - started) * 1000)
+        handed = time.monotonic()
+        with ThreadPoolExecutor(self.slots, thread_name_prefix="connectors-slot") as pool:
+            running = [pool.submit(task, slot) for slot in range(self.slots)]
+            try:
+                table = self.collect()
+                if table is not None:
+                    slots_of = table.column(SLOT_COLUMN).to_numpy(zero_copy_only=False)
+                    rows = table.drop_columns([SLOT_COLUMN])
+                    if self._check is not None:  # before any slot writes: a bad row fails
+                        self._check(rows)
+                    for slot, feed in enumerate(feeds):  # input order kept
+                        feed.give(rows.take(pa.array(np.flatnonzero(slots_of == slot))))
+                    handed = time.monotonic()
+            finally:
+                for feed in feeds:  # not collected, or the check raised: the slots abort
+                    feed.give(None)
+            if table is None:
+                wait(running)
+                return None
+            try:
+                outcomes = [future.result() for future in running]
+            except Exception as exc:
+                logger.warning("a slot of a small batch failed in the driver (%s): the batch "
+                               "runs again with the slotting shuffle, where Spark retries "
+                               "tasks; slots that committed find their markers there",
+                               type(exc).__name__)
+                return None
+        # The slots' time after the hand-over of their rows (they opened during the collect).
+        self.figures.update(driver_slots=1.0, driver_tasks_ms=(time.monotonic() - handed) * 1000)
         return outcomes
+
+
+class NotCollected(Exception):  # not an error: the batch takes the shuffle
+    """A slot task's rows when the driver did not collect them (the batch is not small,
+    the collect failed, or the check refused a record): the task aborts its slot."""
+
+
+class _Rows:
+    """One slot's rows, handed over once the batch is collected (or :class:`NotCollected`);
+    the first :meth:`give` counts."""
+
+    def __init__(self) -> None:
+        self._given = threading.Event()
+        self._table: pa.Table | None = None
+
+    def give(self, table: pa.Table | None) -> None:
+        if not self._given.is_set():
+            self._table = table
+            self._given.set()
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        self._given.wait()
+        if self._table is None:
+            raise NotCollected("the batch was not collected to the driver")
+        yield from self._table.to_batches()

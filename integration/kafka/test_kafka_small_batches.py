@@ -178,8 +178,9 @@ def test_a_bad_record_in_a_driver_route_batch_commits_nothing_then_fixed(
     spark: Any, kafka: KafkaTarget, bad: str
 ) -> None:
     """On the driver route the record checks run in Python on the collected rows, before
-    any slot starts (not in the collect's plan): one record too large, or naming partition
-    5 of a 2-partition topic, fails the batch with the fix in the message; no slot wrote
+    any slot writes (not in the collect's plan): one record too large, or naming partition
+    5 of a 2-partition topic, fails the batch with the fix in the message; the slots,
+    opened during the collect (their kept producers' probes), abort: no slot wrote
     anything, no transaction stays open; the fixed batch is then exact."""
     from pyspark.sql import functions as sf
 
@@ -206,7 +207,7 @@ def test_a_bad_record_in_a_driver_route_batch_commits_nothing_then_fixed(
         assert "record 50 of a batch is about" in str(info.value), info.value
     m = sink.last_metrics
     assert m is not None and m.outcome == "failed", m
-    # Collected to the driver, checked there, and no slot started.
+    # Collected to the driver, checked there, and no slot committed.
     assert m.extra["driver_rows"] == 100.0 and m.extra["driver_slots"] == 0.0, m.extra
     kafka.assert_exact(100)
     sink(records(1, False), 1)
