@@ -63,6 +63,7 @@ nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -88,6 +89,7 @@ from benchmarks._common import (
     ratio_interval,
     stopwatch,
 )
+from benchmarks._driver_profile import DriverProfile
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -225,6 +227,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "writer 34-36 ms median there, 26-28 ms at the second size)")
     p.add_argument("--tiny-only", action="store_true",
                    help="only the tiny-batch latency table (no throughput runs)")
+    p.add_argument("--profile", action="store_true",
+                   help="also where kafka-sink's timed tiny batches spend their time in the "
+                        "driver: each protocol step's median ms, py4j calls and py4j ms "
+                        "(benchmarks/_driver_profile.py; on in --smoke)")
     p.add_argument("--skew", type=float, default=0.3,
                    help="share of the records of one key in the skewed run at 100 B (0.3; "
                         "0: no skewed run)")
@@ -242,7 +248,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.tiny_warm = 2
     if args.smoke:  # > SMALL_BATCH_ROWS (1,000): the big runs go through the shuffle
         args.rows, args.runs, args.tiny_batches, args.warm_runs = 5_000, 1, 1, 0
-        args.tiny_warm, args.sizes = 0, "100"
+        args.tiny_warm, args.sizes, args.profile = 0, "100", True
     if args.tiny_only:
         args.runs = args.warm_runs = 0
     return args
@@ -276,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     panels: list[Panel] = []
     sinks: dict[str, Any] = {}
     created: list[str] = []
+
+    profiling = contextlib.ExitStack()
+    profile = profiling.enter_context(DriverProfile()) if args.profile else None
 
     def topic_for(name: str, size: int) -> str:
         topic = f"bench-{tag}-{name}-{size}"
@@ -330,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sink = sink_for(name + suffix, topic, size)
             key = f"{name + suffix}-{size}"
-            with stopwatch() as t:
+            profiled = profile is not None and name == "kafka-sink" and phase == "tiny"
+            with stopwatch() as t, (profile.batch() if profiled and profile is not None
+                                    else contextlib.nullcontext()):
                 sink(df, batch_ids[key])
             batch_ids[key] += 1
             seconds = t[0]
@@ -444,6 +455,19 @@ def main(argv: list[str] | None = None) -> int:
             n: [a / b for a, b in zip(tiny_times[n], tiny_times["spark-kafka"], strict=True)]
             for n in TINY if n != "spark-kafka"},
             "the contender's ms per batch / Spark's writer's (per batch)", better="lower"))
+        if profile is not None:
+            print(f"\nWhere kafka-sink's {args.tiny_rows}-record batches of {size} B spend "
+                  "their time in the driver (medians over its timed tiny batches):")
+            print(profile.table())
+            profile.reset()
+            mine = [m for m in metrics if m["contender"] == "kafka-sink"]
+            parts = {k: median([float(m.get(k, 0.0)) for m in mine]) for k in
+                     ("driver_collect_ms", "driver_tasks_ms", "txn_ms")} if mine else {}
+            print("RunTasks' parts (the batch metrics, medians): the collect "
+                  f"{parts.get('driver_collect_ms', 0.0):.2f} ms, the slots after their rows "
+                  f"were handed over {parts.get('driver_tasks_ms', 0.0):.2f} ms; the longest "
+                  f"slot transaction, open to commit, {parts.get('txn_ms', 0.0):.2f} ms (the "
+                  "slots open during the collect)")
         ratio = median(tiny_times["kafka-sink"]) / base
         verdict = judged("met, stretch met" if ratio <= STRETCH_TINY else
                          "met" if ratio <= TARGET_TINY else "NOT met", args.smoke)
@@ -489,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as fh:
                 json.dump(results, fh, indent=1, default=str)
     finally:
+        profiling.close()
         for sink in sinks.values():
             sink.close()
         names = [*created]
