@@ -49,7 +49,8 @@ import numpy as np
 import pyarrow as pa
 
 from connectors.core.batch import TaskFunction, TaskInfo, TaskOutcome
-from connectors.spark._rows import per_spark
+from connectors.core.fingerprint import ROW_HASH_COLUMN
+from connectors.spark._rows import per_spark, row_hash_of
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -100,12 +101,19 @@ def _check_placement(spark: SparkSession) -> bool:
 class SmallBatchInDriver:
     """Runs a slotted batch of at most ``limit`` rows in the driver (see the module
     docstring). ``frame`` builds the batch's rows before the shuffle, the row hash last if
-    the tasks expect it; ``placement`` is the expression the shuffle partitions by."""
+    the tasks expect it; ``placement`` is the expression the shuffle partitions by.
+
+    ``placement_of`` (instead of ``placement``): ``frame`` comes without the row hash the
+    tasks expect, and this gives the placement for the row hash's expression; the collect
+    then adds the row hash and the slot in one projection (Spark analyses each DataFrame
+    operation of a classic PySpark plan as it is built: one operation fewer per batch)."""
 
     def __init__(self, frame: Callable[[], DataFrame], placement: list[Column], slots: int,
                  limit: int, placement_id: tuple[object, ...] | None = None,
-                 check: Callable[[pa.Table], None] | None = None) -> None:
+                 check: Callable[[pa.Table], None] | None = None,
+                 placement_of: Callable[[Column], list[Column]] | None = None) -> None:
         self._frame = frame
+        self._placement_of = placement_of
         #: The rows' check, when ``frame`` is without the one the shuffle's rows carry: it
         #: runs on the collected rows before any slot (and raises for a bad row).
         self._check = check
@@ -136,17 +144,24 @@ class SmallBatchInDriver:
         df = self._frame()
         if not placement_matches(df.sparkSession):
             return None
+        hashed = None if self._placement_of is None else row_hash_of(df)
+
         def build() -> tuple[Column, Column]:
-            slot = F.pmod(F.hash(*self._placement), F.lit(self.slots)).cast("int")
+            placement = (self._placement if self._placement_of is None or hashed is None
+                         else self._placement_of(hashed))
+            slot = F.pmod(F.hash(*placement), F.lit(self.slots)).cast("int")
             within = F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_NUMBER_MASK))
             return slot, within <= F.lit(self.limit)
 
         slot, bound = build() if self._placement_id is None else per_spark(
-            df.sparkSession, ("driver_slots", self._placement_id, self.slots, self.limit),
-            build)
+            df.sparkSession, ("driver_slots", self._placement_id, self.slots, self.limit,
+                              None if hashed is None else df.schema.json()), build)
         started = time.monotonic()
         try:
-            table: pa.Table = df.where(bound).withColumn(SLOT_COLUMN, slot).toArrow()
+            kept = df.where(bound)
+            table: pa.Table = (kept.withColumn(SLOT_COLUMN, slot) if hashed is None else
+                               kept.withColumns({ROW_HASH_COLUMN: hashed, SLOT_COLUMN: slot})
+                               ).toArrow()
         except Exception as exc:
             logger.info("collecting a small batch to the driver failed (%s): it takes the "
                         "slotting shuffle", type(exc).__name__)

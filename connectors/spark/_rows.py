@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["arrow_schema", "check_columns", "combine_fingerprint", "fingerprint_aggregates",
            "flat_schema", "has_map", "per_spark", "placement_columns", "placement_id",
-           "row_hash", "spark_fingerprint", "spark_key", "with_row_hash"]
+           "row_hash", "row_hash_of", "spark_fingerprint", "spark_key", "with_row_hash"]
 
 logger = logging.getLogger(__name__)
 
@@ -192,31 +192,37 @@ def per_spark(spark: Any, key: tuple[object, ...], build: Callable[[], T]) -> T:
 
 def with_row_hash(df: DataFrame) -> DataFrame:
     """``df`` with :func:`row_hash` as its last column, named ``ROW_HASH_COLUMN``."""
-    column = per_spark(df.sparkSession, ("row_hash", df.schema.json()),
-                            lambda: row_hash(df))
-    return df.withColumn(ROW_HASH_COLUMN, column)
+    return df.withColumn(ROW_HASH_COLUMN, row_hash_of(df))
+
+
+def row_hash_of(df: DataFrame) -> Column:
+    """:func:`row_hash` for ``df``'s schema, built once per Spark and schema."""
+    return per_spark(df.sparkSession, ("row_hash", df.schema.json()), lambda: row_hash(df))
 
 
 def placement_columns(spark: Any, content: list[str] | None,
-                      key: str | None) -> list[Column]:
+                      key: str | None, row_hash: Column | None = None) -> list[Column]:
     """What places rows into slots (``repartition(slots, *these)``): ``content`` names the
     columns whose hash places a row (``None``: the row hash :data:`ROW_HASH_COLUMN`,
     itself the placement); with a ``key`` column, rows whose key is not null are placed by
     the key's ``xxhash64`` instead. Built once per Spark (:func:`per_spark`): the
-    same list for the same arguments, which callers must not change."""
+    same list for the same arguments, which callers must not change. ``row_hash``: the
+    row hash's expression in place of the column (for a projection that adds both; not
+    kept: the caller keeps what it builds of it)."""
     from pyspark.sql import functions as F  # noqa: N812
 
     def build() -> list[Column]:
+        hashed = F.col(ROW_HASH_COLUMN) if row_hash is None else row_hash
         if key is None:
             if content is None:
-                return [F.col(ROW_HASH_COLUMN)]
+                return [hashed]
             return [F.col(quoted(c)) for c in content]
-        by_content = (F.col(ROW_HASH_COLUMN) if content is None
-                      else F.hash(*[F.col(quoted(c)) for c in content]))
+        by_content = hashed if content is None else F.hash(*[F.col(quoted(c)) for c in content])
         k = F.col(quoted(key))
         return [F.when(k.isNull(), by_content).otherwise(F.xxhash64(k))]
 
-    return per_spark(spark, placement_id(content, key), build)
+    return build() if row_hash is not None else per_spark(spark, placement_id(content, key),
+                                                          build)
 
 
 def placement_id(content: list[str] | None, key: str | None) -> tuple[object, ...]:

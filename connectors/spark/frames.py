@@ -341,20 +341,19 @@ class SparkBatch(SparkInput):
         hashed = columns is None and not self.hashes_in_tasks and not self._hashed
         # The schema the sink already read, if any: ``df.columns`` is a py4j round trip.
         names = self._schema.names if self._schema is not None else self._df.columns
-        by_key = key is not None and key in names
+        keyed = key if key is not None and key in names else None
 
         def content(df: DataFrame) -> list[str] | None:
             """The columns whose hash places a row (``None``: the row hash); kept exactly as
             before per-key order and the column cache, for replays."""
             if columns is not None:
                 return columns
-            return None if hashed or (by_key and self._hashed) else df.columns
+            return None if hashed or (keyed is not None and self._hashed) else df.columns
 
         def placement(df: DataFrame) -> tuple[DataFrame, list[Column]]:
             """The rows (the row hash added where it places them) and what places them."""
             rows = with_row_hash(df) if hashed else df
-            return rows, placement_columns(df.sparkSession, content(rows),
-                                           key if by_key else None)
+            return rows, placement_columns(df.sparkSession, content(rows), keyed)
 
         def place(df: DataFrame) -> DataFrame:
             rows, exprs = placement(df)
@@ -364,21 +363,22 @@ class SparkBatch(SparkInput):
         def rows() -> DataFrame:  # no frame the sink derived (a check's filter, say)
             return with_row_hash(self._df) if hashed else self._df
 
-        placing = None if hashed else content(rows())
-        exprs = placement_columns(self._base.sparkSession, placing, key if by_key else None)
+        spark, placing = self._base.sparkSession, None if hashed else content(rows())
+        exprs = placement_columns(spark, placing, keyed)
         handover = self._handover
         fallback = handover.fallback if handover is not None else None
         if handover is not None and fallback is not None:
             handover = Handover(handover.rows, lambda: place(fallback()), handover.tripped)
         driver, local = None, self._local_check
         if local_rows > 0 and not self.hashes_in_tasks:
-            def collected() -> DataFrame:  # the rows without the check, where it is offered
-                found = rows() if local is None else placement(local[0])[0]
-                return found if hashed or (self._hashed and local is None) else with_row_hash(found)
+            carried = self._hashed and local is None  # the frame has the row hash already
 
-            driver = SmallBatchInDriver(collected, exprs, slots, local_rows,
-                                        placement_id(placing, key if by_key else None),
-                                        None if local is None else local[1])
+            def collected() -> DataFrame:  # without the check where it is offered (and the
+                return local[0] if local is not None else self._df  # row hash: it is added)
+            driver = SmallBatchInDriver(
+                collected, exprs, slots, local_rows, placement_id(placing, keyed),
+                None if local is None else local[1],
+                None if carried else lambda row: placement_columns(spark, placing, keyed, row))
         return SparkBatch(lambda: rows().repartition(slots, *exprs),
                           hash_in_tasks=self._hash_in_tasks, handover=handover,
                           hashed=hashed or self._hashed, schema=self.schema,
