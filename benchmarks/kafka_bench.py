@@ -52,8 +52,9 @@ of the medians when the machine's pace drifts during a run. A second part writes
 batches (``--tiny-rows``) back to back, after ``--tiny-warm`` untimed ones per contender,
 as ``foreachBatch`` would in a low-latency stream,
 and reports the per-batch cost of the sink's transactions, fencing and barrier over
-Spark's writer. Nothing is asserted: the target (KafkaSink >= 1.0x Spark's writer) is
-printed next to the results. ``--smoke`` runs every contender, the skewed run and the tiny
+Spark's writer. Nothing is asserted: the targets (issue 55: KafkaSink >= 1.3x Spark's
+writer at 100 B and >= 1.8x at 1 KB, a 100-record batch <= 1.3x its latency) are printed
+next to the results. ``--smoke`` runs every contender, the skewed run and the tiny
 batches with their checks once at the smallest size, at 100 B only (the size with the skewed
 run; 1000 B takes the same paths), the first untimed write of each contender kept (a sink's
 first batch starts its driver run; the timed one is then a following batch), and judges
@@ -96,11 +97,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("benchmarks.kafka_bench")
 
-TARGET_VS_SPARK = 1.0
-#: Per-batch latency of a 100-record batch: KafkaSink / Spark's writer, at most (stretch).
-TARGET_TINY, STRETCH_TINY = 2.0, 1.5
-#: Throughput targets by value size: (with the accelerator, without it).
-TARGETS = {100: (1.0, 0.9), 1000: (1.5, 1.3)}
+#: Per-batch latency of a 100-record batch: KafkaSink / Spark's writer, at most (issue 55).
+TARGET_TINY = 1.3
+#: Throughput targets by value size (issue 55, on public APIs): (the default sink, whose
+#: slots run on the librdkafka handle the library owns; ``kafka-sink-public``: reported).
+TARGETS: dict[int, tuple[float | None, float | None]] = {100: (1.3, None), 1000: (1.8, None)}
 CONTENDERS = ("spark-kafka", "kafka-sink", "kafka-sink-confluent", "kafka-sink-public",
               "kafka-sink-fresh", "kafka-sink-barrier", "plain-producer")
 #: Those timed with tiny batches (the per-batch latency).
@@ -339,9 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             sink = sink_for(name + suffix, topic, size)
             key = f"{name + suffix}-{size}"
-            profiled = profile is not None and name == "kafka-sink" and phase == "tiny"
-            with stopwatch() as t, (profile.batch() if profiled and profile is not None
-                                    else contextlib.nullcontext()):
+            profiled = (profile.batch() if profile is not None and name == "kafka-sink"
+                        and phase == "tiny" else contextlib.nullcontext())
+            with stopwatch() as t, profiled:
                 sink(df, batch_ids[key])
             batch_ids[key] += 1
             seconds = t[0]
@@ -469,10 +470,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"slot transaction, open to commit, {parts.get('txn_ms', 0.0):.2f} ms (the "
                   "slots open during the collect)")
         ratio = median(tiny_times["kafka-sink"]) / base
-        verdict = judged("met, stretch met" if ratio <= STRETCH_TINY else
-                         "met" if ratio <= TARGET_TINY else "NOT met", args.smoke)
+        verdict = judged("met" if ratio <= TARGET_TINY else "NOT met", args.smoke)
         print(f"KafkaSink {args.tiny_rows}-record batch / Spark's writer: {ratio:.2f}x (target "
-              f"<= {TARGET_TINY}x, stretch {STRETCH_TINY}x: {verdict}); through the shuffle "
+              f"<= {TARGET_TINY}x: {verdict}); through the shuffle "
               f"(small_batch_rows=0): {median(tiny_times['kafka-sink-shuffle']) / base:.2f}x")
         return {"tiny_batch_ms": tiny_times}
 

@@ -144,11 +144,12 @@ class SmallBatchInDriver:
         df = self._frame()
         if not placement_matches(df.sparkSession):
             return None
-        hashed = None if self._placement_of is None else row_hash_of(df)
+        placement_of = self._placement_of
+        hashed = None if placement_of is None else row_hash_of(df)
 
         def build() -> tuple[Column, Column]:
-            placement = (self._placement if self._placement_of is None or hashed is None
-                         else self._placement_of(hashed))
+            placement = (self._placement if placement_of is None or hashed is None
+                         else placement_of(hashed))
             slot = F.pmod(F.hash(*placement), F.lit(self.slots)).cast("int")
             within = F.monotonically_increasing_id().bitwiseAND(F.lit(ROW_NUMBER_MASK))
             return slot, within <= F.lit(self.limit)
@@ -200,8 +201,10 @@ class SmallBatchInDriver:
                     rows = table.drop_columns([SLOT_COLUMN])
                     if self._check is not None:  # before any slot writes: a bad row fails
                         self._check(rows)
-                    for slot, feed in enumerate(feeds):  # input order kept
-                        feed.give(rows.take(pa.array(np.flatnonzero(slots_of == slot))))
+                    mine = [rows.take(pa.array(np.flatnonzero(slots_of == slot)))
+                            for slot in range(self.slots)]  # input order kept; all or none
+                    for feed, table_of_slot in zip(feeds, mine, strict=True):
+                        feed.give(table_of_slot)
                     handed = time.monotonic()
             finally:
                 for feed in feeds:  # not collected, or the check raised: the slots abort
